@@ -1,0 +1,26 @@
+"""The model as plain PyTorch: importable with neither Lightning nor Hydra."""
+
+from tinylm.model.attention import CausalSelfAttention
+from tinylm.model.block import PLACEMENTS, Block, NormPlacement, Residual
+from tinylm.model.config import ModelConfig, default_ffn_width
+from tinylm.model.ffn import FFNS, MLP, GatedMLP, build_ffn
+from tinylm.model.gpt import GPT
+from tinylm.model.norms import NORMS, LayerNorm, RMSNorm
+
+__all__ = [
+    "FFNS",
+    "GPT",
+    "MLP",
+    "NORMS",
+    "PLACEMENTS",
+    "Block",
+    "CausalSelfAttention",
+    "GatedMLP",
+    "LayerNorm",
+    "ModelConfig",
+    "NormPlacement",
+    "RMSNorm",
+    "Residual",
+    "build_ffn",
+    "default_ffn_width",
+]

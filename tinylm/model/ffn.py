@@ -1,0 +1,66 @@
+"""Position-wise feed-forward sublayers: plain two-matrix MLPs and gated three-matrix GLUs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class MLP(nn.Module):
+    """down(act(up(x))): the original transformer FFN."""
+
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        activation: Callable[[torch.Tensor], torch.Tensor],
+        bias: bool,
+        dropout: float,
+    ) -> None:
+        super().__init__()
+        self.up = nn.Linear(d_model, d_ff, bias=bias)
+        self.down = nn.Linear(d_ff, d_model, bias=bias)
+        self.activation = activation
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.down(self.activation(self.up(x))))
+
+
+class GatedMLP(nn.Module):
+    """down(act(gate(x)) * up(x)) (Shazeer 2020): SwiGLU with SiLU, GeGLU with GELU."""
+
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        activation: Callable[[torch.Tensor], torch.Tensor],
+        bias: bool,
+        dropout: float,
+    ) -> None:
+        super().__init__()
+        self.gate = nn.Linear(d_model, d_ff, bias=bias)
+        self.up = nn.Linear(d_model, d_ff, bias=bias)
+        self.down = nn.Linear(d_ff, d_model, bias=bias)
+        self.activation = activation
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.down(self.activation(self.gate(x)) * self.up(x)))
+
+
+# act name -> (FFN class, nonlinearity). A new FFN type is one entry here (and a class if it has a new shape).
+FFNS: dict[str, tuple[type[nn.Module], Callable[[torch.Tensor], torch.Tensor]]] = {
+    "relu": (MLP, F.relu),
+    "gelu": (MLP, F.gelu),
+    "swiglu": (GatedMLP, F.silu),
+    "geglu": (GatedMLP, F.gelu),
+}
+
+
+def build_ffn(act: str, d_model: int, d_ff: int, bias: bool = True, dropout: float = 0.0) -> nn.Module:
+    ffn_class, activation = FFNS[act]
+    return ffn_class(d_model, d_ff, activation, bias, dropout)
