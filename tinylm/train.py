@@ -1,0 +1,129 @@
+"""`run(cfg)`: the one place where a Hydra config becomes a training run."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as L
+import torch
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import ProgressBar
+from omegaconf import DictConfig, OmegaConf
+
+from tinylm.callbacks import TensorBoardHParams, ValidateOnLastStep
+from tinylm.checkpoints import checkpoint_tokenizer, read_checkpoint, resolve_checkpoint
+from tinylm.data import CharDataModule
+from tinylm.module import LitGPT
+
+log = logging.getLogger(__name__)
+
+
+_NOT_IN_RUN_LABEL = ("ckpt_path", "run_dir", "run_name", "threads", "hydra.")
+
+
+def run_label(overrides: Sequence[str], max_chars: int = 100) -> str:
+    """A run's name from its command-line overrides, e.g. `norm=pre,act=swiglu`, safe as a directory name.
+
+    Group choices (`norm=`, `act=`, `data=`...) come first, in the order given, as they say what the run
+    is; dotted keys follow, sorted. Path separators become `_`, and a long name is cut, keeping a hash of
+    the whole so that names stay unique.
+    """
+    kept = [o for o in overrides if not o.lstrip("+~").startswith(_NOT_IN_RUN_LABEL)]
+    choices = [o for o in kept if "." not in o.split("=", 1)[0]]
+    label = ",".join(choices + sorted(o for o in kept if o not in choices))
+    label = label.replace("/", "_").replace("\\", "_") or "default"
+    if len(label) > max_chars:
+        digest = hashlib.sha1(label.encode()).hexdigest()[:8]
+        label = f"{label[: max_chars - 9]}~{digest}"
+    return label
+
+
+# Lets conf/train.yaml name runs and sweep directories with ${run_label:...}.
+OmegaConf.register_new_resolver("run_label", run_label, replace=True)
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Train as `cfg` says; returns the final metrics (floats), the run directory and the sample text."""
+    started = time.perf_counter()
+    if cfg.get("threads"):
+        torch.set_num_threads(int(cfg.threads))
+    L.seed_everything(cfg.seed, workers=True)
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+
+    ckpt_path = str(resolve_checkpoint(cfg.ckpt_path)) if cfg.get("ckpt_path") else None
+    # A resumed run must keep the ids it was trained with, so its tokenizer comes from the checkpoint.
+    tokenizer = checkpoint_tokenizer(read_checkpoint(ckpt_path)) if ckpt_path else None
+    datamodule = CharDataModule(**OmegaConf.to_container(cfg.data, resolve=True), tokenizer=tokenizer)
+    tokenizer = datamodule.prepare()
+    tokenizer.save(run_dir / "tokenizer.json")
+
+    model_config = {**OmegaConf.to_container(cfg.model, resolve=True), "vocab_size": tokenizer.vocab_size}
+    module = LitGPT(
+        model=model_config,
+        optim=OmegaConf.to_container(cfg.optim, resolve=True),
+        sample_chars=min(200, int(cfg.sample.chars)),
+    )
+    module.tokenizer = tokenizer
+
+    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
+    if not cfg.trainer.get("enable_progress_bar", True):
+        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+    callbacks += [ValidateOnLastStep(), TensorBoardHParams(hparams_for_tensorboard(cfg))]
+    logger = instantiate(cfg.logger, version=cfg.run_name or "default") if cfg.get("logger") else False
+    trainer = L.Trainer(**cfg.trainer, callbacks=callbacks, logger=logger, default_root_dir=str(run_dir))
+    log.info("model: %s parameters (%s without embeddings)", f"{module.model.num_params(False):,}",
+             f"{module.model.num_params():,}")  # fmt: skip
+
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+
+    metrics: dict[str, Any] = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    checkpoint = trainer.checkpoint_callback
+    if checkpoint is not None and checkpoint.best_model_score is not None:
+        metrics["best/val_loss"] = float(checkpoint.best_model_score)
+    metrics["step"] = trainer.global_step
+    metrics["params"] = module.model.num_params()
+    metrics["wall_time_s"] = time.perf_counter() - started
+    metrics["run_dir"] = str(run_dir)
+    if trainer.is_global_zero and cfg.sample.chars > 0:
+        metrics["sample"] = module.sample(
+            int(cfg.sample.chars),
+            cfg.sample.prompt,
+            cfg.sample.temperature,
+            cfg.sample.top_k,
+            cfg.sample.seed,
+        )
+        print(
+            f"\n--- sample after {trainer.global_step} steps ---\n{cfg.sample.prompt}{metrics['sample']}\n---"
+        )
+    return metrics
+
+
+def hparams_for_tensorboard(cfg: DictConfig) -> dict[str, Any]:
+    """The choices that tell runs apart, flat, for TensorBoard's HParams tab."""
+    model = cfg.model
+    return {
+        "norm": model.norm,
+        "norm_type": model.norm_type,
+        "act": model.act,
+        "n_layer": model.n_layer,
+        "n_head": model.n_head,
+        "d_model": model.d_model,
+        "d_ff": model.d_ff if model.d_ff is not None else "auto",
+        "block_size": model.block_size,
+        "qk_norm": model.qk_norm,
+        "dropout": model.dropout,
+        "lr": cfg.optim.lr,
+        "warmup_steps": cfg.optim.warmup_steps,
+        "weight_decay": cfg.optim.weight_decay,
+        "batch_size": cfg.data.batch_size,
+        "max_steps": cfg.trainer.max_steps,
+        "data": cfg.data.source,
+        "seed": cfg.seed,
+    }
