@@ -13,6 +13,8 @@ from lightning.fabric.utilities.throughput import measure_flops
 from tinylm.data import CharTokenizer
 from tinylm.model import GPT, ModelConfig
 
+ADAMW_IMPLEMENTATIONS = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
+
 
 @dataclass
 class OptimConfig:
@@ -23,8 +25,14 @@ class OptimConfig:
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.99
+    # AdamW's kernel: "loop" (one tensor at a time), "foreach" (batched ops), "fused" (one fused kernel).
+    implementation: str = "loop"
 
     def __post_init__(self) -> None:
+        if self.implementation not in ADAMW_IMPLEMENTATIONS:
+            raise ValueError(
+                f"optim.implementation={self.implementation!r} is not one of {', '.join(ADAMW_IMPLEMENTATIONS)}"
+            )
         if not self.lr > 0:
             raise ValueError(f"optim.lr={self.lr} must be > 0")
         if not 0 <= self.min_lr <= self.lr:
@@ -56,6 +64,7 @@ class LitGPT(L.LightningModule):
         model: dict[str, Any],
         optim: dict[str, Any] | None = None,
         sample_chars: int = 200,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         # Plain dicts only: the checkpoint must rebuild the model without Hydra or pickled classes.
@@ -64,8 +73,15 @@ class LitGPT(L.LightningModule):
         self.optim_config = OptimConfig(**(optim or {}))
         self.model = GPT(self.model_config)
         self.sample_chars = sample_chars
+        self.compile = compile
         self.tokenizer: CharTokenizer | None = None
         self.flops_per_batch: int | None = None
+
+    def configure_model(self) -> None:
+        if self.compile and not getattr(self, "_compiled", False):
+            # In-place compile keeps the module's parameter names: checkpoints carry no `_orig_mod.` keys.
+            self.model.compile()
+            self._compiled = True
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> Any:
         return self.model(idx, targets)
@@ -137,7 +153,12 @@ class LitGPT(L.LightningModule):
             {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
         ]
-        optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+        optimizer = torch.optim.AdamW(
+            groups,
+            lr=config.lr,
+            betas=(config.beta1, config.beta2),
+            **ADAMW_IMPLEMENTATIONS[config.implementation],
+        )
 
         def lr_factor(step: int) -> float:
             return (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import resource
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,8 +48,11 @@ def run_label(overrides: Sequence[str], max_chars: int = 100) -> str:
 OmegaConf.register_new_resolver("run_label", run_label, replace=True)
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
-    """Train as `cfg` says; returns the final metrics (floats), the run directory and the sample text."""
+def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str, Any]:
+    """Train as `cfg` says; returns the final metrics (floats), the run directory and the sample text.
+
+    `extra_callbacks` lets tools that drive a real run (benchmarks) observe it without changing it.
+    """
     started = time.perf_counter()
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
@@ -69,13 +73,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         model=model_config,
         optim=OmegaConf.to_container(cfg.optim, resolve=True),
         sample_chars=min(200, int(cfg.sample.chars)),
+        compile=bool(cfg.get("compile", False)),
     )
     module.tokenizer = tokenizer
 
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     if not cfg.trainer.get("enable_progress_bar", True):
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
-    callbacks += [ValidateOnLastStep(), TensorBoardHParams(hparams_for_tensorboard(cfg))]
+    callbacks += [ValidateOnLastStep(), TensorBoardHParams(hparams_for_tensorboard(cfg)), *extra_callbacks]
     logger = instantiate(cfg.logger, version=cfg.run_name or "default") if cfg.get("logger") else False
     trainer = L.Trainer(**cfg.trainer, callbacks=callbacks, logger=logger, default_root_dir=str(run_dir))
     log.info("model: %s parameters (%s without embeddings)", f"{module.model.num_params(False):,}",
@@ -90,6 +95,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     metrics["step"] = trainer.global_step
     metrics["params"] = module.model.num_params()
     metrics["wall_time_s"] = time.perf_counter() - started
+    metrics["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     metrics["run_dir"] = str(run_dir)
     if trainer.is_global_zero and cfg.sample.chars > 0:
         metrics["sample"] = module.sample(
