@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import resource
 import time
 from collections.abc import Sequence
@@ -12,6 +13,8 @@ from typing import Any
 
 import lightning.pytorch as L
 import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import DictConfig, OmegaConf
@@ -19,7 +22,14 @@ from omegaconf import DictConfig, OmegaConf
 from tinylm.callbacks import TensorBoardHParams, ValidateOnLastStep
 from tinylm.checkpoints import checkpoint_tokenizer, read_checkpoint, resolve_checkpoint
 from tinylm.data import CharDataModule
+from tinylm.distributed import (
+    EffectiveBatch,
+    refuse_relaunch_in_sweep,
+    shards_parameters,
+    slurm_gpus_per_node,
+)
 from tinylm.module import LitGPT
+from tinylm.sample import load_module
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +56,8 @@ def run_label(overrides: Sequence[str], max_chars: int = 100) -> str:
 
 # Lets conf/train.yaml name runs and sweep directories with ${run_label:...}.
 OmegaConf.register_new_resolver("run_label", run_label, replace=True)
+# Lets conf/launcher/slurm.yaml ask for one GPU per rank on GPU runs only.
+OmegaConf.register_new_resolver("slurm_gpus_per_node", slurm_gpus_per_node, replace=True)
 
 
 def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str, Any]:
@@ -56,17 +68,17 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
     started = time.perf_counter()
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
+        # Lightning's DDP launcher gives each rank cores // ranks threads unless this is set; set, it keeps
+        # the user's choice, in this process and in the ranks it starts.
+        os.environ["OMP_NUM_THREADS"] = str(int(cfg.threads))
     L.seed_everything(cfg.seed, workers=True)
     run_dir = Path(cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
 
     ckpt_path = str(resolve_checkpoint(cfg.ckpt_path)) if cfg.get("ckpt_path") else None
     # A resumed run must keep the ids it was trained with, so its tokenizer comes from the checkpoint.
     tokenizer = checkpoint_tokenizer(read_checkpoint(ckpt_path)) if ckpt_path else None
     datamodule = CharDataModule(**OmegaConf.to_container(cfg.data, resolve=True), tokenizer=tokenizer)
     tokenizer = datamodule.prepare()
-    tokenizer.save(run_dir / "tokenizer.json")
 
     model_config = {**OmegaConf.to_container(cfg.model, resolve=True), "vocab_size": tokenizer.vocab_size}
     module = LitGPT(
@@ -80,11 +92,23 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     if not cfg.trainer.get("enable_progress_bar", True):
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
-    callbacks += [ValidateOnLastStep(), TensorBoardHParams(hparams_for_tensorboard(cfg)), *extra_callbacks]
+    hparams = hparams_for_tensorboard(cfg)
+    callbacks += [ValidateOnLastStep(), TensorBoardHParams(hparams), *extra_callbacks]
     logger = instantiate(cfg.logger, version=cfg.run_name or "default") if cfg.get("logger") else False
     trainer = L.Trainer(**cfg.trainer, callbacks=callbacks, logger=logger, default_root_dir=str(run_dir))
-    log.info("model: %s parameters (%s without embeddings)", f"{module.model.num_params(False):,}",
-             f"{module.model.num_params():,}")  # fmt: skip
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        refuse_relaunch_in_sweep(trainer)
+    batch = EffectiveBatch.of(trainer, datamodule.batch_size, datamodule.block_size)
+    hparams.update(batch.hparams())
+    # The Trainer knows each process's rank before it starts the others: only rank 0 writes the run's files
+    # (Lightning's logger and checkpoints are rank-0-only themselves).
+    if trainer.is_global_zero:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+        tokenizer.save(run_dir / "tokenizer.json")
+        log.info("model: %s parameters (%s without embeddings)", f"{module.model.num_params(False):,}",
+                 f"{module.model.num_params():,}")  # fmt: skip
+        log.info(batch.describe(module.optim_config.lr))
 
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
 
@@ -97,8 +121,9 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
     metrics["wall_time_s"] = time.perf_counter() - started
     metrics["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     metrics["run_dir"] = str(run_dir)
-    if trainer.is_global_zero and cfg.sample.chars > 0:
-        metrics["sample"] = module.sample(
+    sampler = _whole_model(trainer, module)
+    if trainer.is_global_zero and cfg.sample.chars > 0 and sampler is not None:
+        metrics["sample"] = sampler.sample(
             int(cfg.sample.chars),
             cfg.sample.prompt,
             cfg.sample.temperature,
@@ -109,6 +134,15 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
             f"\n--- sample after {trainer.global_step} steps ---\n{cfg.sample.prompt}{metrics['sample']}\n---"
         )
     return metrics
+
+
+def _whole_model(trainer: L.Trainer, module: LitGPT) -> LitGPT | None:
+    """The trained model, whole, in this process: a sharded one (FSDP) is whole only in its checkpoint."""
+    if not shards_parameters(trainer.strategy):
+        return module
+    checkpoint = trainer.checkpoint_callback
+    last = getattr(checkpoint, "last_model_path", "") if checkpoint is not None else ""
+    return load_module(last) if last and trainer.is_global_zero else None
 
 
 def hparams_for_tensorboard(cfg: DictConfig) -> dict[str, Any]:
