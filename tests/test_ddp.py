@@ -170,6 +170,7 @@ def test_fsdp_preset_composes_a_sharded_gpu_trainer():
         cfg = compose("train", overrides=["trainer=fsdp", "trainer.num_nodes=2", "trainer.devices=4"])
     assert cfg.trainer.strategy == "fsdp"
     assert (cfg.trainer.accelerator, cfg.trainer.precision) == ("gpu", "bf16-mixed")
+    assert cfg.compile is False  # compile with FSDP's wrapping is untried
     assert (cfg.trainer.num_nodes, cfg.trainer.devices) == (2, 4)
     assert shards_parameters(FSDPStrategy()) and not shards_parameters(DDPStrategy())
 
