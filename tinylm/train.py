@@ -29,6 +29,7 @@ from tinylm.distributed import (
     slurm_gpus_per_node,
 )
 from tinylm.module import LitGPT
+from tinylm.run_record import write_run_record
 from tinylm.sample import load_module
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,8 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
     metrics["params"] = module.model.num_params()
     metrics["wall_time_s"] = time.perf_counter() - started
     metrics["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    if trainer.is_global_zero:
+        write_run_record(run_dir, "completed", **metrics)
     metrics["run_dir"] = str(run_dir)
     sampler = _whole_model(trainer, module)
     if trainer.is_global_zero and cfg.sample.chars > 0 and sampler is not None:
