@@ -192,6 +192,33 @@ def test_optuna_search_with_sqlite_storage_resumes_the_same_study(tmp_path):
         assert OmegaConf.load(run_dir / "config.yaml").optim.warmup_steps == 2
 
 
+def test_a_failing_optuna_trial_is_recorded_as_failed_and_the_search_goes_on(tmp_path):
+    # Only n_head searched (the preset's space cleared): n_head=3 cannot divide d_model=32, n_head=2 trains.
+    # The random sampler with seed 10 draws 3, then 2: the failure comes first and the search must go on.
+    # (Hydra's grid sampler would be the obvious choice, but it crashes when its last trial fails.)
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    result = run_script(
+        "train.py",
+        "-m",
+        "hparams_search=optuna",
+        "hydra/sweeper/sampler=random",
+        "hydra.sweeper.sampler.seed=10",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.params=null",
+        f"hydra.sweeper.storage={storage}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        # a fixed value would take n_head out of the search, whatever the order: drop SHRINK's
+        *(a for a in sweep_args(small_corpus(tmp_path)) if not a.startswith("model.n_head=")),
+        "model.n_head=choice(3, 2)",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    study = optuna.load_study(study_name="tinylm", storage=storage)
+    trials = [(t.params["model.n_head"], t.state) for t in study.trials]
+    assert trials == [(3, optuna.trial.TrialState.FAIL), (2, optuna.trial.TrialState.COMPLETE)]
+    assert study.best_trial.params["model.n_head"] == 2
+
+
 # --- launchers ---------------------------------------------------------------------------------------------
 
 

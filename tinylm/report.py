@@ -340,28 +340,42 @@ def legend_label(run: RunSummary, columns: Iterable[str], report: SweepReport) -
     return label if run.status == "completed" else f"{label} ({run.status})"
 
 
+def _setting(run: RunSummary, report: SweepReport) -> tuple[str, ...]:
+    """What a run was set to, apart from its seed."""
+    return tuple(str(run.choices.get(c)) for c in report.columns if c != "seed")
+
+
 def plot_curves(report: SweepReport, path: Path) -> Path:
-    """Validation loss against optimizer step, one line per run labelled by its choices."""
+    """Validation loss against optimizer step, one line per run labelled by its choices.
+
+    Runs that differ only in their seed share a colour and differ in line style, so a setting's spread over
+    seeds reads at a glance. Runs that did not complete are drawn faded, and listed even without a curve.
+    """
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display needed
     import matplotlib.pyplot as plt
 
-    colours = plt.get_cmap("tab20" if len(report.runs) > 10 else "tab10")
     labels = [legend_label(run, report.columns, report) for run in report.runs]
+    settings = list(dict.fromkeys(_setting(run, report) for run in report.runs))
+    seeds = sorted({run.choices.get("seed", "") for run in report.runs}, key=_natural_key)
+    colours = plt.get_cmap("tab10" if len(settings) <= 10 else "tab20")
+    line_styles = ["-", "--", ":", "-."]
     columns = 1 if max(map(len, labels)) > 45 else 2
     legend_rows = math.ceil(len(labels) / columns)
     figure, axes = plt.subplots(figsize=(10, 5 + 0.2 * legend_rows), layout="constrained")
-    for i, (run, label) in enumerate(zip(report.runs, labels, strict=True)):
+    for run, label in zip(report.runs, labels, strict=True):
+        style = {
+            "color": colours(settings.index(_setting(run, report)) % colours.N),
+            "linestyle": line_styles[seeds.index(run.choices.get("seed", "")) % len(line_styles)],
+            "alpha": 1.0 if run.status == "completed" else 0.45,
+        }
         points = [(s, v) for s, v in run.val_curve if math.isfinite(v)]
-        style = "-" if run.status == "completed" else "--"
         if points:
             steps, values = zip(*points, strict=True)
-            axes.plot(
-                steps, values, style, color=colours(i % colours.N), label=label, marker=".", markersize=3
-            )
+            axes.plot(steps, values, label=label, marker=".", markersize=3, **style)
         else:  # keep it in the legend so a failed run is not silently missing
-            axes.plot([], [], style, color=colours(i % colours.N), label=f"{label}, no val/loss")
+            axes.plot([], [], label=f"{label}, no val/loss", **style)
     axes.xaxis.get_major_locator().set_params(integer=True)
     axes.set_xlabel("optimizer step")
     axes.set_ylabel("validation loss (nats / char)")
