@@ -207,7 +207,7 @@ def test_only_rank_zero_writes_the_run_files(tmp_path, monkeypatch, restore_rank
 
     written = sorted(p.name for p in run_dir.iterdir())
     if local_rank == 0:
-        assert written == ["config.yaml", "tokenizer.json"]
+        assert written == ["config.yaml", "metrics.json", "tokenizer.json"]
         assert "sample" in metrics
     else:
         assert written == []

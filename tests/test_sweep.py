@@ -18,6 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 import tinylm.sweep
+from tinylm.distributed import ScaleOutError
 from tinylm.model import GPT, ModelConfig
 from tinylm.run_record import read_run_record
 from tinylm.sweep import run_job, threads_per_job
@@ -129,6 +130,13 @@ def test_run_job_single_run_records_and_reraises(tmp_path, fake_run):
     fake_run(ValueError("bad config"))
     with pytest.raises(ValueError, match="bad config"):
         run_job(_job_cfg(tmp_path), keep_going=False)
+    assert read_run_record(tmp_path)["status"] == "failed"
+
+
+def test_run_job_stops_the_sweep_on_an_error_every_job_would_hit(tmp_path, fake_run):
+    fake_run(ScaleOutError("-m (a sweep) with trainer.strategy=DDPStrategy on 2 devices"))
+    with pytest.raises(ScaleOutError):
+        run_job(_job_cfg(tmp_path), keep_going=True)
     assert read_run_record(tmp_path)["status"] == "failed"
 
 

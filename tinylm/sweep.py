@@ -10,7 +10,8 @@ gets a `metrics.json` saying how it ended, and the sweeper gets a value it under
 - **failed** (any other exception): `None`. Optuna marks the trial FAIL and leaves it out of its model
   (`nan` would not do: optuna 2.x refuses a `nan` value in a way that ends the sweep).
 
-A single run still raises, so it exits non-zero.
+A single run still raises, so it exits non-zero; so does an error that condemns the whole sweep
+(`SWEEP_ERRORS`), which stops it at the first job.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from hydra.types import RunMode
 from lightning.fabric.utilities.spike import TrainingSpikeException
 from omegaconf import DictConfig, OmegaConf
 
+from tinylm.distributed import ScaleOutError
 from tinylm.run_record import write_run_record
 from tinylm.train import run
 
@@ -36,6 +38,9 @@ log = logging.getLogger(__name__)
 # Exceptions that mean "the loss blew up", not "the program broke". FloatingPointError is Python's own
 # for numeric failure; a divergence error raised by training should derive from it (or be listed here).
 DIVERGENCE_ERRORS: tuple[type[BaseException], ...] = (FloatingPointError, TrainingSpikeException)
+# Exceptions that condemn the whole sweep, not one job: every job would fail the same way, so the sweep
+# stops at the first (e.g. `-m` with a DDP trainer that would re-run the sweep for every rank).
+SWEEP_ERRORS: tuple[type[BaseException], ...] = (ScaleOutError,)
 
 
 def in_multirun() -> bool:
@@ -57,7 +62,7 @@ def run_job(cfg: DictConfig, keep_going: bool | None = None) -> float | None:
     except Exception as error:
         status = "diverged" if isinstance(error, DIVERGENCE_ERRORS) else "failed"
         _record_failure(cfg, status, error, time.perf_counter() - started)
-        if not keep_going:
+        if not keep_going or isinstance(error, SWEEP_ERRORS):
             raise
         log.exception("run %s %s; the sweep goes on", cfg.get("run_name"), status)
         return math.inf if status == "diverged" else None
