@@ -428,6 +428,7 @@ def test_ddp_run_writes_one_run_directory(ddp_run):
         ".hydra",
         "checkpoints",
         "config.yaml",
+        "metrics.json",
         "tb",
         "tokenizer.json",
         "train.log",
