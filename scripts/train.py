@@ -1,12 +1,12 @@
 """Train tinylm: `python scripts/train.py norm=pre act=swiglu` (see README for every option)."""
 
-import hydra
 from omegaconf import DictConfig
 
+from tinylm.cli import hydra_entry_point
 from tinylm.train import run
 
 
-@hydra.main(version_base="1.3", config_path="pkg://tinylm.conf", config_name="train")
+@hydra_entry_point(config_name="train")
 def main(cfg: DictConfig) -> float | None:
     metrics = run(cfg)
     # Sweepers (Optuna) minimise what the task function returns.

@@ -11,6 +11,7 @@ import torch
 from lightning.fabric.utilities.throughput import measure_flops
 
 from tinylm.data import CharTokenizer
+from tinylm.errors import ConfigError
 from tinylm.model import GPT, ModelConfig
 
 
@@ -25,16 +26,19 @@ class OptimConfig:
     beta2: float = 0.99
 
     def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"optim.{name}={value!r} must be a number")
         if not self.lr > 0:
-            raise ValueError(f"optim.lr={self.lr} must be > 0")
+            raise ConfigError(f"optim.lr={self.lr} must be > 0")
         if not 0 <= self.min_lr <= self.lr:
-            raise ValueError(f"optim.min_lr={self.min_lr} must be between 0 and optim.lr={self.lr}")
+            raise ConfigError(f"optim.min_lr={self.min_lr} must be between 0 and optim.lr={self.lr}")
         if self.warmup_steps < 0 or self.decay_steps <= 0:
-            raise ValueError(
+            raise ConfigError(
                 f"optim.warmup_steps={self.warmup_steps} must be >= 0 and optim.decay_steps={self.decay_steps} > 0"
             )
         if self.weight_decay < 0:
-            raise ValueError(f"optim.weight_decay={self.weight_decay} must be >= 0")
+            raise ConfigError(f"optim.weight_decay={self.weight_decay} must be >= 0")
 
 
 def learning_rate(step: int, lr: float, min_lr: float, warmup_steps: int, decay_steps: int) -> float:
@@ -120,7 +124,7 @@ class LitGPT(L.LightningModule):
         if self.tokenizer is None:
             raise RuntimeError("no tokenizer attached to this model")
         if not prompt:
-            raise ValueError("the prompt must hold at least one character (e.g. a newline)")
+            raise ConfigError("the prompt must hold at least one character (e.g. a newline)")
         generator = torch.Generator(device=self.device).manual_seed(seed)
         context = torch.tensor([self.tokenizer.encode(prompt)], dtype=torch.long, device=self.device)
         was_training = self.model.training
