@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -302,6 +303,12 @@ ROWS = [
         ["the prompt has characters the model never saw: '€'", "training corpus"],
     ),
     BadInput(
+        "sample-prompt-unquoted-special-characters",
+        "sample.py",
+        lambda t, e: [f"ckpt={e.run}", "prompt=ROMEO€"],
+        ["cannot parse the override 'prompt=ROMEO€'", "quote a value with spaces or special characters"],
+    ),
+    BadInput(
         "sample-zero-temperature",
         "sample.py",
         lambda t, e: [f"ckpt={e.run}", "temperature=0"],
@@ -413,6 +420,31 @@ def test_bad_input_from_a_fresh_interpreter(row, tmp_path, existing):
     )
     check_reported(row, result, tmp_path)
     assert snapshot(existing.run) == before
+
+
+def test_a_failed_resume_in_place_touches_only_hydras_record_of_the_command(
+    tmp_path, existing, quiet_datasets
+):
+    """Pointing hydra.run.dir at an existing run (to resume in place) with a bad setting: Hydra itself
+    records the command in .hydra/ and its log before tinylm runs; everything else stays as it was."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(existing.run, run_dir)
+    before = snapshot(run_dir)
+    result = run_script_in_process(
+        "train.py", *SHRINK, "data=text", f"data.files={existing.corpus}", f"hydra.run.dir={run_dir}",
+        "ckpt_path=last", "trainer.max_steps=9", "model.d_model=64",
+    )  # fmt: skip
+    assert result.returncode == 2 and "was trained with another model" in result.stderr
+    after = snapshot(run_dir)
+    hydras = {key for key in before.keys() | after.keys() if key.startswith(".hydra") or key.endswith(".log")}
+    assert {k: v for k, v in after.items() if k not in hydras} == {
+        k: v for k, v in before.items() if k not in hydras
+    }
+    assert (
+        "config.yaml" in after
+        and "checkpoints/last.ckpt" in after
+        and any(k.startswith("tb/") for k in after)
+    )
 
 
 # --- the full error stays reachable -------------------------------------------------------------------------

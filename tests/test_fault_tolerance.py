@@ -210,6 +210,24 @@ def test_weights_that_went_non_finite_right_before_a_save_are_not_saved(tmp_path
     assert read_checkpoint(tmp_path / "checkpoints" / "last.ckpt")["global_step"] == 3
 
 
+def test_a_huge_learning_rate_diverges_and_is_caught(tmp_path, corpus):
+    """No injected fault: lr=1000 drives the real run to NaN within a few steps."""
+    overrides = [
+        "trainer.max_steps=30",
+        "trainer.val_check_interval=5",
+        "optim.lr=1e3",
+        "optim.warmup_steps=5",
+    ]
+    with pytest.raises(TrainingDiverged, match="training loss \\(nan\\) became non-finite") as diverged:
+        run(compose_train(tmp_path, settings(corpus, *overrides)))
+    assert 0 < diverged.value.step < 30
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    if last.exists():  # the good state from before, if a validation came first
+        checkpoint = read_checkpoint(last)
+        assert checkpoint["global_step"] <= diverged.value.step
+        assert all(torch.isfinite(t).all() for t in checkpoint["state_dict"].values())
+
+
 def test_divergence_is_a_distinct_exception_a_sweep_can_catch():
     assert issubclass(TrainingDiverged, Exception)
     assert not issubclass(TrainingDiverged, (TrainingInterrupted, CheckpointError, ValueError))
@@ -292,7 +310,7 @@ KILL_SETTINGS = [
     # The baby model's width, so a checkpoint (~10 MB with Adam's state) takes a while to write and kills
     # land mid-write often; last.ckpt is written every 2 steps.
     "model.n_layer=4", "model.n_head=4", "model.d_model=128",
-    "trainer.val_check_interval=2", "data.val_windows=2", "trainer.max_steps=400", "optim.decay_steps=400",
+    "trainer.val_check_interval=2", "data.val_windows=2", "trainer.max_steps=1000", "optim.decay_steps=1000",
 ]  # fmt: skip
 
 
@@ -316,37 +334,48 @@ def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_finishes(
     args = [*SHRINK, *settings(corpus, *KILL_SETTINGS)]
     command = [sys.executable, str(REPO / "scripts" / "train.py"), *args, f"hydra.run.dir={run_dir}"]
 
-    kills = []
-    for _ in range(10):
+    def start_and_kill(moment: str) -> tuple[int, bool]:
+        """Start (resuming once there is a checkpoint), wait until the process has saved once, SIGKILL it
+        `moment`ly: after a random delay, or while it writes a checkpoint; then check what it left."""
         before = last.stat().st_mtime_ns if last.exists() else None
         resume = ["ckpt_path=last"] if last.exists() else []
         process = subprocess.Popen(
-            [*command, *resume], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            [*command, *resume], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
         )
-        # Wait until this process has saved once (it is training), then kill it at a random moment.
-        deadline = time.monotonic() + 300
-        while process.poll() is None and time.monotonic() < deadline:
-            if last.exists() and last.stat().st_mtime_ns != before:
-                break
-            time.sleep(0.01)
-        assert process.poll() is None, process.stderr.read()[-3000:]
-        time.sleep(rng.uniform(0.0, 1.5))
-        process.kill()
-        process.wait()
-        process.stderr.close()
+        try:
+            deadline = time.monotonic() + 300
+            while process.poll() is None and time.monotonic() < deadline:
+                if last.exists() and last.stat().st_mtime_ns != before:
+                    break
+                time.sleep(0.01)
+            assert process.poll() is None, process.stderr.read()[-3000:]
+            if moment == "random":
+                time.sleep(rng.uniform(0.0, 1.5))
+            else:  # as soon as a temporary checkpoint file shows up
+                while not list(last.parent.glob(".last.ckpt.*.tmp")) and time.monotonic() < deadline:
+                    time.sleep(0.001)
+        finally:
+            process.kill()
+            process.wait()
+            process.stderr.close()
         mid_write = bool(list(last.parent.glob(".last.ckpt.*.tmp")))
-        step = read_checkpoint(last)["global_step"]  # loadable, every time
-        kills.append((step, mid_write))
-        assert [s for s, _ in kills] == sorted(s for s, _ in kills)  # never goes back
+        return read_checkpoint(last)["global_step"], mid_write  # loadable, every time
+
+    random_kills = [start_and_kill("random") for _ in range(10)]
+    write_kills = [start_and_kill("mid-write") for _ in range(5)]
+    steps = [step for step, _ in random_kills + write_kills]
+    assert steps == sorted(steps)  # a resume never goes back
+    assert any(mid_write for _, mid_write in write_kills)  # the atomic write really was interrupted
+    print(f"\nSIGKILL, (step in last.ckpt afterwards, killed mid-write): random moments {random_kills}; "
+          f"while writing {write_kills}")  # fmt: skip
 
     finished = subprocess.run(
         [*command, "ckpt_path=last"], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=900
     )
     assert finished.returncode == 0, finished.stderr[-3000:]
-    assert read_checkpoint(last)["global_step"] == 400
-    print(f"\nSIGKILL at steps (step of last.ckpt after the kill, killed mid-write): {kills}")
+    assert read_checkpoint(last)["global_step"] == 1000
 
-    # Ten kills and resumes later, the final state is bit for bit the uninterrupted run's.
+    # Fifteen kills and resumes later, the final state is bit for bit the uninterrupted run's.
     straight = tmp_path / "straight"
     uninterrupted = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "train.py"), *args, f"hydra.run.dir={straight}"],

@@ -10,8 +10,6 @@ Plain Python, no Lightning or Hydra, so the pure-PyTorch model can raise these t
 
 from __future__ import annotations
 
-import signal
-
 
 class UserError(Exception):
     """A problem the user can fix; the message says what is wrong and what to do instead."""
@@ -47,7 +45,3 @@ class TrainingInterrupted(UserError):
         self.signum = signum
         self.step = step
         self.exit_code = 128 + signum
-
-    @property
-    def signal_name(self) -> str:
-        return signal.Signals(self.signum).name

@@ -182,9 +182,10 @@ class StopOnSignal(L.Callback):
     """Ctrl-C (SIGINT) or SIGTERM ends training once the current step is complete, saves `last.ckpt` with
     the state after that step, and raises `TrainingInterrupted` (the scripts exit with 128 + the signal).
 
-    The handlers only note the signal; the save happens between two steps (after a validation that was due),
-    so the checkpoint never holds a half-applied optimizer step. A second Ctrl-C quits at once, without saving. Lightning's own SIGTERM
-    handling would stop with exit status 0, and its Ctrl-C handling wherever the signal lands.
+    The handlers only note the signal; the save happens between two steps (after a validation that was
+    due), so the checkpoint never holds a half-applied optimizer step. A second Ctrl-C quits at once,
+    without saving. Left to itself, Lightning 2.6 ends a run on SIGTERM after the step with exit status 0
+    and no checkpoint of that step, and on Ctrl-C wherever the KeyboardInterrupt lands, with status 1.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
