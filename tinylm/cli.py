@@ -6,8 +6,8 @@ Two kinds of mistakes reach a script:
   choice (`norm=nope`), an unknown key, an override it cannot parse. Hydra prints several lines for these
   (the search path, a hint about HYDRA_FULL_ERROR); here they become one line, e.g.
   `error: unknown norm=nope; choose one of: on_branch, post, pre, sandwich`.
-- tinylm's, raised by the task as a `tinylm.errors.UserError` (bad values, files, checkpoints, a diverged
-  or interrupted run), or an OmegaConf/Hydra error while the task reads its config: printed as
+- tinylm's, raised by the task as a `tinylm.errors.ReportedError` (bad values, files, checkpoints, a
+  diverged or interrupted run), or an OmegaConf/Hydra error while the task reads its config: printed as
   `error: <message>`, with the error's exit code, and without Hydra's "Error executing job" banner.
 
 Everything else is a bug in tinylm or a library, and keeps its full traceback (exit code 1).
@@ -31,7 +31,7 @@ from hydra.errors import HydraException, MissingConfigException, OverrideParseEx
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from tinylm.errors import UserError
+from tinylm.errors import ReportedError
 
 CONFIG_MODULE = "pkg://tinylm.conf"
 USAGE_EXIT_CODE = 2
@@ -58,7 +58,7 @@ def hydra_entry_point(config_name: str) -> Callable[[TaskFunction], Callable[[],
                 return task(cfg)
             try:
                 return task(cfg)
-            except UserError as err:
+            except ReportedError as err:
                 exit_with(str(err), err.exit_code)
             except (OmegaConfBaseException, HydraException) as err:
                 exit_with(f"bad config: {one_line(str(err))}", USAGE_EXIT_CODE)
