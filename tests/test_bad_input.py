@@ -115,6 +115,7 @@ class BadInput:
     exit_code: int = 2
     after: Callable[[Path], None] = field(default=lambda tmp: None)  # extra checks
     small_corpus: bool = True  # train.py rows run on the small local corpus unless they choose their own
+    prefix: str = "error: "  # report.py is a plain argparse script with its own prefix
 
 
 def _no_pwned_file(tmp: Path) -> None:
@@ -351,11 +352,60 @@ ROWS = [
         lambda t, e: [f"ckpt={e.run}", f"file={text_file(t, '€' * 100)}"],
         ["has characters the model never saw: '€'"],
     ),
+    # The depth probe.
+    BadInput(
+        "probe-unknown-norm",
+        "probe.py",
+        lambda t, e: ["norm=nope"],
+        [f"unknown norm=nope; choose one of: {NORMS}"],
+    ),
+    BadInput(
+        "probe-unknown-placement",
+        "probe.py",
+        lambda t, e: ["norms=[pre,nope]"],
+        ["unknown placement(s) ['nope']", "choose from"],
+    ),
+    BadInput(
+        "probe-zero-depth", "probe.py", lambda t, e: ["depth=0"], ["depth=0 must be a positive integer"]
+    ),
+    BadInput(
+        "probe-missing-text-file",
+        "probe.py",
+        lambda t, e: ["input=text", f"text_file={t}/absent.txt"],
+        ["absent.txt", "does not exist"],
+    ),
+    # Sweep reports.
+    BadInput(
+        "report-missing-directory",
+        "report.py",
+        lambda t, e: [f"{t}/absent"],
+        ["is not a directory", "pass a sweep directory"],
+        exit_code=1,
+        prefix="report: ",
+    ),
+    BadInput(
+        "report-empty-directory",
+        "report.py",
+        lambda t, e: [str(t)],
+        ["no runs in", "pass a sweep directory made by `scripts/train.py -m ...`"],
+        exit_code=1,
+        prefix="report: ",
+    ),
+    BadInput(
+        "report-on-a-run-not-a-sweep",
+        "report.py",
+        lambda t, e: [str(e.run)],
+        ["no runs in", "pass a sweep directory"],
+        exit_code=1,
+        prefix="report: ",
+    ),
 ]
 
 
 def command_line(row: BadInput, tmp: Path, existing: SimpleNamespace) -> list[str]:
     args = row.args(tmp, existing)
+    if row.script == "probe.py":
+        return [f"hydra.run.dir={tmp / 'run'}", *args]
     if row.script == "train.py":
         # Shrunk and on the small corpus, so that a check that failed to fire costs seconds, not a real run.
         corpus = ["data=text", f"data.files={existing.corpus}"] if row.small_corpus else []
@@ -370,7 +420,7 @@ def check_reported(row: BadInput, result: subprocess.CompletedProcess, tmp: Path
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     (line,) = lines
-    assert line.startswith("error: "), line
+    assert line.startswith(row.prefix), line
     for expected in row.expect:
         assert expected in line, f"{expected!r} not in {line!r}"
     row.after(tmp)
@@ -400,7 +450,7 @@ def test_bad_input_is_one_clear_line_and_changes_nothing(
 def test_the_table_covers_what_the_issue_lists():
     ids = {row.id for row in ROWS}
     assert len(ids) == len(ROWS) >= 15
-    assert {"train.py", "sample.py", "eval.py"} <= {row.script for row in ROWS}
+    assert {"train.py", "sample.py", "eval.py", "probe.py", "report.py"} <= {row.script for row in ROWS}
 
 
 @pytest.mark.slow

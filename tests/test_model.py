@@ -64,13 +64,16 @@ def test_attention_probs_are_causal_distributions(qk_norm):
     assert torch.all(probs[..., 1:, :].amax(dim=-1) < 1)
 
 
+@pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("qk_norm", [False, True])
-def test_attention_probs_are_what_forward_uses(qk_norm):
+def test_attention_probs_are_what_forward_uses(qk_norm, causal):
     # The diagnostic recomputes the weights by hand; they must reproduce the fused kernel's output.
     torch.manual_seed(0)
-    attention = CausalSelfAttention(16, 2, qk_norm=qk_norm).eval()
+    attention = CausalSelfAttention(16, 2, qk_norm=qk_norm, causal=causal).eval()
     x = torch.randn(3, 6, 16)
     probs = attention.attention_probs(x)
+    # Without the mask (the depth probe's setting) every query sees every key.
+    assert torch.all(probs > 0) != causal
     v = attention.qkv(x).split(16, dim=-1)[2].view(3, 6, 2, 8).transpose(1, 2)
     mixed = (probs @ v).transpose(1, 2).reshape(3, 6, 16)
     torch.testing.assert_close(attention(x), attention.proj(mixed), atol=1e-5, rtol=1e-5)
@@ -352,6 +355,20 @@ def test_tied_embedding_keeps_small_init(init):
     # N(0, 0.02), since xavier's scale for a (vocab, d) matrix would be far larger.
     model = tiny_model(init=init, vocab_size=64, d_model=64, n_head=2, tie_weights=True)
     assert abs(model.tok_emb.weight.std().item() - 0.02) < 0.003
+
+
+def test_xavier_initialises_q_k_v_as_separate_matrices():
+    # Each d×d projection in the fused qkv weight gets Xavier's bound sqrt(6 / (d + d)); Xavier on the
+    # fused (3d × d) matrix would give sqrt(6 / (d + 3d)), √2 smaller.
+    d = 128
+    model = tiny_model(init="xavier", d_model=d, n_head=4, n_layer=1)
+    attention = model.blocks[0].attn.sublayer
+    bound = math.sqrt(6 / (2 * d))
+    for projection in (*attention.qkv.weight.split(d), attention.proj.weight):
+        assert 0.99 * bound < projection.abs().max().item() <= bound
+        assert projection.var().item() == pytest.approx(bound**2 / 3, rel=0.05)
+    up = model.blocks[0].ffn.sublayer.up.weight  # (4d × d): fan-out 4d counts here
+    assert 0.99 * math.sqrt(6 / (5 * d)) < up.abs().max().item() <= math.sqrt(6 / (5 * d))
 
 
 def test_rejects_sequences_longer_than_block_size():

@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from tinylm.corpora import CorpusError, load_corpus
+from tinylm.distributed import UnpaddedDistributedSampler
 from tinylm.errors import ConfigError, UserError
 
 
@@ -238,7 +239,15 @@ class CharDataModule(L.LightningDataModule):
     def val_dataloader(self) -> DataLoader:
         assert self.val_tokens is not None
         windows = FixedWindows(self.val_tokens.long(), self.block_size, self.val_windows)
-        return DataLoader(windows, batch_size=self.batch_size, shuffle=False)
+        trainer = self.trainer
+        # Each rank validates its own share of the windows, none repeated, so `val/loss` (averaged over
+        # ranks) is the mean over exactly the windows a single process would see.
+        sampler = (
+            UnpaddedDistributedSampler(windows, trainer.world_size, trainer.global_rank)
+            if trainer is not None and trainer.world_size > 1
+            else None
+        )
+        return DataLoader(windows, batch_size=self.batch_size, shuffle=False, sampler=sampler)
 
 
 def _tokenise(corpus: datasets.Dataset, tokenizer: CharTokenizer) -> np.ndarray:

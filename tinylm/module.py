@@ -9,10 +9,14 @@ from typing import Any
 import lightning.pytorch as L
 import torch
 from lightning.fabric.utilities.throughput import measure_flops
+from torchmetrics.aggregation import MeanMetric
 
 from tinylm.data import CharTokenizer
+from tinylm.distributed import shards_parameters
 from tinylm.errors import ConfigError
 from tinylm.model import GPT, ModelConfig
+
+ADAMW_IMPLEMENTATIONS = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
 
 
 @dataclass
@@ -24,11 +28,18 @@ class OptimConfig:
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.99
+    # AdamW's kernel: "loop" (one tensor at a time), "foreach" (batched ops), "fused" (one fused kernel).
+    implementation: str = "loop"
 
     def __post_init__(self) -> None:
-        for name, value in vars(self).items():
+        for name in ("lr", "min_lr", "warmup_steps", "decay_steps", "weight_decay", "beta1", "beta2"):
+            value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConfigError(f"optim.{name}={value!r} must be a number")
+        if self.implementation not in ADAMW_IMPLEMENTATIONS:
+            raise ConfigError(
+                f"optim.implementation={self.implementation!r} is not one of {', '.join(ADAMW_IMPLEMENTATIONS)}"
+            )
         if not self.lr > 0:
             raise ConfigError(f"optim.lr={self.lr} must be > 0")
         if not 0 <= self.min_lr <= self.lr:
@@ -54,12 +65,18 @@ def learning_rate(step: int, lr: float, min_lr: float, warmup_steps: int, decay_
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
 
 
+def _unwrapped_name(name: str) -> str:
+    """A parameter's name without the wrapper segments FSDP and activation checkpointing insert."""
+    return name.replace("_fsdp_wrapped_module.", "").replace("_checkpoint_wrapped_module.", "")
+
+
 class LitGPT(L.LightningModule):
     def __init__(
         self,
         model: dict[str, Any],
         optim: dict[str, Any] | None = None,
         sample_chars: int = 200,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         # Plain dicts only: the checkpoint must rebuild the model without Hydra or pickled classes.
@@ -67,9 +84,24 @@ class LitGPT(L.LightningModule):
         self.model_config = ModelConfig.from_dict(dict(model))
         self.optim_config = OptimConfig(**(optim or {}))
         self.model = GPT(self.model_config)
+        # Decided now, on the whole model: under FSDP the optimizer is built after sharding, when every
+        # parameter is a flat 1-D shard and `dim()` no longer tells a matrix from a bias.
+        self._decayed = frozenset(name for name, p in self.model.named_parameters() if p.dim() >= 2)
         self.sample_chars = sample_chars
+        self.compile = compile
+        # Validation means as torchmetrics, which sum values and window counts over the ranks. Lightning's own
+        # `self.log(..., sync_dist=True)` averages an integer count and floors it when the ranks hold unequal
+        # numbers of windows, inflating val/loss (Lightning issue #21859, open for 2.6).
+        self.val_loss = MeanMetric()
+        self.val_bpc = MeanMetric()
         self.tokenizer: CharTokenizer | None = None
         self.flops_per_batch: int | None = None
+
+    def configure_model(self) -> None:
+        if self.compile and not getattr(self, "_compiled", False):
+            # In-place compile keeps the module's parameter names: checkpoints carry no `_orig_mod.` keys.
+            self.model.compile()
+            self._compiled = True
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> Any:
         return self.model(idx, targets)
@@ -99,14 +131,22 @@ class LitGPT(L.LightningModule):
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         inputs, targets = batch
         _, loss = self.model(inputs, targets)
-        # Mean over windows across batches (and ranks): every window has the same number of characters.
-        self.log("val/loss", loss, prog_bar=True, sync_dist=True)
-        self.log("val/bpc", loss / math.log(2), sync_dist=True)
+        # Mean over windows across batches and ranks: every window has the same number of characters.
+        windows = inputs.shape[0]
+        self.val_loss.update(loss, weight=windows)
+        self.val_bpc.update(loss / math.log(2), weight=windows)
+        self.log("val/loss", self.val_loss, prog_bar=True)
+        self.log("val/bpc", self.val_bpc)
 
     def on_validation_epoch_end(self) -> None:
         if self.trainer.sanity_checking or self.tokenizer is None or self.sample_chars <= 0:
             return
-        if self.trainer.is_global_zero and self.logger is not None:
+        # One rank alone cannot run a sharded (FSDP) model; those runs get their sample from the checkpoint.
+        if (
+            self.trainer.is_global_zero
+            and self.logger is not None
+            and not shards_parameters(self.trainer.strategy)
+        ):
             text = self.sample(self.sample_chars, prompt="\n", seed=0)
             experiment = getattr(self.logger, "experiment", None)
             if hasattr(experiment, "add_text"):
@@ -136,12 +176,17 @@ class LitGPT(L.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         config = self.optim_config
         # Decay matrices only: biases and norm gains are 1-D, and decaying them just fights the norm.
-        params = [p for p in self.model.parameters() if p.requires_grad]
+        named = [(_unwrapped_name(n), p) for n, p in self.model.named_parameters() if p.requires_grad]
         groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+            {"params": [p for n, p in named if n in self._decayed], "weight_decay": config.weight_decay},
+            {"params": [p for n, p in named if n not in self._decayed], "weight_decay": 0.0},
         ]
-        optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+        optimizer = torch.optim.AdamW(
+            groups,
+            lr=config.lr,
+            betas=(config.beta1, config.beta2),
+            **ADAMW_IMPLEMENTATIONS[config.implementation],
+        )
 
         def lr_factor(step: int) -> float:
             return (

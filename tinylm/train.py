@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import resource
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,6 +13,8 @@ from typing import Any
 
 import lightning.pytorch as L
 import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ProgressBar
@@ -25,6 +29,12 @@ from tinylm.checkpoints import (
     resume_checkpoint,
 )
 from tinylm.data import CharDataModule, VocabularyError
+from tinylm.distributed import (
+    EffectiveBatch,
+    refuse_relaunch_in_sweep,
+    shards_parameters,
+    slurm_gpus_per_node,
+)
 from tinylm.errors import ConfigError
 from tinylm.fault_tolerance import (
     AtomicCheckpointIO,
@@ -32,9 +42,12 @@ from tinylm.fault_tolerance import (
     StopOnNonFiniteLoss,
     StopOnSignal,
     TrainingRandomState,
+    last_checkpoint_path,
 )
 from tinylm.model import ModelConfig
 from tinylm.module import LitGPT, OptimConfig
+from tinylm.run_record import write_run_record
+from tinylm.sample import load_module
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +74,14 @@ def run_label(overrides: Sequence[str], max_chars: int = 100) -> str:
 
 # Lets conf/train.yaml name runs and sweep directories with ${run_label:...}.
 OmegaConf.register_new_resolver("run_label", run_label, replace=True)
+# Lets conf/launcher/slurm.yaml ask for one GPU per rank on GPU runs only.
+OmegaConf.register_new_resolver("slurm_gpus_per_node", slurm_gpus_per_node, replace=True)
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
+def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str, Any]:
     """Train as `cfg` says; returns the final metrics (floats), the run directory and the sample text.
 
+    `extra_callbacks` lets tools that drive a real run (benchmarks) observe it without changing it.
     Every input is checked before anything is written: a bad setting, corpus or checkpoint raises a
     `UserError` and leaves the run directory (and every other) as it was. A run that diverges raises
     `TrainingDiverged`; one stopped by SIGINT/SIGTERM saves last.ckpt and raises `TrainingInterrupted`.
@@ -74,6 +90,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     check_settings(cfg)
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
+        # Lightning's DDP launcher gives each rank cores // ranks threads unless this is set; set, it keeps
+        # the user's choice, in this process and in the ranks it starts.
+        os.environ["OMP_NUM_THREADS"] = str(int(cfg.threads))
     L.seed_everything(cfg.seed, workers=True)
     run_dir = Path(cfg.run_dir)
 
@@ -97,6 +116,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         model=model_config,
         optim=OmegaConf.to_container(cfg.optim, resolve=True),
         sample_chars=min(200, int(cfg.sample.chars)),
+        compile=bool(cfg.get("compile", False)),
     )
     module.tokenizer = tokenizer
     if checkpoint is not None:
@@ -106,7 +126,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     if not cfg.trainer.get("enable_progress_bar", True):
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
-    callbacks += [ValidateOnLastStep(), TensorBoardHParams(hparams_for_tensorboard(cfg))]
+    hparams = hparams_for_tensorboard(cfg)
+    callbacks += [ValidateOnLastStep(), TensorBoardHParams(hparams), *extra_callbacks]
     # First in line, so the steps' random stream is stored before StopOnSignal saves a checkpoint.
     callbacks = [TrainingRandomState(), LoggingStepFollowsGlobalStep(), *callbacks]
     callbacks += [StopOnNonFiniteLoss(), StopOnSignal()]
@@ -121,13 +142,20 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         )
     except (TypeError, ValueError, MisconfigurationException) as err:
         raise ConfigError(f"Lightning rejects the trainer settings: {err}") from None
-
-    # Only now, with every input checked, does the run directory get written.
-    run_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
-    tokenizer.save(run_dir / "tokenizer.json")
-    log.info("model: %s parameters (%s without embeddings)", f"{module.model.num_params(False):,}",
-             f"{module.model.num_params():,}")  # fmt: skip
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        refuse_relaunch_in_sweep(trainer)
+    batch = EffectiveBatch.of(trainer, datamodule.batch_size, datamodule.block_size)
+    hparams.update(batch.hparams())
+    # Only now, with every input checked, does the run directory get written. The Trainer knows each
+    # process's rank before it starts the others: only rank 0 writes the run's files (Lightning's logger
+    # and checkpoints are rank-0-only themselves).
+    if trainer.is_global_zero:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+        tokenizer.save(run_dir / "tokenizer.json")
+        log.info("model: %s parameters (%s without embeddings)", f"{module.model.num_params(False):,}",
+                 f"{module.model.num_params():,}")  # fmt: skip
+        log.info(batch.describe(module.optim_config.lr))
 
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
 
@@ -138,9 +166,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     metrics["step"] = trainer.global_step
     metrics["params"] = module.model.num_params()
     metrics["wall_time_s"] = time.perf_counter() - started
+    metrics["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    if trainer.is_global_zero:
+        write_run_record(run_dir, "completed", **metrics)
     metrics["run_dir"] = str(run_dir)
-    if trainer.is_global_zero and cfg.sample.chars > 0:
-        metrics["sample"] = module.sample(
+    sampler = _whole_model(trainer, module)
+    if trainer.is_global_zero and cfg.sample.chars > 0 and sampler is not None:
+        metrics["sample"] = sampler.sample(
             int(cfg.sample.chars),
             cfg.sample.prompt,
             cfg.sample.temperature,
@@ -167,6 +199,14 @@ def check_settings(cfg: DictConfig) -> None:
         # The command line calls these fields model.<name>.
         raise ConfigError(str(err).replace("ModelConfig.", "model.")) from None
     OptimConfig(**OmegaConf.to_container(cfg.optim, resolve=True))
+
+
+def _whole_model(trainer: L.Trainer, module: LitGPT) -> LitGPT | None:
+    """The trained model, whole, in this process: a sharded one (FSDP) is whole only in its checkpoint."""
+    if not shards_parameters(trainer.strategy):
+        return module
+    last = last_checkpoint_path(trainer)
+    return load_module(last) if last.is_file() and trainer.is_global_zero else None
 
 
 def hparams_for_tensorboard(cfg: DictConfig) -> dict[str, Any]:

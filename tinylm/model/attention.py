@@ -1,4 +1,4 @@
-"""Causal multi-head self-attention through PyTorch's fused scaled-dot-product kernel."""
+"""Multi-head self-attention through PyTorch's fused scaled-dot-product kernel; causal unless told otherwise."""
 
 from __future__ import annotations
 
@@ -20,11 +20,14 @@ class CausalSelfAttention(nn.Module):
         dropout: float = 0.0,
         qk_norm: bool = False,
         norm_eps: float = 1e-5,
+        causal: bool = True,
     ) -> None:
         super().__init__()
         if d_model % n_head != 0:
             raise ValueError(f"d_model={d_model} must be divisible by n_head={n_head}")
         self.n_head = n_head
+        # The language model is always causal; the depth probe (tinylm.probe) studies blocks without a mask.
+        self.causal = causal
         self.head_size = d_model // n_head
         # One matmul for q, k and v; rows [0:d) are W_q, [d:2d) W_k, [2d:3d) W_v.
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
@@ -45,18 +48,26 @@ class CausalSelfAttention(nn.Module):
         batch, time, channels = x.shape
         q, k, v = self._heads(x)
         y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+            q, k, v, is_causal=self.causal, dropout_p=self.dropout if self.training else 0.0
         )
         return self.proj_dropout(self.proj(y.transpose(1, 2).reshape(batch, time, channels)))
 
     @torch.no_grad()
-    def attention_probs(self, x: torch.Tensor) -> torch.Tensor:
-        """The (batch, head, query, key) attention weights that `forward` uses, for diagnostics.
+    def attention_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The (batch, head, query, key) scaled scores q·k/√head_size that `forward` feeds to its softmax,
+        for diagnostics; keys a causal query may not see are -inf.
 
         The fused kernel never materialises them, so this recomputes them explicitly.
         """
         q, k, _ = self._heads(x)
         logits = q @ k.transpose(-2, -1) / math.sqrt(self.head_size)
+        if not self.causal:
+            return logits
         time = x.shape[1]
         causal = torch.ones(time, time, dtype=torch.bool, device=x.device).tril()
-        return logits.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+        return logits.masked_fill(~causal, float("-inf"))
+
+    @torch.no_grad()
+    def attention_probs(self, x: torch.Tensor) -> torch.Tensor:
+        """The (batch, head, query, key) attention weights that `forward` uses, for diagnostics."""
+        return self.attention_logits(x).softmax(dim=-1)

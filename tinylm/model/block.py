@@ -69,11 +69,19 @@ class Residual(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    """One transformer block. `causal=False` drops the attention mask, for the depth probe only."""
+
+    def __init__(self, config: ModelConfig, causal: bool = True) -> None:
         super().__init__()
         placement = PLACEMENTS[config.norm]
         attention = CausalSelfAttention(
-            config.d_model, config.n_head, config.bias, config.dropout, config.qk_norm, config.norm_eps
+            config.d_model,
+            config.n_head,
+            config.bias,
+            config.dropout,
+            config.qk_norm,
+            config.norm_eps,
+            causal,
         )
         ffn = build_ffn(config.act, config.d_model, config.d_ff, config.bias, config.dropout)
         self.attn = Residual(attention, placement, lambda: make_norm(config))

@@ -12,6 +12,29 @@ from tinylm.model.block import PLACEMENTS, Block, make_norm
 from tinylm.model.config import ModelConfig
 
 
+def init_linear(module: nn.Linear, name: str, config: ModelConfig) -> None:
+    """Initialise one linear layer (bias to zero) as `config.init` says; `name` is its module path.
+
+    `gpt2`: N(0, 0.02), with the residual output projections (`...attn.sublayer.proj`,
+    `...ffn.sublayer.down`) scaled by 1/sqrt(2·n_layer) so the stream's variance does not grow with depth.
+    `xavier`: Xavier-uniform (2017), kept for placement experiments. The fused `qkv` layer holds three
+    d×d projections, W_q, W_k and W_v; each is initialised as its own matrix, as the 2017 model's separate
+    projections were. Xavier on the fused (3d × d) matrix would count a fan-out of 3d and shrink q, k and v
+    by √2, which visibly changes how fast a post-norm stack's tokens collapse (see `tinylm.probe`).
+    Shared by `GPT` and the depth probe's bare stack of blocks.
+    """
+    if config.init == "xavier":
+        fused_qkv = name.endswith("attn.sublayer.qkv")
+        for projection in module.weight.split(config.d_model) if fused_qkv else [module.weight]:
+            nn.init.xavier_uniform_(projection)
+    elif name.endswith(("attn.sublayer.proj", "ffn.sublayer.down")):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+    else:
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+    if module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
 class GPT(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -27,19 +50,10 @@ class GPT(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """GPT-2 init: N(0, 0.02), residual output projections scaled by 1/sqrt(2·n_layer) so the stream's
-        variance does not grow with depth. Xavier-uniform (2017) is kept for placement experiments."""
-        residual_std = 0.02 / math.sqrt(2 * self.config.n_layer)
+        """`init_linear` for every linear layer, N(0, 0.02) for embeddings."""
         for name, module in self.named_modules():
             if isinstance(module, nn.Linear):
-                if self.config.init == "xavier":
-                    nn.init.xavier_uniform_(module.weight)
-                elif name.endswith(("attn.sublayer.proj", "ffn.sublayer.down")):
-                    nn.init.normal_(module.weight, mean=0.0, std=residual_std)
-                else:
-                    nn.init.normal_(module.weight, mean=0.0, std=0.02)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
+                init_linear(module, name, self.config)
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=0.02)
         if self.config.tie_weights and self.config.init == "xavier":

@@ -1,0 +1,60 @@
+"""scripts/bench.py runs end to end and reports every field (its numbers are reported, never asserted)."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import run_script
+
+EXPECTED_FIELDS = {
+    "config",
+    "machine",
+    "steps",
+    "warmup",
+    "repeats",
+    "bare_tokens_per_s",
+    "tinylm_tokens_per_s",
+    "ratio",
+    "flops_per_step",
+    "tinylm_flops_per_s",
+    "matmul_peak_flops_per_s",
+    "fraction_of_matmul_peak",
+    "peak_rss_mb",
+}
+
+
+def test_bench_json_reports_every_field_on_a_tiny_config(tmp_path):
+    result = run_script(
+        "bench.py",
+        "--json",
+        "model.n_layer=1",
+        "model.n_head=2",
+        "model.d_model=16",
+        "model.block_size=16",
+        "data.batch_size=2",
+        "data.val_windows=2",
+        "trainer.val_check_interval=4",
+        "bench.steps=6",
+        "bench.warmup=2",
+        "bench.repeats=2",
+        "bench.allow_few_steps=true",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)  # stdout holds the JSON alone
+    assert set(report) == EXPECTED_FIELDS
+    assert report["repeats"] == 2
+    for key in ("bare_tokens_per_s", "tinylm_tokens_per_s", "ratio"):
+        assert len(report[key]) == 2 and all(v > 0 for v in report[key])
+    assert report["config"]["d_model"] == 16 and report["config"]["n_layer"] == 1
+    # One fwd+bwd of a 1-layer, d=16 model on 2×16 tokens: a few MFLOP, counted, not guessed.
+    assert 1e5 < report["flops_per_step"] < 1e8
+    assert 0 < report["fraction_of_matmul_peak"] < 1
+    assert report["peak_rss_mb"] > 50
+    assert list(tmp_path.iterdir()) == [], "a benchmark must leave nothing behind in its working directory"
+
+
+def test_bench_refuses_fewer_than_50_timed_steps(tmp_path):
+    result = run_script("bench.py", "bench.steps=30", "bench.warmup=10", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "at least 50 timed steps" in result.stderr

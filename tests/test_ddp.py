@@ -1,0 +1,510 @@
+"""Scale-out: data-parallel training through Lightning's strategies, on the real, shrunk Hydra config.
+
+A real 2-process DDP run on CPU (gloo) through `scripts/train.py` is the slow test at the end; the fast
+ones check the pieces it relies on: per-rank training windows, unpadded validation shards, rank-0-only
+files, the refusal of sweeps that DDP would re-run, and the SLURM job that `launcher=slurm` submits.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import lightning.pytorch as L
+import pytest
+import tbparse
+import torch
+from conftest import SHRINK, compose_train, run_script
+from hydra import compose, initialize_config_module
+from hydra.utils import instantiate
+from lightning.fabric.utilities import rank_zero as fabric_rank_zero
+from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
+from lightning.pytorch.utilities import rank_zero as pytorch_rank_zero
+from omegaconf import OmegaConf
+from torch.utils.data import DistributedSampler
+
+from tinylm.checkpoints import read_checkpoint
+from tinylm.data import CharDataModule, FixedWindows, RandomWindows
+from tinylm.distributed import (
+    EffectiveBatch,
+    ScaleOutError,
+    UnpaddedDistributedSampler,
+    relaunches_script,
+    shards_parameters,
+)
+from tinylm.module import LitGPT
+from tinylm.sample import load_module
+from tinylm.train import run
+
+
+def _tokens(n: int = 5000) -> torch.Tensor:
+    return torch.arange(n) % 61
+
+
+def _stub_trainer(rank: int, world_size: int = 2, step: int = 0) -> SimpleNamespace:
+    return SimpleNamespace(
+        global_rank=rank, world_size=world_size, global_step=step, accumulate_grad_batches=1
+    )
+
+
+@pytest.fixture
+def restore_rank_zero(monkeypatch):
+    """Building a Trainer for another rank sets Lightning's process-wide rank; put it back afterwards."""
+    for holder in {fabric_rank_zero.rank_zero_only, pytorch_rank_zero.rank_zero_only}:
+        monkeypatch.setattr(holder, "rank", getattr(holder, "rank", 0))
+
+
+# --- training windows: every rank its own stream ------------------------------------------------------
+
+
+def test_two_ranks_draw_different_windows_at_the_same_step():
+    tokens = _tokens()
+    rank0 = RandomWindows(tokens, block_size=16, batch_size=8, seed=1337, rank=0)
+    rank1 = RandomWindows(tokens, block_size=16, batch_size=8, seed=1337, rank=1)
+    for step in range(20):
+        inputs0, _ = rank0.batch(step)
+        inputs1, _ = rank1.batch(step)
+        assert not torch.equal(inputs0, inputs1), step
+        # Each stream is reproducible: the same rank at the same step draws the same windows again.
+        assert torch.equal(inputs0, RandomWindows(tokens, 16, 8, 1337, rank=0).batch(step)[0])
+
+
+def test_each_rank_dataloader_starts_its_own_stream(tmp_path):
+    file = tmp_path / "corpus.txt"
+    file.write_text("".join(chr(ord("a") + (i * 7) % 26) for i in range(4000)), encoding="utf-8")
+    datamodule = CharDataModule(source="text", files=str(file), block_size=16, batch_size=4, seed=7)
+    datamodule.prepare()
+
+    first_batches = []
+    for rank in (0, 1):
+        datamodule.trainer = _stub_trainer(rank, step=5)
+        inputs, targets = next(iter(datamodule.train_dataloader()))
+        # Rank r at step 5 continues its own stream at batch 5 (as after a resume).
+        expected = RandomWindows(datamodule.train_tokens.long(), 16, 4, 7, rank).batch(5)
+        assert torch.equal(inputs, expected[0]) and torch.equal(targets, expected[1])
+        first_batches.append(inputs)
+    assert not torch.equal(*first_batches)
+
+
+# --- validation: every window once over all ranks ----------------------------------------------------
+
+
+@pytest.mark.parametrize(("windows", "world_size"), [(5, 2), (9, 2), (7, 3), (4, 4), (8, 2)])
+def test_validation_shards_cover_every_window_exactly_once(windows, world_size):
+    dataset = FixedWindows(_tokens(), block_size=16, max_windows=windows)
+    assert len(dataset) == windows
+    shards = [list(UnpaddedDistributedSampler(dataset, world_size, rank)) for rank in range(world_size)]
+    assert sorted(i for shard in shards for i in shard) == list(range(windows))
+    for rank, shard in enumerate(shards):
+        assert len(UnpaddedDistributedSampler(dataset, world_size, rank)) == len(shard) >= 1
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1
+
+
+def test_torch_distributed_sampler_would_count_a_window_twice():
+    # Why tinylm shards validation itself: torch pads 5 windows on 2 ranks to 6 by repeating one.
+    dataset = FixedWindows(_tokens(), block_size=16, max_windows=5)
+    padded = [i for rank in (0, 1) for i in DistributedSampler(dataset, 2, rank, shuffle=False)]
+    assert len(padded) == 6 and len(set(padded)) == 5
+
+
+def test_fewer_validation_windows_than_ranks_is_a_clear_error():
+    dataset = FixedWindows(_tokens(), block_size=16, max_windows=3)
+    with pytest.raises(ScaleOutError, match=r"3 validation windows cannot be shared by 4 processes"):
+        UnpaddedDistributedSampler(dataset, 4, 0)
+
+
+def test_val_dataloader_shards_only_when_distributed(tmp_path):
+    file = tmp_path / "corpus.txt"
+    file.write_text("the quick brown fox jumps over the lazy dog\n" * 200, encoding="utf-8")
+    datamodule = CharDataModule(source="text", files=str(file), block_size=16, batch_size=2, val_windows=5)
+    datamodule.prepare()
+
+    datamodule.trainer = _stub_trainer(0, world_size=1)
+    assert len(datamodule.val_dataloader().dataset) == 5
+    assert not isinstance(datamodule.val_dataloader().sampler, DistributedSampler)
+
+    seen = []
+    for rank in (0, 1):
+        datamodule.trainer = _stub_trainer(rank)
+        loader = datamodule.val_dataloader()
+        # A DistributedSampler subclass, so Lightning keeps it instead of adding its own padded one.
+        assert isinstance(loader.sampler, UnpaddedDistributedSampler)
+        seen += [inputs for inputs, _ in loader]
+    windows = torch.cat(seen)
+    assert len(windows) == 5 and len({tuple(w.tolist()) for w in windows}) == 5
+
+
+# --- effective batch ------------------------------------------------------------------------------------
+
+
+def test_effective_batch_counts_every_rank_and_accumulation():
+    trainer = SimpleNamespace(world_size=4, accumulate_grad_batches=3)
+    batch = EffectiveBatch.of(trainer, batch_size=12, block_size=64)
+    assert batch.windows == 4 * 12 * 3 == 144
+    assert batch.chars == 144 * 64
+    assert batch.hparams() == {"world_size": 4, "accumulate_grad_batches": 3, "effective_batch_size": 144}
+    assert batch.describe(1e-3).startswith("effective batch 144 windows (9,216 chars) per optimizer step")
+    assert "4 process(es) x 12 windows x 3 accumulated; peak lr 0.001" in batch.describe(1e-3)
+
+
+def test_single_process_run_records_its_effective_batch(tmp_path, caplog):
+    cfg = compose_train(tmp_path, ["trainer.max_steps=2", "+trainer.accumulate_grad_batches=2"])
+    with caplog.at_level("INFO", logger="tinylm.train"):
+        run(cfg)
+    assert "effective batch 8 windows (256 chars) per optimizer step = 1 process(es) x 4 windows x 2" in (
+        caplog.text
+    )
+    reader = tbparse.SummaryReader(str(tmp_path / "tb"))
+    hparams = dict(zip(reader.hparams.tag, reader.hparams.value, strict=True))
+    assert float(hparams["world_size"]) == 1
+    assert float(hparams["accumulate_grad_batches"]) == 2
+    assert float(hparams["effective_batch_size"]) == 8
+
+
+# --- FSDP (GPU only: composed and unit-checked here, not run) ------------------------------------------
+
+
+def test_fsdp_preset_composes_a_sharded_gpu_trainer():
+    with initialize_config_module("tinylm.conf", version_base="1.3"):
+        cfg = compose("train", overrides=["trainer=fsdp", "trainer.num_nodes=2", "trainer.devices=4"])
+    assert cfg.trainer.strategy == "fsdp"
+    assert (cfg.trainer.accelerator, cfg.trainer.precision) == ("gpu", "bf16-mixed")
+    assert cfg.compile is False  # compile with FSDP's wrapping is untried
+    assert (cfg.trainer.num_nodes, cfg.trainer.devices) == (2, 4)
+    assert shards_parameters(FSDPStrategy()) and not shards_parameters(DDPStrategy())
+
+
+def test_weight_decay_groups_do_not_depend_on_parameter_shapes_at_optimizer_time():
+    # FSDP builds the optimizer after sharding, when every parameter is a flat 1-D shard.
+    module = LitGPT(model={"vocab_size": 20, "n_layer": 1, "n_head": 2, "d_model": 16, "block_size": 8})
+    matrices = {id(p) for p in module.model.parameters() if p.dim() >= 2}
+    others = {id(p) for p in module.model.parameters() if p.dim() < 2}
+    assert matrices and others
+    with torch.no_grad():
+        for parameter in module.model.parameters():
+            parameter.data = parameter.data.flatten()
+    decayed, kept = module.configure_optimizers()["optimizer"].param_groups
+    assert {id(p) for p in decayed["params"]} == matrices and decayed["weight_decay"] == 0.1
+    assert {id(p) for p in kept["params"]} == others and kept["weight_decay"] == 0.0
+
+
+# --- ranks > 0 write nothing ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("local_rank", [0, 1])
+def test_only_rank_zero_writes_the_run_files(tmp_path, monkeypatch, restore_rank_zero, local_rank):
+    # The process Lightning starts for rank 1 of `trainer=ddp trainer.devices=2` is told its rank by
+    # LOCAL_RANK; fit itself is skipped here (the slow test below runs the real thing).
+    if local_rank:
+        monkeypatch.setenv("LOCAL_RANK", str(local_rank))
+    else:
+        monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.setattr(L.Trainer, "fit", lambda *args, **kwargs: None)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()  # as Hydra makes it in every process
+    metrics = run(compose_train(run_dir, ["trainer=ddp", "trainer.devices=2", "trainer.accelerator=cpu"]))
+
+    written = sorted(p.name for p in run_dir.iterdir())
+    if local_rank == 0:
+        assert written == ["config.yaml", "metrics.json", "tokenizer.json"]
+        assert "sample" in metrics
+    else:
+        assert written == []
+        assert "sample" not in metrics
+
+
+# --- Hydra sweeps and DDP ---------------------------------------------------------------------------------
+
+
+def test_sweep_with_ddp_that_would_relaunch_itself_is_refused(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    result = run_script(
+        "train.py",
+        "-m",
+        *SHRINK,
+        "trainer=ddp",
+        "trainer.devices=2",
+        "trainer.accelerator=cpu",
+        "act=gelu,relu",
+        f"hydra.sweep.dir={sweep_dir}",
+        cwd=tmp_path,
+        timeout=180,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 2
+    # A ScaleOutError is a UserError: one line on stderr (tinylm.cli).
+    assert "error: -m (a sweep) with trainer.strategy=DDPStrategy on 2 devices" in result.stderr
+    assert "launcher=slurm" in output
+    # Refused before any rank was started: no second sweep, nothing trained, no rank-1 log.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]
+    assert output.count("Launching 2 jobs locally") == 1
+    assert not list(sweep_dir.rglob("*.ckpt"))
+    assert not list(sweep_dir.rglob("train_ddp_process_*"))
+    assert not list(sweep_dir.rglob("tokenizer.json"))
+
+
+# --- SLURM: the submitit launcher with trainer=ddp --------------------------------------------------------
+
+SLURM_TWO_NODES = [
+    "launcher=slurm",
+    "trainer=ddp",
+    "trainer.accelerator=gpu",
+    "trainer.num_nodes=2",
+    "trainer.devices=4",
+    "hydra.launcher.partition=gpu",
+]
+
+
+def _submit_without_a_cluster(tmp_path: Path, overrides: list[str], monkeypatch) -> SimpleNamespace:
+    """Compose `launcher=slurm`, build the real SlurmLauncher and let it prepare its job array; only the
+    submission (sbatch) is intercepted, so nothing needs a cluster."""
+    submitit = pytest.importorskip("submitit", reason="pip install hydra-submitit-launcher")
+    from submitit.slurm.slurm import SlurmExecutor
+
+    with initialize_config_module("tinylm.conf", version_base="1.3"):
+        cfg = compose(
+            "train", overrides=[*overrides, f"hydra.sweep.dir={tmp_path / 'sweep'}"], return_hydra_config=True
+        )
+    # submitit refuses to build a SLURM executor on a machine without `srun`; pretend to be a login node.
+    monkeypatch.setattr(SlurmExecutor, "affinity", classmethod(lambda cls: 1))
+    submitted = SimpleNamespace()
+
+    def capture(executor, function, *job_args):
+        submitted.executor, submitted.function, submitted.job_args = executor, function, job_args
+        return [SimpleNamespace(results=lambda: [None]) for _ in job_args[0]]
+
+    monkeypatch.setattr(submitit.AutoExecutor, "map_array", capture)
+    launcher = instantiate(cfg.hydra.launcher)
+    launcher.setup(hydra_context=None, task_function=None, config=cfg)
+    launcher.launch([["act=swiglu"], ["act=gelu"]], initial_job_idx=0)
+    submitted.cfg = cfg
+    slurm = submitted.executor._executor
+    submitted.parameters = slurm.parameters
+    submitted.sbatch = slurm._make_submission_file_text("python -m submitit.core._submit", "uid")
+    return submitted
+
+
+def test_slurm_launcher_submits_one_two_node_job_per_sweep_job(tmp_path, monkeypatch):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="pip install hydra-submitit-launcher")
+    submitted = _submit_without_a_cluster(tmp_path, SLURM_TWO_NODES, monkeypatch)
+
+    assert submitted.cfg.hydra.launcher._target_.endswith("submitit_launcher.SlurmLauncher")
+    params = submitted.parameters
+    assert params["nodes"] == 2
+    assert params["ntasks_per_node"] == 4  # one task per rank: trainer.devices
+    assert params["gpus_per_node"] == 4
+    assert params["partition"] == "gpu"
+    for line in ("--nodes=2", "--ntasks-per-node=4", "--gpus-per-node=4", "--partition=gpu"):
+        assert f"#SBATCH {line}\n" in submitted.sbatch
+    # SLURM starts every task with srun; each runs the Hydra job for its array index.
+    assert "\nsrun " in submitted.sbatch
+    overrides, _, job_numbers, *_ = submitted.job_args
+    assert list(overrides) == [["act=swiglu"], ["act=gelu"]] and list(job_numbers) == [0, 1]
+    assert (tmp_path / "sweep").is_dir()
+
+
+def test_slurm_launcher_on_cpu_asks_for_no_gpus(tmp_path, monkeypatch):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="pip install hydra-submitit-launcher")
+    submitted = _submit_without_a_cluster(tmp_path, ["launcher=slurm"], monkeypatch)
+    params = submitted.parameters
+    assert params["nodes"] == 1 and params["ntasks_per_node"] == 1
+    assert "gpus_per_node" not in params
+    assert "--gpus-per-node" not in submitted.sbatch
+
+
+def test_in_a_slurm_task_lightning_takes_the_rank_from_slurm(monkeypatch, restore_rank_zero):
+    # Task 5 of the 2 x 4 job above (node 1, local rank 1), as submitit starts it with srun.
+    with initialize_config_module("tinylm.conf", version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[
+                *SHRINK,
+                "trainer=ddp",
+                "trainer.accelerator=cpu",
+                "trainer.num_nodes=2",
+                "trainer.devices=4",
+            ],
+        )
+    slurm_env = {
+        "SLURM_NTASKS": "8",
+        "SLURM_NTASKS_PER_NODE": "4",
+        "SLURM_NNODES": "2",
+        "SLURM_PROCID": "5",
+        "SLURM_LOCALID": "1",
+        "SLURM_NODEID": "1",
+        "SLURM_JOB_ID": "1234",
+        "SLURM_JOB_NAME": "train",
+        "SLURM_NODELIST": "node[1-2]",
+    }
+    for key, value in slurm_env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    trainer = L.Trainer(**OmegaConf.to_container(cfg.trainer), logger=False)
+    assert (trainer.global_rank, trainer.local_rank, trainer.node_rank, trainer.world_size) == (5, 1, 1, 8)
+    assert not trainer.is_global_zero
+    assert not relaunches_script(trainer)  # so a sweep through launcher=slurm is not refused
+
+
+def test_without_a_scheduler_lightning_relaunches_ddp(monkeypatch, restore_rank_zero):
+    for key in ("LOCAL_RANK", "SLURM_NTASKS", "SLURM_JOB_NAME", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    with initialize_config_module("tinylm.conf", version_base="1.3"):
+        cfg = compose("train", overrides=[*SHRINK, "trainer=ddp", "trainer.accelerator=cpu"])
+    trainer = L.Trainer(**OmegaConf.to_container(cfg.trainer), logger=False)
+    assert relaunches_script(trainer)
+    single = L.Trainer(accelerator="cpu", devices=1, logger=False)
+    assert not relaunches_script(single)
+
+
+# --- the real thing: two processes, gloo, through scripts/train.py ------------------------------------
+
+DDP_STEPS = 30
+DDP_OVERRIDES = [
+    *SHRINK,
+    "trainer=ddp",
+    "trainer.devices=2",
+    "trainer.accelerator=cpu",
+    f"trainer.max_steps={DDP_STEPS}",
+    "trainer.val_check_interval=10",
+    "optim.warmup_steps=5",
+    # 9 windows on 2 ranks: shards of 5 and 4, i.e. 2 batches of 4 on rank 0 and 1 on rank 1.
+    "data.val_windows=9",
+]
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("ddp")
+    run_dir = cwd / "run"
+    result = run_script("train.py", *DDP_OVERRIDES, f"hydra.run.dir={run_dir}", cwd=cwd, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return SimpleNamespace(cwd=cwd, run_dir=run_dir, result=result)
+
+
+def _values(scalars, tag: str) -> dict[int, float]:
+    rows = scalars[scalars.tag == tag]
+    return {int(s): float(v) for s, v in zip(rows.step, rows.value, strict=True)}
+
+
+def _initial_module(config: dict) -> LitGPT:
+    """The model run(cfg) starts from: the same seed, then the same constructor."""
+    checkpoint = read_checkpoint(Path(config["run_dir"]) / "checkpoints" / "last.ckpt")
+    L.seed_everything(config["seed"])
+    hparams = checkpoint["hyper_parameters"]
+    return LitGPT(model=hparams["model"], optim=hparams["optim"], sample_chars=0)
+
+
+def _train_in_one_process(config: dict, train_tokens: torch.Tensor, ranks: tuple[int, ...]) -> LitGPT:
+    """Replay DDP by hand: each step averages the gradient over the windows `ranks` drew for that step."""
+    module = _initial_module(config)
+    optimizers = module.configure_optimizers()
+    optimizer, scheduler = optimizers["optimizer"], optimizers["lr_scheduler"]["scheduler"]
+    streams = [
+        RandomWindows(
+            train_tokens, config["data"]["block_size"], config["data"]["batch_size"], config["seed"], r
+        )
+        for r in ranks
+    ]
+    for step in range(DDP_STEPS):
+        batches = [stream.batch(step) for stream in streams]
+        inputs = torch.cat([b[0] for b in batches])
+        targets = torch.cat([b[1] for b in batches])
+        _, loss = module.model(inputs, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(module.model.parameters(), config["trainer"]["gradient_clip_val"])
+        optimizer.step()
+        optimizer.zero_grad()
+        scheduler.step()
+    return module
+
+
+@pytest.mark.slow
+def test_ddp_run_writes_one_run_directory(ddp_run):
+    # Nothing beside the run directory: no per-rank or time-stamped directories from the re-run rank.
+    assert sorted(p.name for p in ddp_run.cwd.iterdir()) == ["run"]
+    run_dir = ddp_run.run_dir
+    # train_ddp_process_1.log is rank 1's Python log: Lightning names that rank's Hydra job so.
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        ".hydra",
+        "checkpoints",
+        "config.yaml",
+        "metrics.json",
+        "tb",
+        "tokenizer.json",
+        "train.log",
+        "train_ddp_process_1.log",
+    ]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
+    (tb_run,) = (run_dir / "tb").iterdir()
+    assert len(list(tb_run.glob("events.out.tfevents.*"))) == 1
+    assert read_checkpoint(run_dir / "checkpoints" / "last.ckpt")["global_step"] == DDP_STEPS
+
+    stdout = ddp_run.result.stdout
+    assert stdout.count(f"--- sample after {DDP_STEPS} steps ---") == 1  # printed by rank 0 only
+    assert stdout.count("effective batch 8 windows (256 chars) per optimizer step = 2 process(es)") == 1
+
+
+@pytest.mark.slow
+def test_ddp_run_logs_a_decreasing_loss_and_its_effective_batch(ddp_run):
+    (tb_run,) = (ddp_run.run_dir / "tb").iterdir()
+    reader = tbparse.SummaryReader(str(tb_run))
+    train, val = _values(reader.scalars, "train/loss"), _values(reader.scalars, "val/loss")
+    assert sorted(train) == list(range(DDP_STEPS))
+    assert sorted(val) == [9, 19, 29]
+    assert val[9] > val[19] > val[29]
+    first, last = [sum(train[s] for s in steps) / 5 for steps in (range(5), range(DDP_STEPS - 5, DDP_STEPS))]
+    assert last < first - 0.3
+
+    hparams = dict(zip(reader.hparams.tag, reader.hparams.value, strict=True))
+    assert float(hparams["world_size"]) == 2
+    assert float(hparams["effective_batch_size"]) == 8
+
+
+@pytest.mark.slow
+def test_ddp_trains_on_both_ranks_windows_with_averaged_gradients(ddp_run):
+    config = OmegaConf.to_container(OmegaConf.load(ddp_run.run_dir / "config.yaml"))
+    datamodule = CharDataModule(**config["data"])
+    datamodule.prepare()
+    train_tokens = datamodule.train_tokens.long()
+    trained = read_checkpoint(ddp_run.run_dir / "checkpoints" / "last.ckpt")["state_dict"]
+
+    def largest_difference(module: LitGPT) -> float:
+        state = module.state_dict()
+        return max(float((state[k] - trained[k]).abs().max()) for k in trained)
+
+    both = largest_difference(_train_in_one_process(config, train_tokens, ranks=(0, 1)))
+    rank0_only = largest_difference(_train_in_one_process(config, train_tokens, ranks=(0,)))
+    assert both < 1e-4, both
+    assert rank0_only > 100 * both  # had both ranks drawn the same windows, this would match instead
+
+
+@pytest.mark.slow
+def test_ddp_val_loss_is_the_mean_over_every_window_once(ddp_run):
+    config = OmegaConf.load(ddp_run.run_dir / "config.yaml")
+    datamodule = CharDataModule(**OmegaConf.to_container(config.data))
+    datamodule.prepare()
+    windows = FixedWindows(datamodule.val_tokens.long(), config.data.block_size, config.data.val_windows)
+    assert len(windows) == 9
+
+    module = load_module(ddp_run.run_dir / "checkpoints" / "last.ckpt")
+    inputs = torch.stack([windows[i][0] for i in range(len(windows))])
+    targets = torch.stack([windows[i][1] for i in range(len(windows))])
+    with torch.no_grad():
+        _, single_process_loss = module.model(inputs, targets)
+
+    (tb_run,) = (ddp_run.run_dir / "tb").iterdir()
+    logged = _values(tbparse.SummaryReader(str(tb_run)).scalars, "val/loss")[DDP_STEPS - 1]
+    assert logged == pytest.approx(float(single_process_loss), rel=1e-5)
+
+
+@pytest.mark.slow
+def test_ddp_checkpoint_samples_in_a_single_process(ddp_run, tmp_path):
+    result = run_script(
+        "sample.py", f"ckpt={ddp_run.run_dir}", "prompt=ROMEO", "chars=30", "seed=3", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("ROMEO")
+    module = load_module(ddp_run.run_dir)
+    assert result.stdout == "ROMEO" + module.sample(30, "ROMEO", temperature=0.8, top_k=None, seed=3) + "\n"
+    assert math.isfinite(float(module(torch.zeros(1, 4, dtype=torch.long))[0].sum()))

@@ -1,0 +1,177 @@
+"""The training-time health callback: real shrunk Trainer runs, scalars read back from TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import tbparse
+import torch
+from conftest import compose_train
+from omegaconf import open_dict
+
+from tinylm.diagnostics import stream_rms, token_spread
+from tinylm.health import TrainingHealth
+from tinylm.health_overhead import run as measure_overhead
+from tinylm.health_overhead import summarise
+from tinylm.module import LitGPT
+from tinylm.train import run
+
+QUANTITIES = (
+    "stream_rms",
+    "token_spread",
+    "attn_entropy",
+    "attn_max_logit",
+    "grad_w_q",
+    "grad_w_k",
+    "grad_w_v",
+    "grad_w_o",
+    "grad_ffn_up",
+    "grad_ffn_down",
+)
+
+
+def _scalars(run_dir: Path):
+    return tbparse.SummaryReader(str(run_dir / "tb")).scalars
+
+
+def _train(tmp_path: Path, *overrides: str) -> tuple[dict, object]:
+    metrics = run(compose_train(tmp_path, list(overrides)))
+    return metrics, _scalars(tmp_path)
+
+
+def test_health_scalars_reach_tensorboard(tmp_path):
+    # SHRINK: 2 blocks, 6 steps, context 32; logging every 2 steps gives steps 0, 2 and 4.
+    _, scalars = _train(tmp_path, "callbacks.health.every_n_steps=2")
+    health = scalars[scalars.tag.str.startswith("health/")]
+    expected = {f"health/{quantity}/block_{k}" for quantity in QUANTITIES for k in (1, 2)}
+    assert set(health.tag) == expected
+    for tag in expected:
+        assert sorted(health[health.tag == tag].step) == [0, 2, 4], tag
+    values = {
+        (tag, step): value for tag, step, value in zip(health.tag, health.step, health.value, strict=True)
+    }
+    assert all(math.isfinite(value) for value in values.values())
+    for k in (1, 2):
+        for step in (0, 2, 4):
+            assert all(values[(f"health/grad_{w}/block_{k}", step)] > 0 for w in ("w_q", "w_k", "w_v", "w_o"))
+            assert 0 < values[(f"health/token_spread/block_{k}", step)] <= 1
+            # Causal attention over 32 positions: query t has t + 1 keys, so entropy <= mean log(t + 1).
+            mean_max_entropy = sum(math.log(t + 1) for t in range(32)) / 32
+            assert 0 < values[(f"health/attn_entropy/block_{k}", step)] <= mean_max_entropy + 1e-6
+    # The stream of a pre-norm model is the sum of its branches, so it grows from block to block.
+    assert values[("health/stream_rms/block_2", 4)] > values[("health/stream_rms/block_1", 4)]
+
+
+def test_health_off_logs_nothing_and_training_is_unchanged(tmp_path):
+    # The activations are measured in an extra pass without dropout or gradients: training is bit for bit
+    # the same with the callback logging every step as with it off. Dropout is on to make this strict.
+    common = ["model.dropout=0.1"]
+    _, logged = _train(tmp_path / "on", *common, "callbacks.health.every_n_steps=1")
+    _, silent = _train(tmp_path / "off", *common, "callbacks.health.every_n_steps=0")
+    assert not silent.tag.str.startswith("health/").any()
+    assert sorted(set(logged[logged.tag.str.startswith("health/")].step)) == list(range(6))
+
+    def losses(scalars):
+        rows = scalars[scalars.tag == "train/loss"]
+        return dict(zip(rows.step, rows.value, strict=True))
+
+    assert losses(logged) == losses(silent)
+
+
+def test_health_can_be_removed_from_the_config(tmp_path):
+    cfg = compose_train(tmp_path, ["~callbacks.health"])
+    assert "health" not in cfg.callbacks
+    run(cfg)
+    assert not _scalars(tmp_path).tag.str.startswith("health/").any()
+
+
+def _module_after_backward(**model) -> tuple[LitGPT, torch.Tensor]:
+    torch.manual_seed(0)
+    module = LitGPT(
+        model={"vocab_size": 20, "block_size": 8, "n_layer": 3, "n_head": 2, "d_model": 16, **model}
+    )
+    inputs = torch.randint(0, 20, (2, 8))
+    _, loss = module(inputs, torch.randint(0, 20, (2, 8)))
+    loss.backward()
+    return module, inputs
+
+
+def test_measure_matches_a_hand_computation_block_by_block():
+    module, inputs = _module_after_backward()
+    callback = TrainingHealth(every_n_steps=1)
+    callback.setup(None, module, "fit")
+    values = callback.measure(module, inputs)
+    gpt = module.model
+    d = 16
+    with torch.no_grad():
+        x = gpt.tok_emb(inputs) + gpt.pos_emb(torch.arange(8))
+        for k, block in enumerate(gpt.blocks, start=1):
+            attention = block.attn.sublayer
+            logits = attention.attention_logits(block.attn.before_branch(x))
+            x = block(x)
+            assert values[f"health/stream_rms/block_{k}"].item() == pytest.approx(stream_rms(x).item())
+            assert values[f"health/token_spread/block_{k}"].item() == pytest.approx(token_spread(x).item())
+            assert values[f"health/attn_max_logit/block_{k}"].item() == pytest.approx(logits.max().item())
+            grad = attention.qkv.weight.grad
+            assert values[f"health/grad_w_k/block_{k}"].item() == pytest.approx(grad[d : 2 * d].norm().item())
+            assert values[f"health/grad_ffn_down/block_{k}"].item() == pytest.approx(
+                block.ffn.sublayer.down.weight.grad.norm().item()
+            )
+
+
+def test_measure_leaves_no_hooks_and_restores_modes():
+    module, inputs = _module_after_backward(dropout=0.1)
+    module.train()
+    module.model.blocks[0].eval()  # a deliberately frozen part must stay as it was
+    callback = TrainingHealth(every_n_steps=1)
+    callback.setup(None, module, "fit")
+    callback.measure(module, inputs)
+    assert all(not m._forward_hooks for m in module.modules())
+    assert module.training and module.model.blocks[1].training
+    assert not module.model.blocks[0].training
+
+
+def test_block_numbers_are_padded_for_deep_models():
+    module, inputs = _module_after_backward(n_layer=10)
+    callback = TrainingHealth()
+    callback.setup(None, module, "fit")
+    tags = callback.measure(module, inputs)
+    assert "health/stream_rms/block_01" in tags and "health/stream_rms/block_10" in tags
+
+
+@pytest.mark.parametrize("every_n_steps", [-1, 2.5, True])
+def test_bad_frequency_is_rejected(every_n_steps):
+    with pytest.raises(ValueError, match="every_n_steps"):
+        TrainingHealth(every_n_steps=every_n_steps)
+
+
+# --- the overhead measurement ----------------------------------------------------------------------------
+
+
+def test_overhead_summary_from_known_step_times():
+    # Ordinary steps take 10 ms, logging steps (every 10th) 30 ms: 20 ms extra every 10 steps = 20%.
+    off = [(step, 0.010) for step in range(100)]
+    on = [(step, 0.030 if step % 10 == 0 else 0.010) for step in range(100)]
+    summary = summarise(off, on, every_n_steps=10)
+    assert summary["logging_steps"] == 9  # steps 10..90: step 0 is warm-up
+    assert summary["logging_step_extra_ms"] == pytest.approx(20.0)
+    assert summary["amortised_overhead"] == pytest.approx(0.2)
+    assert summary["direct_overhead"] == pytest.approx(0.2)  # mean 12 ms (9 x 30 + 81 x 10) / 90 vs 10 ms
+    with pytest.raises(ValueError, match="no logging step"):
+        summarise(off, on, every_n_steps=1000)
+
+
+def test_overhead_measurement_runs_both_variants(tmp_path):
+    cfg = compose_train(tmp_path, ["trainer.max_steps=14", "trainer.val_check_interval=14"])
+    with open_dict(cfg):
+        cfg.callbacks.health.every_n_steps = 4
+        cfg.repeats = 1
+    result = measure_overhead(cfg)
+    assert result["logging_steps"] == 1  # step 12 (0..9 are warm-up)
+    assert all(math.isfinite(result[key]) for key in ("amortised_overhead", "direct_overhead"))
+    assert json.loads((tmp_path / "health_overhead.json").read_text())["every_n_steps"] == 4
+    on, off = _scalars(tmp_path / "0_on"), _scalars(tmp_path / "0_off")
+    assert on.tag.str.startswith("health/").any() and not off.tag.str.startswith("health/").any()

@@ -1,0 +1,131 @@
+"""Training-time health: per-block curves in TensorBoard that show *why* a run trains well or badly.
+
+Every `every_n_steps` optimizer steps (and at step 0), `TrainingHealth` logs, for each block k = 1..n_layer
+(block k's output, numbered like the depth probe's k), under `health/<quantity>/block_<k>`:
+
+| quantity          | what                                                                              |
+|-------------------|-----------------------------------------------------------------------------------|
+| `stream_rms`      | RMS of the residual stream after block k                                          |
+| `token_spread`    | token spread after block k, relative to the stream RMS (`tinylm.diagnostics`)     |
+| `attn_entropy`    | mean entropy (nats) of block k's attention distributions                          |
+| `attn_max_logit`  | largest attention logit q·k/√head_size in block k (logit growth, what QK-norm caps) |
+| `grad_w_q` ...    | gradient norms of W_q, W_k, W_v, W_o and each FFN matrix (`grad_ffn_up`, ...)      |
+
+Gradient norms are those of the step's real backward pass, read before the optimizer step (and before
+gradient clipping). Activations come from one extra forward pass without gradients over the same batch,
+with the same (not yet updated) weights, in eval mode: so it draws no dropout randomness, and a run with the
+callback trains bit for bit like one without it.
+
+Cost: on a step that does not log, the callback only compares the step number (no hooks exist, no tensor
+is touched, no host sync). A logging step pays one forward pass without gradients, recomputed attention
+weights, a few norms and one device-to-host copy of all values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Any
+
+import lightning.pytorch as L
+import torch
+from torch import nn
+
+from tinylm.diagnostics import attention_entropy, block_weight_grad_norms, stream_rms, token_spread
+from tinylm.model import Block
+
+
+class TrainingHealth(L.Callback):
+    """Logs per-block health scalars to every logger of the run; see the module docstring.
+
+    `every_n_steps=0` turns it off. The LightningModule's `forward(inputs)` must run the model on the
+    batch's first element (as `LitGPT` does); the blocks are found as the module's `tinylm.model.Block`s.
+    """
+
+    def __init__(self, every_n_steps: int = 100, prefix: str = "health") -> None:
+        if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 0:
+            raise ValueError(
+                f"TrainingHealth every_n_steps={every_n_steps!r} must be an integer >= 0 (0: off)"
+            )
+        self.every_n_steps = every_n_steps
+        self.prefix = prefix
+        self._blocks: list[Block] = []
+        self._inputs: torch.Tensor | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._blocks = [module for module in pl_module.modules() if isinstance(module, Block)]
+        if self.every_n_steps and not self._blocks:
+            raise ValueError(f"TrainingHealth found no tinylm Block in {type(pl_module).__name__}")
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        # Only keeps a reference to the batch on a logging step; nothing is computed here.
+        if self.every_n_steps and trainer.global_step % self.every_n_steps == 0 and trainer.is_global_zero:
+            self._inputs = batch[0]
+
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        if self._inputs is None:
+            return
+        inputs, self._inputs = self._inputs, None
+        values = self.measure(pl_module, inputs, trainer.precision_plugin.forward_context)
+        # One device-to-host copy for all of them.
+        numbers = torch.stack([value.float() for value in values.values()]).tolist()
+        metrics = dict(zip(values, numbers, strict=True))
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)
+
+    def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
+        # A step whose optimizer step was skipped never reached on_before_optimizer_step: forget its batch.
+        self._inputs = None
+
+    def measure(
+        self,
+        pl_module: nn.Module,
+        inputs: torch.Tensor,
+        forward_context: Callable[[], Any] | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """All health values as 0-dim tensors keyed by their tag: gradient norms as they are now, and the
+        activations of a forward pass over `inputs` without gradients (in eval mode, modes restored)."""
+        width = len(str(len(self._blocks)))
+
+        def tag(quantity: str, index: int) -> str:
+            return f"{self.prefix}/{quantity}/block_{index + 1:0{width}d}"
+
+        values: dict[str, torch.Tensor] = {}
+        for index, block in enumerate(self._blocks):
+            for name, norm in block_weight_grad_norms(block).items():
+                values[tag(f"grad_{name}", index)] = norm
+
+        def record_stream(index: int) -> Callable[..., None]:
+            def hook(module: nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> None:
+                values[tag("stream_rms", index)] = stream_rms(output)
+                values[tag("token_spread", index)] = token_spread(output)
+
+            return hook
+
+        def record_attention(index: int) -> Callable[..., None]:
+            def hook(module: nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> None:
+                logits = module.attention_logits(args[0])  # args[0]: the attention's (normed) input
+                values[tag("attn_entropy", index)] = attention_entropy(logits.softmax(dim=-1))
+                values[tag("attn_max_logit", index)] = logits.amax()
+
+            return hook
+
+        handles = []
+        for index, block in enumerate(self._blocks):
+            handles.append(block.register_forward_hook(record_stream(index)))
+            handles.append(block.attn.sublayer.register_forward_hook(record_attention(index)))
+        modes = {module: module.training for module in pl_module.modules()}
+        try:
+            pl_module.eval()
+            with torch.no_grad(), (forward_context or nullcontext)():
+                pl_module(inputs)
+        finally:
+            for handle in handles:
+                handle.remove()
+            for module, training in modes.items():
+                module.training = training
+        return values
