@@ -1,12 +1,12 @@
 """The depth probe: `python scripts/probe.py norms=[pre,post,sandwich,on_branch] depth=32` (see README)."""
 
-import hydra
 from omegaconf import DictConfig
 
+from tinylm.cli import hydra_entry_point
 from tinylm.probe import run
 
 
-@hydra.main(version_base="1.3", config_path="pkg://tinylm.conf", config_name="probe")
+@hydra_entry_point(config_name="probe")
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

@@ -3,13 +3,13 @@
 Sweeps: `python scripts/train.py -m norm=pre,post act=gelu,swiglu` (README, "Sweeps").
 """
 
-import hydra
 from omegaconf import DictConfig
 
+from tinylm.cli import hydra_entry_point
 from tinylm.sweep import run_job
 
 
-@hydra.main(version_base="1.3", config_path="pkg://tinylm.conf", config_name="train")
+@hydra_entry_point(config_name="train")
 def main(cfg: DictConfig) -> float | None:
     # The optimized metric, for sweepers (Optuna minimises it); in a multirun a failing job returns
     # instead of raising, so the sweep goes on.

@@ -310,11 +310,18 @@ def test_corpus_shorter_than_one_window_raises_corpus_error(tmp_path):
     path = tmp_path / "tiny.txt"
     path.write_text("to be or not to be\n", encoding="utf-8")
     dm = CharDataModule(source="text", files=str(path), block_size=32, batch_size=2)
-    dm.prepare()
-    with pytest.raises(CorpusError, match="block_size"):
-        dm.train_dataloader()
-    with pytest.raises(CorpusError, match="block_size"):
-        dm.val_dataloader()
+    # Found while preparing, before a run writes anything, not when the loaders are built.
+    with pytest.raises(CorpusError, match=r"training split has 17 characters.*block_size"):
+        dm.prepare()
+    assert dm.train_tokens is None  # and nothing half-prepared is kept
+
+
+def test_validation_split_shorter_than_one_window_raises_corpus_error(tmp_path):
+    path = tmp_path / "short.txt"
+    path.write_text("to be or not to be, that is the question\n" * 2, encoding="utf-8")
+    dm = CharDataModule(source="text", files=str(path), block_size=32, batch_size=2, val_fraction=0.1)
+    with pytest.raises(CorpusError, match=r"validation split .* data\.val_fraction"):
+        dm.prepare()
 
 
 def test_empty_text_file_raises_corpus_error(tmp_path):

@@ -232,8 +232,9 @@ def test_sweep_with_ddp_that_would_relaunch_itself_is_refused(tmp_path):
         timeout=180,
     )
     output = result.stdout + result.stderr
-    assert result.returncode != 0
-    assert "ScaleOutError: -m (a sweep) with trainer.strategy=DDPStrategy on 2 devices" in output
+    assert result.returncode == 2
+    # A ScaleOutError is a UserError: one line on stderr (tinylm.cli).
+    assert "error: -m (a sweep) with trainer.strategy=DDPStrategy on 2 devices" in result.stderr
     assert "launcher=slurm" in output
     # Refused before any rank was started: no second sweep, nothing trained, no rank-1 log.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]

@@ -22,13 +22,15 @@ from urllib.parse import urlparse
 
 import datasets
 
+from tinylm.errors import UserError
+
 TINYSHAKESPEARE_URL = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 )
 SOURCES = ("shakespeare", "tinyshakespeare", "text", "hub")
 
 
-class CorpusError(ValueError):
+class CorpusError(UserError, ValueError):
     """A corpus cannot be loaded; the message says what to do instead."""
 
 
@@ -64,18 +66,22 @@ def _text_files(patterns: Sequence[str]) -> datasets.Dataset:
         pattern = os.path.expanduser(str(pattern))
         matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
         if not matches:
-            raise CorpusError(f"no file matches {pattern!r}")
+            raise CorpusError(f"no file matches {pattern!r}; check the pattern")
         paths.extend(matches)
     for file in paths:
         if not Path(file).is_file():
-            raise CorpusError(f"text file {file!r} does not exist")
+            raise CorpusError(f"text file {file!r} does not exist; check the path")
         with open(file, "rb") as handle:
-            try:
-                handle.read().decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise CorpusError(
-                    f"text file {file!r} is not UTF-8 ({err.reason} at byte {err.start})"
-                ) from None
+            content = handle.read()
+        if not content:
+            raise CorpusError(f"text file {file!r} is empty; give a file with some text in it")
+        try:
+            content.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise CorpusError(
+                f"text file {file!r} is not UTF-8 ({err.reason} at byte {err.start}); "
+                "convert it first, e.g. iconv -f latin1 -t utf-8"
+            ) from None
     # One document per file: sample_by="document" keeps newlines, which a character model must see.
     return datasets.load_dataset("text", data_files=paths, sample_by="document", split="train")
 

@@ -16,6 +16,15 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from tinylm.corpora import CorpusError, load_corpus
 from tinylm.distributed import UnpaddedDistributedSampler
+from tinylm.errors import ConfigError, UserError
+
+
+class VocabularyError(UserError, ValueError):
+    """Text holds characters the tokenizer's vocabulary lacks; `unknown` lists them."""
+
+    def __init__(self, message: str, unknown: str) -> None:
+        super().__init__(message)
+        self.unknown = unknown
 
 
 class CharTokenizer:
@@ -43,9 +52,10 @@ class CharTokenizer:
         ids = np.where(codes < len(self._table), self._table[np.minimum(codes, len(self._table) - 1)], -1)
         if (ids < 0).any():
             unknown = sorted({text[i] for i in np.flatnonzero(ids < 0)[:1000]})
-            raise ValueError(
+            raise VocabularyError(
                 f"characters not in the vocabulary: {''.join(unknown)!r} "
-                f"(the vocabulary has {self.vocab_size} characters from the training corpus)"
+                f"(the vocabulary has {self.vocab_size} characters from the training corpus)",
+                "".join(unknown),
             )
         return ids
 
@@ -168,9 +178,10 @@ class CharDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         if not 0.0 < val_fraction < 1.0:
-            raise ValueError(f"data.val_fraction={val_fraction} must be between 0 and 1 (exclusive)")
-        if batch_size <= 0 or block_size <= 0:
-            raise ValueError(f"data.batch_size={batch_size} and block_size={block_size} must be positive")
+            raise ConfigError(f"data.val_fraction={val_fraction} must be between 0 and 1 (exclusive)")
+        for name, value in (("data.batch_size", batch_size), ("model.block_size", block_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name}={value!r} must be a positive whole number")
         self.source, self.path, self.files, self.name, self.column, self.split = (
             source, path, files, name, column, split
         )  # fmt: skip
@@ -191,15 +202,25 @@ class CharDataModule(L.LightningDataModule):
         corpus = load_corpus(self.source, self.path, self.files, self.name, self.column, self.split)
         text = "".join(corpus["text"])
         if not text:
-            raise CorpusError(f"the {self.source!r} corpus is empty")
+            raise CorpusError(f"the {self.source!r} corpus is empty; choose a corpus with text in it")
         # The vocabulary covers the whole corpus so that validation never meets an unknown character.
         self.tokenizer = self.tokenizer or CharTokenizer.from_text(text)
         tokens = _tokenise(corpus, self.tokenizer)
         n_train = math.floor(len(tokens) * (1.0 - self.val_fraction))
+        splits = {"training": tokens[:n_train], "validation": tokens[n_train:]}
+        for split, part in splits.items():
+            # Checked here, before training starts and anything is written, not when the loaders are built.
+            if len(part) <= self.block_size:
+                raise CorpusError(
+                    f"the {split} split has {len(part)} characters, fewer than one window of "
+                    f"block_size+1={self.block_size + 1}; use a longer corpus"
+                    + (", a larger data.val_fraction" if split == "validation" else "")
+                    + " or a smaller model.block_size"
+                )
         dtype = torch.int16 if self.tokenizer.vocab_size < 2**15 else torch.int32
         # Narrow ids keep big corpora small in memory; batches are widened to int64 when they are cut.
-        self.train_tokens = torch.from_numpy(tokens[:n_train]).to(dtype)
-        self.val_tokens = torch.from_numpy(tokens[n_train:]).to(dtype)
+        self.train_tokens = torch.from_numpy(splits["training"]).to(dtype)
+        self.val_tokens = torch.from_numpy(splits["validation"]).to(dtype)
         return self.tokenizer
 
     def setup(self, stage: str) -> None:

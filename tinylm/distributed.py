@@ -15,8 +15,10 @@ from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy, St
 from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 from torch.utils.data import Dataset, DistributedSampler
 
+from tinylm.errors import UserError
 
-class ScaleOutError(ValueError):
+
+class ScaleOutError(UserError, ValueError):
     """A multi-process setting that cannot work as asked."""
 
 

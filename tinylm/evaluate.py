@@ -8,8 +8,10 @@ import torch
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
-from tinylm.corpora import load_corpus
-from tinylm.data import FixedWindows
+from tinylm.checkpoints import CheckpointError
+from tinylm.corpora import CorpusError, load_corpus
+from tinylm.data import FixedWindows, VocabularyError
+from tinylm.errors import ConfigError
 from tinylm.module import LitGPT
 from tinylm.sample import load_module
 
@@ -20,8 +22,14 @@ def evaluate_text(
 ) -> dict[str, float]:
     """Mean next-character cross-entropy over non-overlapping `block_size` windows covering `text`."""
     assert module.tokenizer is not None
+    block_size = module.model_config.block_size
+    if len(text) <= block_size:
+        raise CorpusError(
+            f"the text has {len(text)} characters, fewer than one window of block_size+1={block_size + 1}; "
+            "evaluate on a longer text"
+        )
     tokens = torch.from_numpy(module.tokenizer.encode_array(text))
-    windows = FixedWindows(tokens, module.model_config.block_size, max_windows)
+    windows = FixedWindows(tokens, block_size, max_windows)
     total, count = 0.0, 0
     for inputs, targets in DataLoader(windows, batch_size=batch_size):
         _, loss = module.model(inputs.to(module.device), targets.to(module.device))
@@ -32,15 +40,25 @@ def evaluate_text(
 
 
 def run(cfg: DictConfig) -> dict[str, float]:
+    if not cfg.get("ckpt"):
+        raise CheckpointError("say which model to evaluate: ckpt=<checkpoint.ckpt or run directory>")
     if not cfg.get("file"):
-        raise ValueError("say which text to evaluate on: file=<path to a UTF-8 text file>")
+        raise ConfigError("say which text to evaluate on: file=<path to a UTF-8 text file>")
+    for name in ("batch_size", "max_windows"):
+        value = cfg.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise ConfigError(f"{name}={value!r} must be a positive whole number")
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
-    module = load_module(cfg.ckpt) if cfg.get("ckpt") else None
-    if module is None:
-        raise ValueError("say which model to evaluate: ckpt=<checkpoint.ckpt or run directory>")
+    module = load_module(cfg.ckpt)
     text = "".join(load_corpus("text", files=str(cfg.file))["text"])
-    metrics = evaluate_text(module, text, int(cfg.batch_size), cfg.get("max_windows"))
+    try:
+        metrics = evaluate_text(module, text, int(cfg.batch_size), cfg.get("max_windows"))
+    except VocabularyError as err:
+        raise CorpusError(
+            f"{cfg.file} has characters the model never saw: {err.unknown!r}; evaluate on text made of the "
+            f"{module.tokenizer.vocab_size} characters of its training corpus"
+        ) from None
     print(
         f"{cfg.file}: loss {metrics['loss']:.4f} nats/char, {metrics['bpc']:.4f} bits/char "
         f"over {metrics['chars']:,} chars ({metrics['windows']} windows of {module.model_config.block_size})"

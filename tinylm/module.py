@@ -13,6 +13,7 @@ from torchmetrics.aggregation import MeanMetric
 
 from tinylm.data import CharTokenizer
 from tinylm.distributed import shards_parameters
+from tinylm.errors import ConfigError
 from tinylm.model import GPT, ModelConfig
 
 ADAMW_IMPLEMENTATIONS = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
@@ -31,20 +32,24 @@ class OptimConfig:
     implementation: str = "loop"
 
     def __post_init__(self) -> None:
+        for name in ("lr", "min_lr", "warmup_steps", "decay_steps", "weight_decay", "beta1", "beta2"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"optim.{name}={value!r} must be a number")
         if self.implementation not in ADAMW_IMPLEMENTATIONS:
-            raise ValueError(
+            raise ConfigError(
                 f"optim.implementation={self.implementation!r} is not one of {', '.join(ADAMW_IMPLEMENTATIONS)}"
             )
         if not self.lr > 0:
-            raise ValueError(f"optim.lr={self.lr} must be > 0")
+            raise ConfigError(f"optim.lr={self.lr} must be > 0")
         if not 0 <= self.min_lr <= self.lr:
-            raise ValueError(f"optim.min_lr={self.min_lr} must be between 0 and optim.lr={self.lr}")
+            raise ConfigError(f"optim.min_lr={self.min_lr} must be between 0 and optim.lr={self.lr}")
         if self.warmup_steps < 0 or self.decay_steps <= 0:
-            raise ValueError(
+            raise ConfigError(
                 f"optim.warmup_steps={self.warmup_steps} must be >= 0 and optim.decay_steps={self.decay_steps} > 0"
             )
         if self.weight_decay < 0:
-            raise ValueError(f"optim.weight_decay={self.weight_decay} must be >= 0")
+            raise ConfigError(f"optim.weight_decay={self.weight_decay} must be >= 0")
 
 
 def learning_rate(step: int, lr: float, min_lr: float, warmup_steps: int, decay_steps: int) -> float:
@@ -159,7 +164,7 @@ class LitGPT(L.LightningModule):
         if self.tokenizer is None:
             raise RuntimeError("no tokenizer attached to this model")
         if not prompt:
-            raise ValueError("the prompt must hold at least one character (e.g. a newline)")
+            raise ConfigError("the prompt must hold at least one character (e.g. a newline)")
         generator = torch.Generator(device=self.device).manual_seed(seed)
         context = torch.tensor([self.tokenizer.encode(prompt)], dtype=torch.long, device=self.device)
         was_training = self.model.training

@@ -35,6 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from tinylm.diagnostics import block_weight_grad_norms, stream_rms, token_spread
+from tinylm.errors import ConfigError
 from tinylm.model import PLACEMENTS, Block, ModelConfig
 from tinylm.model.gpt import init_linear
 
@@ -72,7 +73,7 @@ def text_batch(
     """`batch_size` random windows of `seq_len` characters of `text`, embedded through a fresh N(0, 1)
     character embedding (the same scale as `randn` input) as a (batch, time, d_model) tensor."""
     if len(text) < seq_len:
-        raise ValueError(f"the probe's text has {len(text)} characters, fewer than seq_len={seq_len}")
+        raise ConfigError(f"the probe's text has {len(text)} characters, fewer than seq_len={seq_len}")
     vocabulary = {char: index for index, char in enumerate(sorted(set(text)))}
     embedding = torch.randn(len(vocabulary), d_model, generator=generator)
     starts = torch.randint(0, len(text) - seq_len + 1, (batch_size,), generator=generator).tolist()
@@ -129,7 +130,7 @@ def depth_probe(
     norms = list(norms) if norms else [config.norm]
     unknown = [norm for norm in norms if norm not in PLACEMENTS]
     if unknown:
-        raise ValueError(f"unknown norm placement(s) {unknown}; choose from {', '.join(PLACEMENTS)}")
+        raise ConfigError(f"unknown norm placement(s) {unknown}; choose from {', '.join(PLACEMENTS)}")
     rows: list[dict[str, Any]] = []
     with torch.random.fork_rng(devices=[]):
         generator = torch.manual_seed(seed)
@@ -232,19 +233,19 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> None:
 
 
 def _settings(cfg: DictConfig) -> dict[str, Any]:
-    """The probe's settings from its Hydra config, checked; raises ValueError naming a bad one."""
+    """The probe's settings from its Hydra config, checked; raises ConfigError naming a bad one."""
     for key in ("depth", "batch_size", "seq_len"):
         value = cfg[key]
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{key}={value!r} must be a positive integer")
+            raise ConfigError(f"{key}={value!r} must be a positive integer")
     if cfg.input not in INPUTS:
-        raise ValueError(f"input={cfg.input!r} is not one of {', '.join(INPUTS)}")
+        raise ConfigError(f"input={cfg.input!r} is not one of {', '.join(INPUTS)}")
     if cfg.dtype not in DTYPES:
-        raise ValueError(f"dtype={cfg.dtype!r} is not one of {', '.join(DTYPES)}")
+        raise ConfigError(f"dtype={cfg.dtype!r} is not one of {', '.join(DTYPES)}")
     norms = list(cfg.norms) if cfg.get("norms") else [cfg.model.norm]
     unknown = [norm for norm in norms if norm not in PLACEMENTS]
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"norms={norms}: unknown placement(s) {unknown}; choose from {', '.join(PLACEMENTS)}"
         )
     model = {

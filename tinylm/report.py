@@ -22,6 +22,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from tinylm.errors import UserError
 from tinylm.run_record import read_run_record
 
 REPORT_MD = "report.md"
@@ -33,7 +34,7 @@ _NOT_CHOICES = ("run_dir", "run_name", "hydra.")
 _THROUGHPUT_TAGS = ("train/items_per_sec", "train/device/items_per_sec")
 
 
-class ReportError(ValueError):
+class ReportError(UserError, ValueError):
     """The directory cannot be reported on: missing, empty, or not a sweep."""
 
 

@@ -1,7 +1,7 @@
 """`metrics.json`: how a run ended, in its run directory, for reports and people.
 
 TensorBoard holds the curves; this file holds what is not a curve: the status (`completed`, `failed`,
-`diverged`), the final metrics, the parameter count, the optimizer steps taken and the wall time. A run
+`diverged`, `interrupted`), the final metrics, the parameter count, the optimizer steps taken and the wall time. A run
 directory without it is unfinished: still running, or killed before it could write anything.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 RECORD_FILE = "metrics.json"
-STATUSES = ("completed", "failed", "diverged")
+STATUSES = ("completed", "failed", "diverged", "interrupted")
 
 
 def _plain(value: Any) -> Any:

@@ -11,7 +11,10 @@ gets a `metrics.json` saying how it ended, and the sweeper gets a value it under
   (`nan` would not do: optuna 2.x refuses a `nan` value in a way that ends the sweep).
 
 A single run still raises, so it exits non-zero; so does an error that condemns the whole sweep
-(`SWEEP_ERRORS`), which stops it at the first job.
+(`SWEEP_ERRORS`), which stops it at the first job, and Ctrl-C or SIGTERM (`TrainingInterrupted`, recorded
+as `interrupted`: last.ckpt holds the job's state), which stops the sweep as the user or scheduler asked.
+A bad input (a `UserError`) never replaces the record of a run already in the directory, e.g. when a
+resume in place is mistyped.
 """
 
 from __future__ import annotations
@@ -30,17 +33,22 @@ from lightning.fabric.utilities.spike import TrainingSpikeException
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.distributed import ScaleOutError
-from tinylm.run_record import write_run_record
+from tinylm.errors import TrainingDiverged, TrainingInterrupted, UserError
+from tinylm.run_record import read_run_record, write_run_record
 from tinylm.train import run
 
 log = logging.getLogger(__name__)
 
 # Exceptions that mean "the loss blew up", not "the program broke". FloatingPointError is Python's own
 # for numeric failure; a divergence error raised by training should derive from it (or be listed here).
-DIVERGENCE_ERRORS: tuple[type[BaseException], ...] = (FloatingPointError, TrainingSpikeException)
+DIVERGENCE_ERRORS: tuple[type[BaseException], ...] = (
+    TrainingDiverged,
+    FloatingPointError,
+    TrainingSpikeException,
+)
 # Exceptions that condemn the whole sweep, not one job: every job would fail the same way, so the sweep
 # stops at the first (e.g. `-m` with a DDP trainer that would re-run the sweep for every rank).
-SWEEP_ERRORS: tuple[type[BaseException], ...] = (ScaleOutError,)
+SWEEP_ERRORS: tuple[type[BaseException], ...] = (ScaleOutError, TrainingInterrupted)
 
 
 def in_multirun() -> bool:
@@ -60,8 +68,13 @@ def run_job(cfg: DictConfig, keep_going: bool | None = None) -> float | None:
     try:
         metrics = run(cfg)
     except Exception as error:
-        status = "diverged" if isinstance(error, DIVERGENCE_ERRORS) else "failed"
-        _record_failure(cfg, status, error, time.perf_counter() - started)
+        if isinstance(error, TrainingInterrupted):
+            status = "interrupted"
+        else:
+            status = "diverged" if isinstance(error, DIVERGENCE_ERRORS) else "failed"
+        bad_input = isinstance(error, UserError) and status == "failed"
+        if not (bad_input and read_run_record(cfg.run_dir) is not None):
+            _record_failure(cfg, status, error, time.perf_counter() - started)
         if not keep_going or isinstance(error, SWEEP_ERRORS):
             raise
         log.exception("run %s %s; the sweep goes on", cfg.get("run_name"), status)

@@ -16,19 +16,36 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.callbacks import TensorBoardHParams, ValidateOnLastStep
-from tinylm.checkpoints import checkpoint_tokenizer, read_checkpoint, resolve_checkpoint
-from tinylm.data import CharDataModule
+from tinylm.checkpoints import (
+    CheckpointError,
+    check_resumable,
+    checkpoint_tokenizer,
+    read_checkpoint,
+    resume_checkpoint,
+)
+from tinylm.data import CharDataModule, VocabularyError
 from tinylm.distributed import (
     EffectiveBatch,
     refuse_relaunch_in_sweep,
     shards_parameters,
     slurm_gpus_per_node,
 )
-from tinylm.module import LitGPT
+from tinylm.errors import ConfigError
+from tinylm.fault_tolerance import (
+    AtomicCheckpointIO,
+    LoggingStepFollowsGlobalStep,
+    StopOnNonFiniteLoss,
+    StopOnSignal,
+    TrainingRandomState,
+    last_checkpoint_path,
+)
+from tinylm.model import ModelConfig
+from tinylm.module import LitGPT, OptimConfig
 from tinylm.run_record import write_run_record
 from tinylm.sample import load_module
 
@@ -65,8 +82,12 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
     """Train as `cfg` says; returns the final metrics (floats), the run directory and the sample text.
 
     `extra_callbacks` lets tools that drive a real run (benchmarks) observe it without changing it.
+    Every input is checked before anything is written: a bad setting, corpus or checkpoint raises a
+    `UserError` and leaves the run directory (and every other) as it was. A run that diverges raises
+    `TrainingDiverged`; one stopped by SIGINT/SIGTERM saves last.ckpt and raises `TrainingInterrupted`.
     """
     started = time.perf_counter()
+    check_settings(cfg)
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
         # Lightning's DDP launcher gives each rank cores // ranks threads unless this is set; set, it keeps
@@ -75,11 +96,20 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
     L.seed_everything(cfg.seed, workers=True)
     run_dir = Path(cfg.run_dir)
 
-    ckpt_path = str(resolve_checkpoint(cfg.ckpt_path)) if cfg.get("ckpt_path") else None
+    ckpt_path = resume_checkpoint(cfg.get("ckpt_path"), run_dir)
+    checkpoint = read_checkpoint(ckpt_path) if ckpt_path else None
     # A resumed run must keep the ids it was trained with, so its tokenizer comes from the checkpoint.
-    tokenizer = checkpoint_tokenizer(read_checkpoint(ckpt_path)) if ckpt_path else None
+    tokenizer = checkpoint_tokenizer(checkpoint) if checkpoint else None
     datamodule = CharDataModule(**OmegaConf.to_container(cfg.data, resolve=True), tokenizer=tokenizer)
-    tokenizer = datamodule.prepare()
+    try:
+        tokenizer = datamodule.prepare()
+    except VocabularyError as err:
+        if checkpoint is None:
+            raise
+        raise CheckpointError(
+            f"the corpus has characters {err.unknown!r} that the vocabulary of checkpoint {str(ckpt_path)!r} "
+            "lacks; resume on the corpus it was trained on, or drop ckpt_path to train from scratch"
+        ) from None
 
     model_config = {**OmegaConf.to_container(cfg.model, resolve=True), "vocab_size": tokenizer.vocab_size}
     module = LitGPT(
@@ -89,20 +119,36 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
         compile=bool(cfg.get("compile", False)),
     )
     module.tokenizer = tokenizer
+    if checkpoint is not None:
+        check_resumable(checkpoint, ckpt_path, module.model_config, int(cfg.trainer.max_steps))
+        del checkpoint  # Lightning reads it again to restore everything
 
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     if not cfg.trainer.get("enable_progress_bar", True):
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     hparams = hparams_for_tensorboard(cfg)
     callbacks += [ValidateOnLastStep(), TensorBoardHParams(hparams), *extra_callbacks]
+    # First in line, so the steps' random stream is stored before StopOnSignal saves a checkpoint.
+    callbacks = [TrainingRandomState(), LoggingStepFollowsGlobalStep(), *callbacks]
+    callbacks += [StopOnNonFiniteLoss(), StopOnSignal()]
     logger = instantiate(cfg.logger, version=cfg.run_name or "default") if cfg.get("logger") else False
-    trainer = L.Trainer(**cfg.trainer, callbacks=callbacks, logger=logger, default_root_dir=str(run_dir))
+    try:
+        trainer = L.Trainer(
+            **cfg.trainer,
+            callbacks=callbacks,
+            logger=logger,
+            default_root_dir=str(run_dir),
+            plugins=[AtomicCheckpointIO()],
+        )
+    except (TypeError, ValueError, MisconfigurationException) as err:
+        raise ConfigError(f"Lightning rejects the trainer settings: {err}") from None
     if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
         refuse_relaunch_in_sweep(trainer)
     batch = EffectiveBatch.of(trainer, datamodule.batch_size, datamodule.block_size)
     hparams.update(batch.hparams())
-    # The Trainer knows each process's rank before it starts the others: only rank 0 writes the run's files
-    # (Lightning's logger and checkpoints are rank-0-only themselves).
+    # Only now, with every input checked, does the run directory get written. The Trainer knows each
+    # process's rank before it starts the others: only rank 0 writes the run's files (Lightning's logger
+    # and checkpoints are rank-0-only themselves).
     if trainer.is_global_zero:
         run_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
@@ -111,12 +157,12 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
                  f"{module.model.num_params():,}")  # fmt: skip
         log.info(batch.describe(module.optim_config.lr))
 
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
 
     metrics: dict[str, Any] = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    checkpoint = trainer.checkpoint_callback
-    if checkpoint is not None and checkpoint.best_model_score is not None:
-        metrics["best/val_loss"] = float(checkpoint.best_model_score)
+    checkpoint_callback = trainer.checkpoint_callback
+    if checkpoint_callback is not None and checkpoint_callback.best_model_score is not None:
+        metrics["best/val_loss"] = float(checkpoint_callback.best_model_score)
     metrics["step"] = trainer.global_step
     metrics["params"] = module.model.num_params()
     metrics["wall_time_s"] = time.perf_counter() - started
@@ -139,13 +185,28 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
     return metrics
 
 
+def check_settings(cfg: DictConfig) -> None:
+    """The checks that need no data: fail in a second, not after loading a corpus."""
+    max_steps = cfg.trainer.get("max_steps")
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps <= 0:
+        raise ConfigError(
+            f"trainer.max_steps={max_steps!r} must be a positive number of optimizer steps "
+            "(training windows are an endless stream: max_steps is what ends a run)"
+        )
+    try:
+        ModelConfig.from_dict({**OmegaConf.to_container(cfg.model, resolve=True), "vocab_size": 1})
+    except ConfigError as err:
+        # The command line calls these fields model.<name>.
+        raise ConfigError(str(err).replace("ModelConfig.", "model.")) from None
+    OptimConfig(**OmegaConf.to_container(cfg.optim, resolve=True))
+
+
 def _whole_model(trainer: L.Trainer, module: LitGPT) -> LitGPT | None:
     """The trained model, whole, in this process: a sharded one (FSDP) is whole only in its checkpoint."""
     if not shards_parameters(trainer.strategy):
         return module
-    checkpoint = trainer.checkpoint_callback
-    last = getattr(checkpoint, "last_model_path", "") if checkpoint is not None else ""
-    return load_module(last) if last and trainer.is_global_zero else None
+    last = last_checkpoint_path(trainer)
+    return load_module(last) if last.is_file() and trainer.is_global_zero else None
 
 
 def hparams_for_tensorboard(cfg: DictConfig) -> dict[str, Any]:

@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from tinylm.errors import ConfigError
+
 Placement = Literal["pre", "post", "sandwich", "on_branch"]
 NormType = Literal["layer", "rms"]
 Activation = Literal["relu", "gelu", "swiglu", "geglu"]
@@ -21,12 +23,22 @@ GATED_ACTIVATIONS = ("swiglu", "geglu")
 def _check_choice(name: str, value: object, literal: Any) -> None:
     choices = get_args(literal)
     if value not in choices:
-        raise ValueError(f"ModelConfig.{name}={value!r} is not one of {', '.join(map(repr, choices))}")
+        raise ConfigError(f"ModelConfig.{name}={value!r} is not one of {', '.join(map(repr, choices))}")
 
 
 def _check_positive(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"ModelConfig.{name}={value!r} must be a positive integer")
+        raise ConfigError(f"ModelConfig.{name}={value!r} must be a positive integer")
+
+
+def _check_number(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"ModelConfig.{name}={value!r} must be a number")
+
+
+def _check_bool(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"ModelConfig.{name}={value!r} must be true or false")
 
 
 def default_ffn_width(d_model: int, act: str) -> int:
@@ -65,15 +77,19 @@ class ModelConfig:
         _check_choice("norm_type", self.norm_type, NormType)
         _check_choice("act", self.act, Activation)
         _check_choice("init", self.init, Init)
+        for name in ("dropout", "norm_eps"):
+            _check_number(name, getattr(self, name))
+        for name in ("qk_norm", "bias", "tie_weights", "fused_norms"):
+            _check_bool(name, getattr(self, name))
         if self.d_model % self.n_head != 0:
-            raise ValueError(
+            raise ConfigError(
                 f"ModelConfig.d_model={self.d_model} must be divisible by n_head={self.n_head} "
                 f"(choose d_model a multiple of n_head)"
             )
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"ModelConfig.dropout={self.dropout!r} must be in [0, 1)")
+            raise ConfigError(f"ModelConfig.dropout={self.dropout!r} must be in [0, 1)")
         if not self.norm_eps > 0:
-            raise ValueError(f"ModelConfig.norm_eps={self.norm_eps!r} must be > 0")
+            raise ConfigError(f"ModelConfig.norm_eps={self.norm_eps!r} must be > 0")
         if self.d_ff is None:
             self.d_ff = default_ffn_width(self.d_model, self.act)
         _check_positive("d_ff", self.d_ff)
@@ -90,5 +106,5 @@ class ModelConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"unknown ModelConfig field(s) {unknown}; known fields: {sorted(known)}")
+            raise ConfigError(f"unknown ModelConfig field(s) {unknown}; known fields: {sorted(known)}")
         return cls(**values)

@@ -1,0 +1,38 @@
+"""Callbacks that break a real training run on purpose, for the fault-tolerance tests.
+
+Added through the real config, e.g. `+callbacks.fault._target_=fault_injection.SendSignal`, so the run under
+test is otherwise exactly what a user gets (subprocesses need `tests/` on PYTHONPATH).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import lightning.pytorch as L
+import torch
+
+
+class SendSignal(L.Callback):
+    """Sends `signum` to this very process at the end of optimizer step `at_step`, as a user or a scheduler would."""
+
+    def __init__(self, at_step: int, signum: int = signal.SIGINT) -> None:
+        self.at_step = at_step
+        self.signum = signum
+
+    def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
+        if trainer.global_step == self.at_step:
+            os.kill(os.getpid(), self.signum)
+
+
+class PoisonWeights(L.Callback):
+    """Sets the first weight matrix to NaN after optimizer step `at_step`, as an overflowing update would."""
+
+    def __init__(self, at_step: int) -> None:
+        self.at_step = at_step
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
+        if trainer.global_step == self.at_step:
+            with torch.no_grad():
+                next(p for p in pl_module.parameters() if p.dim() >= 2).fill_(float("nan"))

