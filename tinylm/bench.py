@@ -29,7 +29,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from tinylm.data import CharDataModule, RandomWindows
 from tinylm.model import GPT, ModelConfig
-from tinylm.module import OptimConfig
+from tinylm.module import OptimConfig, matrix_names, weight_decay_groups
 
 
 class StepTimer(L.Callback):
@@ -68,11 +68,7 @@ def bare_loop(
     """The reference: forward, backward, AdamW step, zero_grad; nothing else."""
     torch.manual_seed(0)
     model = GPT(model_config)
-    params = list(model.parameters())
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": optim.weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
+    groups = weight_decay_groups(model.named_parameters(), matrix_names(model), optim.weight_decay)
     optimizer = torch.optim.AdamW(groups, lr=optim.lr, betas=(optim.beta1, optim.beta2))
     times = []
     for inputs, targets in batches:

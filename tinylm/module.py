@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +71,22 @@ def _unwrapped_name(name: str) -> str:
     return name.replace("_fsdp_wrapped_module.", "").replace("_checkpoint_wrapped_module.", "")
 
 
+def matrix_names(model: torch.nn.Module) -> frozenset[str]:
+    """Names of the parameters AdamW decays: the matrices (biases and norm gains are 1-D)."""
+    return frozenset(name for name, p in model.named_parameters() if p.dim() >= 2)
+
+
+def weight_decay_groups(
+    named_params: Iterable[tuple[str, torch.nn.Parameter]], decayed: frozenset[str], weight_decay: float
+) -> list[dict[str, Any]]:
+    """AdamW parameter groups: `weight_decay` on the `decayed` names, none on the rest."""
+    named = list(named_params)
+    return [
+        {"params": [p for n, p in named if n in decayed], "weight_decay": weight_decay},
+        {"params": [p for n, p in named if n not in decayed], "weight_decay": 0.0},
+    ]
+
+
 class LitGPT(L.LightningModule):
     def __init__(
         self,
@@ -86,7 +103,7 @@ class LitGPT(L.LightningModule):
         self.model = GPT(self.model_config)
         # Decided now, on the whole model: under FSDP the optimizer is built after sharding, when every
         # parameter is a flat 1-D shard and `dim()` no longer tells a matrix from a bias.
-        self._decayed = frozenset(name for name, p in self.model.named_parameters() if p.dim() >= 2)
+        self._decayed = matrix_names(self.model)
         self.sample_chars = sample_chars
         self.compile = compile
         # Validation means as torchmetrics, which sum values and window counts over the ranks. Lightning's own
@@ -177,10 +194,7 @@ class LitGPT(L.LightningModule):
         config = self.optim_config
         # Decay matrices only: biases and norm gains are 1-D, and decaying them just fights the norm.
         named = [(_unwrapped_name(n), p) for n, p in self.model.named_parameters() if p.requires_grad]
-        groups = [
-            {"params": [p for n, p in named if n in self._decayed], "weight_decay": config.weight_decay},
-            {"params": [p for n, p in named if n not in self._decayed], "weight_decay": 0.0},
-        ]
+        groups = weight_decay_groups(named, self._decayed, config.weight_decay)
         optimizer = torch.optim.AdamW(
             groups,
             lr=config.lr,
