@@ -10,6 +10,8 @@ from typing import Any
 import lightning.pytorch as L
 import torch
 from lightning.fabric.utilities.throughput import measure_flops
+from lightning.pytorch.plugins.precision import MixedPrecision, Precision
+from lightning.pytorch.utilities import GradClipAlgorithmType
 from torchmetrics.aggregation import MeanMetric
 
 from tinylm.data import CharTokenizer
@@ -30,7 +32,7 @@ class OptimConfig:
     beta1: float = 0.9
     beta2: float = 0.99
     # AdamW's kernel: "loop" (one tensor at a time), "foreach" (batched ops), "fused" (one fused kernel).
-    implementation: str = "loop"
+    implementation: str = "fused"
 
     def __post_init__(self) -> None:
         for name in ("lr", "min_lr", "warmup_steps", "decay_steps", "weight_decay", "beta1", "beta2"):
@@ -140,10 +142,22 @@ class LitGPT(L.LightningModule):
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         inputs, targets = batch
         _, loss = self.model(inputs, targets)
-        self.log("train/loss", loss, prog_bar=True)
-        # The rate this step uses (both parameter groups share it; LearningRateMonitor would log two).
-        self.log("lr", self.optimizers().param_groups[0]["lr"])
+        if self._step_is_written():
+            self.log("train/loss", loss, prog_bar=True)
+            # The rate this step uses (both parameter groups share it; LearningRateMonitor would log two).
+            self.log("lr", self.optimizers().param_groups[0]["lr"])
         return loss
+
+    def _step_is_written(self) -> bool:
+        """Whether the logger writes this step's metrics: every `log_every_n_steps`-th step and the last.
+
+        Lightning writes only those, but `self.log` costs ~0.5 ms a call on every step (3.7% of a baby-model
+        step on CPU), so the other steps do not call it. The logged values are the same.
+        """
+        trainer = self.trainer
+        step = self.global_step + 1
+        every = trainer.log_every_n_steps
+        return (every > 0 and step % every == 0) or step >= trainer.max_steps > 0
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         inputs, targets = batch
@@ -189,6 +203,22 @@ class LitGPT(L.LightningModule):
         out = self.model.generate(context, max_new_chars, temperature, top_k, generator=generator)
         self.model.train(was_training)
         return self.tokenizer.decode(out[0, context.shape[1] :])
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        precision = self.trainer.precision_plugin
+        if gradient_clip_val and isinstance(precision, MixedPrecision) and precision.scaler is None:
+            # bf16 autocast keeps no loss scale, so these are the true gradients and clip exactly as in fp32.
+            # Lightning's mixed-precision plugin refuses to clip for a fused AdamW at all, a check meant for
+            # fp16's scaler (which the fused kernel unscales internally); fp16 still goes through that check.
+            algorithm = GradClipAlgorithmType(gradient_clip_algorithm or GradClipAlgorithmType.NORM)
+            Precision.clip_gradients(precision, optimizer, gradient_clip_val, algorithm)
+            return
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def configure_optimizers(self) -> dict[str, Any]:
         config = self.optim_config

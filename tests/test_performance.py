@@ -1,0 +1,172 @@
+"""The speed-ups kept on by default (issue E) change no result: bf16 autocast only where the machine multiplies
+bf16 natively, attention in fp32 under CPU autocast, clipping under bf16 with a fused AdamW, logging only on
+the steps the logger writes, and a throttled progress bar. Speed itself is measured by scripts/bench.py."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import lightning.pytorch as L
+import pytest
+import tbparse
+import torch
+import torch.nn.functional as F
+from conftest import compose_train
+from omegaconf import OmegaConf
+
+import tinylm.callbacks
+from tinylm.callbacks import StepProgressBar
+from tinylm.model import GPT, ModelConfig
+from tinylm.precision import multiplies_bf16_natively, resolve_precision
+from tinylm.train import run
+
+# --- trainer.precision=auto ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed", "16-mixed", 32])
+def test_an_explicit_precision_is_passed_through(precision):
+    assert resolve_precision(precision, "cpu") == precision
+
+
+@pytest.mark.parametrize(("avx512_bf16", "amx", "expected"), [
+    (True, False, "bf16-mixed"),
+    (False, True, "bf16-mixed"),
+    (False, False, "32-true"),
+])  # fmt: skip
+def test_auto_picks_bf16_only_on_a_cpu_that_multiplies_bf16_natively(monkeypatch, avx512_bf16, amx, expected):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    assert resolve_precision("auto", "cpu") == expected
+
+
+def test_auto_keeps_fp32_when_torch_cannot_tell(monkeypatch):
+    monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported")
+    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported")
+    assert not multiplies_bf16_natively("cpu")
+    assert resolve_precision("auto", "cpu") == "32-true"
+
+
+def test_a_run_saves_the_precision_it_really_used(tmp_path):
+    cfg = compose_train(tmp_path / "run", ["sample.chars=0"])
+    assert cfg.trainer.precision == "auto"  # the CPU preset's default
+    run(cfg)
+    saved = OmegaConf.load(tmp_path / "run" / "config.yaml")
+    assert saved.trainer.precision == resolve_precision("auto", "cpu") != "auto"
+    assert cfg.trainer.precision == "auto", "run(cfg) must not change the caller's config"
+
+
+# --- attention under CPU autocast ------------------------------------------------------------------------
+
+
+def test_attention_runs_in_fp32_under_cpu_autocast_and_matches_fp32(monkeypatch):
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(vocab_size=20, block_size=16, n_layer=2, n_head=2, d_model=32))
+    idx = torch.randint(0, 20, (3, 16))
+    _, loss_fp32 = model(idx, idx)
+
+    dtypes = []
+    sdpa = F.scaled_dot_product_attention
+
+    def recording_sdpa(q, k, v, **kwargs):
+        dtypes.append((q.dtype, k.dtype, v.dtype, torch.is_autocast_enabled("cpu")))
+        return sdpa(q, k, v, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recording_sdpa)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, loss_bf16 = model(idx, idx)
+    loss_bf16.backward()
+
+    assert dtypes == [(torch.float32, torch.float32, torch.float32, False)] * 2  # one call per block
+    assert logits.dtype == torch.bfloat16  # the projections around it did run in bf16
+    assert loss_bf16.dtype == torch.float32
+    assert loss_bf16.item() == pytest.approx(loss_fp32.item(), abs=0.02)
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_attention_is_left_alone_without_autocast(monkeypatch):
+    model = GPT(ModelConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, d_model=16)).to(torch.float64)
+    seen = []
+    sdpa = F.scaled_dot_product_attention
+    monkeypatch.setattr(
+        F, "scaled_dot_product_attention", lambda q, k, v, **kw: seen.append(q.dtype) or sdpa(q, k, v, **kw)
+    )
+    model(torch.zeros(1, 8, dtype=torch.long))
+    assert seen == [torch.float64]  # the probe's float64 runs are not cast down
+
+
+# --- gradient clipping with a fused AdamW ------------------------------------------------------------------
+
+
+class GradientNormAfterClipping(L.Callback):
+    """The total gradient norm each optimizer step used: read before the next step zeroes the gradients."""
+
+    def __init__(self) -> None:
+        self.norms: list[float] = []
+
+    def on_before_zero_grad(self, trainer: L.Trainer, pl_module: L.LightningModule, *_) -> None:
+        grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
+        if grads:
+            self.norms.append(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item())
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "32-true"])
+def test_gradients_are_clipped_with_the_fused_adamw(tmp_path, precision):
+    # Lightning's mixed-precision plugin refuses to clip for a fused optimizer at all; bf16 has no loss
+    # scale, so tinylm clips there as in fp32.
+    clip = 0.05
+    cfg = compose_train(
+        tmp_path / "run",
+        [f"trainer.precision={precision}", "optim.implementation=fused", f"trainer.gradient_clip_val={clip}",
+         "sample.chars=0"],
+    )  # fmt: skip
+    norms = GradientNormAfterClipping()
+    run(cfg, extra_callbacks=[norms])
+    # Steps 1..5 see the previous step's gradients, except the one after a validation (which frees them).
+    assert len(norms.norms) >= 3
+    assert all(n <= clip * (1 + 1e-4) for n in norms.norms), norms.norms
+    assert max(norms.norms) == pytest.approx(clip, rel=1e-4)  # at this clip value every step is clipped
+
+
+# --- logging only where the logger writes ------------------------------------------------------------------
+
+
+def test_train_metrics_are_written_every_n_steps_and_at_the_last(tmp_path):
+    cfg = compose_train(
+        tmp_path / "run", ["trainer.max_steps=7", "trainer.log_every_n_steps=3", "sample.chars=0"]
+    )
+    metrics = run(cfg)
+    scalars = tbparse.SummaryReader(str(tmp_path / "run" / "tb")).scalars
+    for tag in ("train/loss", "lr"):
+        assert sorted(int(s) for s in scalars[scalars.tag == tag].step) == [2, 5, 6], tag
+    last_loss = scalars[(scalars.tag == "train/loss") & (scalars.step == 6)].value.item()
+    assert metrics["train/loss"] == pytest.approx(last_loss, rel=1e-6)  # the final step's, not a stale one
+
+
+# --- progress bar redraws ------------------------------------------------------------------------------------
+
+
+class _Bar:
+    def __init__(self) -> None:
+        self.n = 0
+        self.redraws: list[int] = []
+
+    def set_postfix(self, metrics, refresh: bool) -> None:
+        self.redraws.append(self.n)
+
+
+def _drive(bar: StepProgressBar, monkeypatch, step_seconds: float, max_steps: int) -> list[int]:
+    clock = SimpleNamespace(now=0.0)
+    monkeypatch.setattr(tinylm.callbacks.time, "monotonic", lambda: clock.now)
+    monkeypatch.setattr(bar, "get_metrics", lambda *_: {})
+    bar._train_progress_bar = _Bar()
+    for step in range(1, max_steps + 1):
+        clock.now += step_seconds
+        bar.on_train_batch_end(SimpleNamespace(global_step=step, max_steps=max_steps), None)
+    return bar._train_progress_bar.redraws
+
+
+def test_progress_bar_redraws_at_most_every_min_interval_and_on_the_last_step(monkeypatch):
+    # 40 ms steps, 0.25 s between redraws: every 7th step (0.28 s), and the last.
+    assert _drive(StepProgressBar(min_interval_s=0.25), monkeypatch, 0.04, 30) == [1, 8, 15, 22, 29, 30]
+    # Steps slower than the interval redraw on every step, as before.
+    assert _drive(StepProgressBar(min_interval_s=0.25), monkeypatch, 1.0, 4) == [1, 2, 3, 4]
