@@ -33,7 +33,7 @@ def _non_default_config():
         tie_weights=False,
         init="xavier",
         norm_eps=1e-6,
-        fused_norms=True,
+        fused_norms=False,
     )
 
 

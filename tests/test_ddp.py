@@ -35,7 +35,7 @@ from tinylm.distributed import (
 )
 from tinylm.module import LitGPT
 from tinylm.sample import load_module
-from tinylm.train import run
+from tinylm.train import run, with_resolved_precision
 
 
 def _tokens(n: int = 5000) -> torch.Tensor:
@@ -340,7 +340,7 @@ def test_in_a_slurm_task_lightning_takes_the_rank_from_slurm(monkeypatch, restor
     for key, value in slurm_env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("LOCAL_RANK", raising=False)
-    trainer = L.Trainer(**OmegaConf.to_container(cfg.trainer), logger=False)
+    trainer = L.Trainer(**OmegaConf.to_container(with_resolved_precision(cfg).trainer), logger=False)
     assert (trainer.global_rank, trainer.local_rank, trainer.node_rank, trainer.world_size) == (5, 1, 1, 8)
     assert not trainer.is_global_zero
     assert not relaunches_script(trainer)  # so a sweep through launcher=slurm is not refused
@@ -351,7 +351,7 @@ def test_without_a_scheduler_lightning_relaunches_ddp(monkeypatch, restore_rank_
         monkeypatch.delenv(key, raising=False)
     with initialize_config_module("tinylm.conf", version_base="1.3"):
         cfg = compose("train", overrides=[*SHRINK, "trainer=ddp", "trainer.accelerator=cpu"])
-    trainer = L.Trainer(**OmegaConf.to_container(cfg.trainer), logger=False)
+    trainer = L.Trainer(**OmegaConf.to_container(with_resolved_precision(cfg).trainer), logger=False)
     assert relaunches_script(trainer)
     single = L.Trainer(accelerator="cpu", devices=1, logger=False)
     assert not relaunches_script(single)

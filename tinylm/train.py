@@ -18,7 +18,7 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ProgressBar
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from tinylm.callbacks import TensorBoardHParams, ValidateOnLastStep
 from tinylm.checkpoints import (
@@ -46,6 +46,7 @@ from tinylm.fault_tolerance import (
 )
 from tinylm.model import ModelConfig
 from tinylm.module import LitGPT, OptimConfig
+from tinylm.precision import resolve_precision
 from tinylm.run_record import write_run_record
 from tinylm.sample import load_module
 
@@ -88,6 +89,7 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
     """
     started = time.perf_counter()
     check_settings(cfg)
+    cfg = with_resolved_precision(cfg)
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
         # Lightning's DDP launcher gives each rank cores // ranks threads unless this is set; set, it keeps
@@ -156,6 +158,7 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
         log.info("model: %s parameters (%s without embeddings)", f"{module.model.num_params(False):,}",
                  f"{module.model.num_params():,}")  # fmt: skip
         log.info(batch.describe(module.optim_config.lr))
+        log.info("precision: %s", cfg.trainer.precision)
 
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
 
@@ -201,6 +204,18 @@ def check_settings(cfg: DictConfig) -> None:
     OptimConfig(**OmegaConf.to_container(cfg.optim, resolve=True))
 
 
+def with_resolved_precision(cfg: DictConfig) -> DictConfig:
+    """A copy of `cfg` whose `trainer.precision` is what this machine runs (`auto` resolved), so the saved
+    config.yaml and TensorBoard's HParams say which precision a run really used."""
+    cfg = cfg.copy()
+    with open_dict(cfg):
+        cfg.trainer = cfg.trainer.copy()
+        cfg.trainer.precision = resolve_precision(
+            cfg.trainer.get("precision", "32-true"), cfg.trainer.get("accelerator", "auto")
+        )
+    return cfg
+
+
 def _whole_model(trainer: L.Trainer, module: LitGPT) -> LitGPT | None:
     """The trained model, whole, in this process: a sharded one (FSDP) is whole only in its checkpoint."""
     if not shards_parameters(trainer.strategy):
@@ -228,6 +243,7 @@ def hparams_for_tensorboard(cfg: DictConfig) -> dict[str, Any]:
         "weight_decay": cfg.optim.weight_decay,
         "batch_size": cfg.data.batch_size,
         "max_steps": cfg.trainer.max_steps,
+        "precision": str(cfg.trainer.precision),
         "data": cfg.data.source,
         "seed": cfg.seed,
     }
