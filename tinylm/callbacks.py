@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any
 
 import lightning.pytorch as L
@@ -28,7 +30,16 @@ class TokenThroughput(ThroughputMonitor):
 
 class StepProgressBar(TQDMProgressBar):
     """Counts optimizer steps up to `max_steps`. Training windows are an endless stream, so Lightning's
-    default per-epoch bar would show `Epoch 0: 1234/?` forever."""
+    default per-epoch bar would show `Epoch 0: 1234/?` forever.
+
+    Redraws at most every `min_interval_s` seconds (and on the last step): redrawing on every step cost 1%
+    of the baby model's step time on CPU, for updates faster than anyone reads.
+    """
+
+    def __init__(self, min_interval_s: float = 0.25, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.min_interval_s = min_interval_s
+        self._last_redraw = -math.inf
 
     def on_train_epoch_start(self, trainer: L.Trainer, *_: Any) -> None:
         bar = self.train_progress_bar
@@ -42,8 +53,11 @@ class StepProgressBar(TQDMProgressBar):
         return metrics
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
-        bar = self.train_progress_bar
-        if trainer.global_step % self.refresh_rate == 0 or trainer.global_step == trainer.max_steps:
+        now = time.monotonic()
+        due = trainer.global_step % self.refresh_rate == 0 and now - self._last_redraw >= self.min_interval_s
+        if due or trainer.global_step == trainer.max_steps:
+            self._last_redraw = now
+            bar = self.train_progress_bar
             bar.n = trainer.global_step
             bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=True)
 
