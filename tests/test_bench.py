@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import run_script
 
 EXPECTED_FIELDS = {
@@ -19,6 +20,9 @@ EXPECTED_FIELDS = {
     "tinylm_flops_per_s",
     "matmul_peak_flops_per_s",
     "fraction_of_matmul_peak",
+    "matmul_peak_in_use_flops_per_s",
+    "fraction_of_matmul_peak_in_use",
+    "step_profile",
     "peak_rss_mb",
 }
 
@@ -50,6 +54,30 @@ def test_bench_json_reports_every_field_on_a_tiny_config(tmp_path):
     # One fwd+bwd of a 1-layer, d=16 model on 2×16 tokens: a few MFLOP, counted, not guessed.
     assert 1e5 < report["flops_per_step"] < 1e8
     assert 0 < report["fraction_of_matmul_peak"] < 1
+    assert 0 < report["fraction_of_matmul_peak_in_use"] < 1
+    # `auto` is reported as what this machine ran.
+    assert report["config"]["precision"] in ("bf16-mixed", "32-true")
+    profile = report["step_profile"]
+    assert profile["steps"] == 6
+    assert 0 < profile["data_loading_share"] < 1 and 0 < profile["logging_share"] < 1
+    parts = profile["logging_parts_share"]
+    assert set(parts) == {
+        "LightningModule.log",
+        "logger connector",
+        "TokenThroughput",
+        "StepProgressBar",
+        "TrainingHealth",
+    }
+    assert sum(parts.values()) == pytest.approx(profile["logging_share"])
+    # Each of these does work on a 6-step run: the last step logs, the bar redraws, health runs at step 0.
+    for name in (
+        "LightningModule.log",
+        "logger connector",
+        "TokenThroughput",
+        "StepProgressBar",
+        "TrainingHealth",
+    ):
+        assert parts[name] > 0, name
     assert report["peak_rss_mb"] > 50
     assert list(tmp_path.iterdir()) == [], "a benchmark must leave nothing behind in its working directory"
 

@@ -2,8 +2,10 @@
 
 (a) tinylm: `tinylm.train.run(cfg)` exactly as a user runs it: Lightning Trainer, datamodule, logging,
     checkpointing and callbacks at the config's settings; step times come from a callback.
-(b) bare: the same model and optimizer settings, batches already in memory, forward + backward + AdamW step
-    + zero_grad, nothing else; plain fp32 eager with PyTorch's default AdamW.
+(b) bare: the plain reference every speed-up is judged against: the same architecture with the norms written
+    out as formulas, batches already in memory, forward + backward + PyTorch's default AdamW step + zero_grad,
+    nothing else, fp32, eager. It ignores tinylm's optimisation flags (fused norms and AdamW, bf16, compile),
+    so `ratio` is tinylm at the given settings against plain PyTorch.
 
 Both report the median step time after warm-up. Repetitions alternate (bare, tinylm, bare, tinylm, ...), so
 slow drifts of the machine hit both alike. FLOPs per step are counted with `torch.utils.flop_counter` and
@@ -12,6 +14,8 @@ compared with this machine's fp32 matmul peak, measured in the same process.
 
 from __future__ import annotations
 
+import contextlib
+import cProfile
 import json
 import os
 import platform
@@ -19,7 +23,7 @@ import resource
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import lightning.pytorch as L
@@ -30,6 +34,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from tinylm.data import CharDataModule, RandomWindows
 from tinylm.model import GPT, ModelConfig
 from tinylm.module import OptimConfig, matrix_names, weight_decay_groups
+from tinylm.precision import resolve_precision
+from tinylm.step_profile import step_shares
 
 
 class StepTimer(L.Callback):
@@ -38,7 +44,11 @@ class StepTimer(L.Callback):
 
     def __init__(self) -> None:
         self.step_times: list[float] = []
+        self.callbacks: list[L.Callback] = []
         self._last: float | None = None
+
+    def on_fit_start(self, trainer: L.Trainer, *_: Any) -> None:
+        self.callbacks = list(trainer.callbacks)
 
     def on_train_batch_end(self, *_: Any) -> None:
         now = time.perf_counter()
@@ -65,9 +75,9 @@ def _median_result(step_times: list[float], warmup: int, tokens_per_step: int) -
 def bare_loop(
     model_config: ModelConfig, optim: OptimConfig, batches: list[tuple[torch.Tensor, torch.Tensor]]
 ) -> list[float]:
-    """The reference: forward, backward, AdamW step, zero_grad; nothing else."""
+    """The reference: forward, backward, AdamW step, zero_grad; nothing else, in plain fp32 eager."""
     torch.manual_seed(0)
-    model = GPT(model_config)
+    model = GPT(replace(model_config, fused_norms=False))
     groups = weight_decay_groups(model.named_parameters(), matrix_names(model), optim.weight_decay)
     optimizer = torch.optim.AdamW(groups, lr=optim.lr, betas=(optim.beta1, optim.beta2))
     times = []
@@ -81,7 +91,7 @@ def bare_loop(
     return times
 
 
-def tinylm_path(cfg: DictConfig, steps: int) -> list[float]:
+def tinylm_path(cfg: DictConfig, steps: int, profile: cProfile.Profile | None = None) -> StepTimer:
     from tinylm.train import run  # the real entry point, imported late to keep this module light
 
     timer = StepTimer()
@@ -92,8 +102,23 @@ def tinylm_path(cfg: DictConfig, steps: int) -> list[float]:
             cfg.run_name = "bench"
             cfg.trainer.max_steps = steps
             cfg.sample.chars = 0
-        run(cfg, extra_callbacks=[timer])
-    return timer.step_times
+        with profile if profile is not None else contextlib.nullcontext():
+            run(cfg, extra_callbacks=[timer])
+    return timer
+
+
+def profiled_shares(cfg: DictConfig, steps: int) -> dict[str, Any]:
+    """Data loading and logging as shares of the training step (tinylm.step_profile), from one more run."""
+    profile = cProfile.Profile()
+    timer = tinylm_path(cfg, steps, profile)
+    shares = step_shares(profile, timer.callbacks)
+    return {
+        "method": "cProfile over Lightning's training steps (upper bounds: the profiler slows Python code most)",
+        "steps": shares.steps,
+        "data_loading_share": shares.data_loading_share,
+        "logging_share": shares.logging_share,
+        "logging_parts_share": {name: t / shares.step_s for name, t in shares.logging_parts_s.items()},
+    }
 
 
 def flops_per_step(model_config: ModelConfig, batch_size: int) -> int:
@@ -105,9 +130,9 @@ def flops_per_step(model_config: ModelConfig, batch_size: int) -> int:
     return counter.get_total_flops()
 
 
-def matmul_peak_flops(size: int = 1024, seconds: float = 2.0) -> float:
-    """Best fp32 FLOP/s of a square matmul on this machine with the current thread setting."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
+def matmul_peak_flops(dtype: torch.dtype = torch.float32, size: int = 1024, seconds: float = 2.0) -> float:
+    """Best FLOP/s of a square `dtype` matmul on this machine with the current thread setting."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     for _ in range(3):
         a @ b
     best = 0.0
@@ -130,6 +155,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         raise ValueError(f"bench.steps - bench.warmup = {steps - warmup}: at least 50 timed steps are needed")
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
+    precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
 
     datamodule = CharDataModule(**OmegaConf.to_container(cfg.data, resolve=True))
     tokenizer = datamodule.prepare()
@@ -148,10 +174,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     bare, ours = [], []
     for _ in range(repeats):
         bare.append(_median_result(bare_loop(model_config, optim, batches), warmup, tokens_per_step))
-        ours.append(_median_result(tinylm_path(cfg, steps), warmup, tokens_per_step))
+        ours.append(_median_result(tinylm_path(cfg, steps).step_times, warmup, tokens_per_step))
+    shares = profiled_shares(cfg, steps) if bench.get("profile", True) else None
 
     flops = flops_per_step(model_config, batch_size)
     peak = matmul_peak_flops()
+    # bf16 autocast runs the matmuls in bf16: their peak is the one to compare with.
+    peak_in_use = matmul_peak_flops(torch.bfloat16) if "bf16" in str(precision) else peak
     best_ours = max(r.tokens_per_s for r in ours)
     result = {
         "config": {
@@ -163,7 +192,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             "norm": model_config.norm,
             "act": model_config.act,
             "params": GPT(model_config).num_params(),
-            "precision": str(cfg.trainer.precision),
+            "precision": str(precision),
             "compile": bool(cfg.get("compile", False)),
             "fused_norms": model_config.fused_norms,
             "optimizer": optim.implementation,
@@ -184,6 +213,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "tinylm_flops_per_s": flops * best_ours / tokens_per_step,
         "matmul_peak_flops_per_s": peak,
         "fraction_of_matmul_peak": flops * best_ours / tokens_per_step / peak,
+        "matmul_peak_in_use_flops_per_s": peak_in_use,
+        "fraction_of_matmul_peak_in_use": flops * best_ours / tokens_per_step / peak_in_use,
+        "step_profile": shares,
         "peak_rss_mb": peak_rss_mb(),
     }
     return result
@@ -209,8 +241,20 @@ def format_report(result: dict[str, Any]) -> str:
         f"FLOPs/step {result['flops_per_step'] / 1e9:.3f} GFLOP; tinylm achieves "
         f"{result['tinylm_flops_per_s'] / 1e9:.2f} GFLOP/s = {result['fraction_of_matmul_peak']:.1%} of the "
         f"measured fp32 matmul peak ({result['matmul_peak_flops_per_s'] / 1e9:.1f} GFLOP/s)",
-        f"peak RSS of this process: {result['peak_rss_mb']:.0f} MB",
     ]
+    if result["matmul_peak_in_use_flops_per_s"] != result["matmul_peak_flops_per_s"]:
+        lines.append(
+            f"  = {result['fraction_of_matmul_peak_in_use']:.1%} of the measured bf16 matmul peak "
+            f"({result['matmul_peak_in_use_flops_per_s'] / 1e9:.1f} GFLOP/s), the precision its matmuls run in"
+        )
+    profile = result["step_profile"]
+    if profile is not None:
+        parts = ", ".join(f"{name} {share:.2%}" for name, share in profile["logging_parts_share"].items())
+        lines.append(
+            f"step profile ({profile['steps']} steps, {profile['method']}): data loading "
+            f"{profile['data_loading_share']:.2%}, logging {profile['logging_share']:.2%} ({parts})"
+        )
+    lines.append(f"peak RSS of this process: {result['peak_rss_mb']:.0f} MB")
     return "\n".join(lines)
 
 
