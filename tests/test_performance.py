@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 import tinylm.callbacks
 from tinylm.callbacks import StepProgressBar
 from tinylm.model import GPT, ModelConfig
+from tinylm.module import LitGPT
 from tinylm.precision import multiplies_bf16_natively, resolve_precision
 from tinylm.train import run
 
@@ -125,6 +126,27 @@ def test_gradients_are_clipped_with_the_fused_adamw(tmp_path, precision):
     assert len(norms.norms) >= 3
     assert all(n <= clip * (1 + 1e-4) for n in norms.norms), norms.norms
     assert max(norms.norms) == pytest.approx(clip, rel=1e-4)  # at this clip value every step is clipped
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "32-true"])
+@pytest.mark.parametrize("max_norm", [1e-3, 1e3])  # clipped / left alone
+def test_clipping_gives_exactly_what_clip_grad_norm_gives(precision, max_norm):
+    torch.manual_seed(0)
+    module = LitGPT(model={"vocab_size": 20, "block_size": 8, "n_layer": 1, "n_head": 2, "d_model": 16})
+    module.trainer = L.Trainer(accelerator="cpu", precision=precision, logger=False)
+    idx = torch.randint(0, 20, (4, 8))
+    module(idx, idx)[1].backward()
+    reference = []
+    for p in module.parameters():
+        twin = p.detach().clone().requires_grad_()
+        twin.grad = p.grad.clone()
+        reference.append(twin)
+    torch.nn.utils.clip_grad_norm_(reference, max_norm)
+
+    optimizer = torch.optim.AdamW(module.parameters(), fused=True)
+    module.configure_gradient_clipping(optimizer, gradient_clip_val=max_norm, gradient_clip_algorithm="norm")
+    for ours, theirs in zip(module.parameters(), reference, strict=True):
+        assert torch.equal(ours.grad, theirs.grad)
 
 
 # --- logging only where the logger writes ------------------------------------------------------------------

@@ -1,21 +1,22 @@
 """Training throughput of tinylm's real path against a bare PyTorch loop, measured side by side.
 
 (a) tinylm: `tinylm.train.run(cfg)` exactly as a user runs it: Lightning Trainer, datamodule, logging,
-    checkpointing and callbacks at the config's settings; step times come from a callback.
+    checkpointing and callbacks at the config's settings.
 (b) bare: the plain reference every speed-up is judged against: the same architecture with the norms written
     out as formulas, batches already in memory, forward + backward + PyTorch's default AdamW step + zero_grad,
     nothing else, fp32, eager. It ignores tinylm's optimisation flags (fused norms and AdamW, bf16, compile),
     so `ratio` is tinylm at the given settings against plain PyTorch.
 
-Both report the median step time after warm-up. Repetitions alternate (bare, tinylm, bare, tinylm, ...), so
-slow drifts of the machine hit both alike. FLOPs per step are counted with `torch.utils.flop_counter` and
-compared with this machine's fp32 matmul peak, measured in the same process.
+The two take turns step by step in one process: after each tinylm step a callback runs one bare step on its
+own model and optimizer, and each path's clock runs only during its own work. A machine whose speed drifts
+(this project's 2-core VM moves between ~15k and ~20k tok/s from one half-minute to the next) then slows
+both alike, where timing one path's run after the other's made single ratios swing by ±15%. Each path
+reports its median step time after warm-up; a repetition is one training run. FLOPs per step are counted with
+`torch.utils.flop_counter` and compared with this machine's matmul peak, measured in the same process.
 """
 
 from __future__ import annotations
 
-import contextlib
-import cProfile
 import json
 import os
 import platform
@@ -35,26 +36,48 @@ from tinylm.data import CharDataModule, RandomWindows
 from tinylm.model import GPT, ModelConfig
 from tinylm.module import OptimConfig, matrix_names, weight_decay_groups
 from tinylm.precision import resolve_precision
-from tinylm.step_profile import step_shares
+from tinylm.step_profile import StepProfile
 
 
-class StepTimer(L.Callback):
-    """Wall time of every training step, from one step's end to the next (data, forward, backward, optimizer,
-    logging and callbacks included: everything the user waits for)."""
+class BareLoop:
+    """The reference: forward, backward, AdamW step, zero_grad; nothing else, in plain fp32 eager."""
 
-    def __init__(self) -> None:
+    def __init__(self, model_config: ModelConfig, optim: OptimConfig) -> None:
+        torch.manual_seed(0)
+        self.model = GPT(replace(model_config, fused_norms=False))
+        groups = weight_decay_groups(
+            self.model.named_parameters(), matrix_names(self.model), optim.weight_decay
+        )
+        self.optimizer = torch.optim.AdamW(groups, lr=optim.lr, betas=(optim.beta1, optim.beta2))
+
+    def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
+        start = time.perf_counter()
+        _, loss = self.model(inputs, targets)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return time.perf_counter() - start
+
+
+class PairedStepTimer(L.Callback):
+    """Wall time of every tinylm training step, from one step's end to the next (data, forward, backward,
+    optimizer, logging and callbacks included: everything the user waits for), with one bare step run and
+    timed in between, outside tinylm's clock."""
+
+    def __init__(self, bare: BareLoop, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        self.bare = bare
+        self.batches = batches
         self.step_times: list[float] = []
-        self.callbacks: list[L.Callback] = []
+        self.bare_step_times: list[float] = []
         self._last: float | None = None
-
-    def on_fit_start(self, trainer: L.Trainer, *_: Any) -> None:
-        self.callbacks = list(trainer.callbacks)
 
     def on_train_batch_end(self, *_: Any) -> None:
         now = time.perf_counter()
         if self._last is not None:
             self.step_times.append(now - self._last)
-        self._last = now
+        if len(self.bare_step_times) < len(self.batches):
+            self.bare_step_times.append(self.bare.step(*self.batches[len(self.bare_step_times)]))
+        self._last = time.perf_counter()
 
 
 @dataclass
@@ -72,29 +95,10 @@ def _median_result(step_times: list[float], warmup: int, tokens_per_step: int) -
     return PathResult(median, tokens_per_step / median, len(timed))
 
 
-def bare_loop(
-    model_config: ModelConfig, optim: OptimConfig, batches: list[tuple[torch.Tensor, torch.Tensor]]
-) -> list[float]:
-    """The reference: forward, backward, AdamW step, zero_grad; nothing else, in plain fp32 eager."""
-    torch.manual_seed(0)
-    model = GPT(replace(model_config, fused_norms=False))
-    groups = weight_decay_groups(model.named_parameters(), matrix_names(model), optim.weight_decay)
-    optimizer = torch.optim.AdamW(groups, lr=optim.lr, betas=(optim.beta1, optim.beta2))
-    times = []
-    for inputs, targets in batches:
-        start = time.perf_counter()
-        _, loss = model(inputs, targets)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - start)
-    return times
-
-
-def tinylm_path(cfg: DictConfig, steps: int, profile: cProfile.Profile | None = None) -> StepTimer:
+def tinylm_run(cfg: DictConfig, steps: int, *observers: L.Callback) -> None:
+    """One real training run of `steps` steps into a temporary directory, watched by `observers`."""
     from tinylm.train import run  # the real entry point, imported late to keep this module light
 
-    timer = StepTimer()
     with tempfile.TemporaryDirectory(prefix="tinylm-bench-") as run_dir:
         cfg = cfg.copy()
         with open_dict(cfg):
@@ -102,22 +106,25 @@ def tinylm_path(cfg: DictConfig, steps: int, profile: cProfile.Profile | None = 
             cfg.run_name = "bench"
             cfg.trainer.max_steps = steps
             cfg.sample.chars = 0
-        with profile if profile is not None else contextlib.nullcontext():
-            run(cfg, extra_callbacks=[timer])
-    return timer
+        run(cfg, extra_callbacks=list(observers))
 
 
 def profiled_shares(cfg: DictConfig, steps: int) -> dict[str, Any]:
-    """Data loading and logging as shares of the training step (tinylm.step_profile), from one more run."""
-    profile = cProfile.Profile()
-    timer = tinylm_path(cfg, steps, profile)
-    shares = step_shares(profile, timer.callbacks)
+    """Data loading, logging and health as shares of the training step (tinylm.step_profile), from one more
+    run of the same path."""
+    profile = StepProfile()
+    try:
+        tinylm_run(cfg, steps, profile)
+    finally:
+        profile.teardown()
+    shares = profile.result
     return {
-        "method": "cProfile over Lightning's training steps (upper bounds: the profiler slows Python code most)",
+        "method": "wall-clock timers around each part, inside Lightning's training steps",
         "steps": shares.steps,
-        "data_loading_share": shares.data_loading_share,
-        "logging_share": shares.logging_share,
-        "logging_parts_share": {name: t / shares.step_s for name, t in shares.logging_parts_s.items()},
+        "data_loading_share": shares.share("data loading"),
+        "logging_share": shares.share("logging"),
+        "health_share": shares.share("health"),
+        "parts_share": {name: t / shares.step_s for name, t in shares.parts_s.items()},
     }
 
 
@@ -173,8 +180,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     bare, ours = [], []
     for _ in range(repeats):
-        bare.append(_median_result(bare_loop(model_config, optim, batches), warmup, tokens_per_step))
-        ours.append(_median_result(tinylm_path(cfg, steps).step_times, warmup, tokens_per_step))
+        timer = PairedStepTimer(BareLoop(model_config, optim), batches)
+        tinylm_run(cfg, steps, timer)
+        bare.append(_median_result(timer.bare_step_times, warmup, tokens_per_step))
+        ours.append(_median_result(timer.step_times, warmup, tokens_per_step))
     shares = profiled_shares(cfg, steps) if bench.get("profile", True) else None
 
     flops = flops_per_step(model_config, batch_size)
@@ -249,10 +258,12 @@ def format_report(result: dict[str, Any]) -> str:
         )
     profile = result["step_profile"]
     if profile is not None:
-        parts = ", ".join(f"{name} {share:.2%}" for name, share in profile["logging_parts_share"].items())
+        parts = ", ".join(f"{name} {share:.2%}" for name, share in profile["parts_share"].items())
         lines.append(
             f"step profile ({profile['steps']} steps, {profile['method']}): data loading "
-            f"{profile['data_loading_share']:.2%}, logging {profile['logging_share']:.2%} ({parts})"
+            f"{profile['data_loading_share']:.2%} + logging {profile['logging_share']:.2%} = "
+            f"{profile['data_loading_share'] + profile['logging_share']:.2%} of step time; health "
+            f"{profile['health_share']:.2%} ({parts})"
         )
     lines.append(f"peak RSS of this process: {result['peak_rss_mb']:.0f} MB")
     return "\n".join(lines)

@@ -1,123 +1,132 @@
-"""Where a training step's time goes: data loading and logging as shares of the step, from Python's cProfile.
+"""Where a training step's time goes: data loading and logging as shares of the step, timed inside a real run.
 
-The real training path runs under cProfile; a step is one call of Lightning's `_TrainingEpochLoop.advance`
-(fetch a batch, forward, backward, optimizer, callbacks, logging; validation runs outside it). Within those
-calls we add up
-  data loading: fetching the batch (Lightning's data fetcher and our DataLoader) and moving it to the device;
-  logging: `LightningModule.log` in `training_step`, Lightning's logger connector (which writes TensorBoard),
-           and the training-step hooks of the callbacks that only report (progress bar, throughput monitor,
-           TrainingHealth).
-cProfile charges every Python call a little, and these parts are Python while the model's work is mostly in
-C++ kernels, so the shares come out larger than without the profiler: they are upper bounds.
+`StepProfile` is a callback. At fit start it wraps, with a wall-clock timer, one training step (Lightning's
+`_TrainingEpochLoop.advance`: fetch a batch, forward, backward, optimizer, callbacks, logging; validation runs
+outside it) and, within steps only, the parts below; at teardown it puts everything back.
+
+  data loading:  Lightning's data fetcher (which runs our DataLoader) and moving the batch to the device;
+  logging:       `LightningModule.log`, Lightning's logger connector (which writes TensorBoard), the
+                 progress bar's and the throughput monitor's training-step hooks;
+  health:        TrainingHealth's hooks (issue D's diagnostics: an extra forward pass every 100 steps),
+                 reported apart from logging because it computes, and has its own budget.
+
+A timer costs about a microsecond per call, against steps of tens of milliseconds: unlike a tracing profiler,
+which slows every Python call and so inflates exactly these Python-heavy parts, it leaves the shares as
+they are.
 """
 
 from __future__ import annotations
 
-import cProfile
-import pstats
-from dataclasses import dataclass
+import functools
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from lightning.pytorch.callbacks import Callback, ProgressBar, ThroughputMonitor
+import lightning.pytorch as L
+from lightning.pytorch.callbacks import ProgressBar, ThroughputMonitor
+from lightning.pytorch.loops import fetchers
+from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
+from lightning.pytorch.trainer.connectors.logger_connector.logger_connector import _LoggerConnector
 
 from tinylm.health import TrainingHealth
 
-# TensorBoardHParams reports too, but only at fit start.
-REPORTING_CALLBACKS = (ProgressBar, ThroughputMonitor, TrainingHealth)
 # The callback hooks Lightning calls inside a training step.
-TRAINING_STEP_HOOKS = frozenset(
-    {
-        "on_train_batch_start",
-        "on_train_batch_end",
-        "on_before_backward",
-        "on_after_backward",
-        "on_before_optimizer_step",
-        "on_before_zero_grad",
-    }
+TRAINING_STEP_HOOKS = (
+    "on_train_batch_start",
+    "on_train_batch_end",
+    "on_before_backward",
+    "on_after_backward",
+    "on_before_optimizer_step",
+    "on_before_zero_grad",
 )
-
-# (file name ending, function) of the step itself, and of what it calls to load data and to log.
-STEP = ("loops/training_epoch_loop.py", "advance")
-DATA_LOADING_CALLS = (
-    ("loops/fetchers.py", "__next__"),
-    ("core/module.py", "_on_before_batch_transfer"),
-    # From advance directly: batch_to_device (and the strategy's on_train_batch_start, a no-op on one device).
-    ("trainer/call.py", "_call_strategy_hook"),
-)
-LOGGER_CONNECTOR_CALLS = (
-    ("logger_connector/logger_connector.py", "on_batch_start"),
-    ("logger_connector/logger_connector.py", "on_batch_end"),
-    ("logger_connector/logger_connector.py", "update_train_step_metrics"),
+CALLBACK_CATEGORIES: tuple[tuple[type, str], ...] = (
+    (ProgressBar, "logging"),
+    (ThroughputMonitor, "logging"),
+    (TrainingHealth, "health"),
 )
 
 
 @dataclass
 class StepShares:
-    steps: int
-    step_s: float  # total time in training steps, under the profiler
-    data_loading_s: float
-    logging_s: float
-    logging_parts_s: dict[str, float]
+    steps: int = 0
+    step_s: float = 0.0
+    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # per category
+    parts_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # per wrapped function
 
-    @property
-    def data_loading_share(self) -> float:
-        return self.data_loading_s / self.step_s
-
-    @property
-    def logging_share(self) -> float:
-        return self.logging_s / self.step_s
+    def share(self, category: str) -> float:
+        return self.seconds[category] / self.step_s if self.step_s else 0.0
 
 
-Key = tuple[str, int, str]
+class StepProfile(L.Callback):
+    """Times data loading, logging and health inside every training step of the run it is attached to."""
 
+    def __init__(self) -> None:
+        self.result = StepShares()
+        self._in_step = False
+        self._active: set[str] = set()  # parts being timed now: a nested call is not counted twice
+        self._restore: list[Callable[[], None]] = []
 
-def _find(stats: dict[Key, Any], where: tuple[str, str]) -> list[Key]:
-    suffix, name = where
-    return [k for k in stats if k[0].replace("\\", "/").endswith(suffix) and k[2] == name]
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._wrap_step(_TrainingEpochLoop, "advance")
+        # Private Lightning classes: this is a measuring tool, pinned by tests/test_bench.py.
+        for fetcher in (fetchers._DataFetcher, fetchers._PrefetchDataFetcher):
+            self._wrap(fetcher, "__next__", "data loading", "data fetcher")
+        self._wrap(type(trainer.strategy), "batch_to_device", "data loading", "batch_to_device")
+        self._wrap(type(pl_module), "log", "logging", "LightningModule.log")
+        for method in ("on_batch_start", "on_batch_end", "update_train_step_metrics"):
+            self._wrap(_LoggerConnector, method, "logging", "logger connector")
+        for callback in trainer.callbacks:
+            category = next((c for kind, c in CALLBACK_CATEGORIES if isinstance(callback, kind)), None)
+            if category is not None:
+                for hook in TRAINING_STEP_HOOKS:
+                    if getattr(type(callback), hook) is not getattr(L.Callback, hook):
+                        self._wrap(type(callback), hook, category, type(callback).__name__)
 
+    def teardown(self, *_: Any, **__: Any) -> None:
+        while self._restore:
+            self._restore.pop()()
 
-def _time_called_from(stats: dict[Key, Any], callees: list[Key], callers: list[Key]) -> float:
-    """Cumulative time of `callees` in the calls made directly by `callers`."""
-    total = 0.0
-    for callee in callees:
-        for caller, (_, _, _, cumulative) in stats[callee][4].items():
-            if caller in callers:
-                total += cumulative
-    return total
+    def _patch(self, owner: type, name: str, replacement: Callable) -> None:
+        had_own = name in owner.__dict__
+        original = owner.__dict__.get(name)
+        setattr(owner, name, replacement)
+        self._restore.append(
+            (lambda: setattr(owner, name, original)) if had_own else (lambda: delattr(owner, name))
+        )
 
+    def _wrap_step(self, owner: type, name: str) -> None:
+        original = getattr(owner, name)
 
-def _hook_keys(callback: Callback) -> list[Key]:
-    """The profile keys of the training-step hooks `callback`'s class really runs (not Callback's no-ops)."""
-    keys = []
-    for hook in TRAINING_STEP_HOOKS:
-        function = getattr(type(callback), hook)
-        if function is not getattr(Callback, hook):
-            code = function.__code__
-            keys.append((code.co_filename, code.co_firstlineno, code.co_name))
-    return keys
+        @functools.wraps(original)
+        def timed_step(*args: Any, **kwargs: Any) -> Any:
+            self._in_step = True
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.result.step_s += time.perf_counter() - start
+                self.result.steps += 1
+                self._in_step = False
 
+        self._patch(owner, name, timed_step)
 
-def step_shares(profile: cProfile.Profile, callbacks: list[Callback]) -> StepShares:
-    stats: dict[Key, Any] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
-    steps_keys = _find(stats, STEP)
-    if not steps_keys:
-        raise RuntimeError("the profile holds no training step (Lightning's training_epoch_loop.advance)")
-    step_calls = sum(stats[k][1] for k in steps_keys)
-    step_s = sum(stats[k][3] for k in steps_keys)
+    def _wrap(self, owner: type, name: str, category: str, part: str) -> None:
+        original = getattr(owner, name)
 
-    data = sum(_time_called_from(stats, _find(stats, call), steps_keys) for call in DATA_LOADING_CALLS)
+        @functools.wraps(original)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if not self._in_step or part in self._active:
+                return original(*args, **kwargs)
+            self._active.add(part)
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter() - start
+                self._active.discard(part)
+                self.result.seconds[category] += elapsed
+                self.result.parts_s[part] += elapsed
 
-    parts: dict[str, float] = {}
-    training_step = _find(stats, ("tinylm/module.py", "training_step"))
-    parts["LightningModule.log"] = _time_called_from(
-        stats, _find(stats, ("core/module.py", "log")), training_step
-    )
-    parts["logger connector"] = sum(
-        _time_called_from(stats, _find(stats, call), steps_keys) for call in LOGGER_CONNECTOR_CALLS
-    )
-    hook_caller = _find(stats, ("trainer/call.py", "_call_callback_hooks"))
-    reporting = [c for c in callbacks if isinstance(c, REPORTING_CALLBACKS)]
-    for callback in reporting:
-        hooks = [k for k in _hook_keys(callback) if k in stats]
-        parts[type(callback).__name__] = _time_called_from(stats, hooks, hook_caller)
-    return StepShares(step_calls, step_s, data, sum(parts.values()), parts)
+        self._patch(owner, name, timed)
