@@ -7,6 +7,7 @@ files, the refusal of sweeps that DDP would re-run, and the SLURM job that `laun
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -34,6 +35,7 @@ from tinylm.distributed import (
     shards_parameters,
 )
 from tinylm.module import LitGPT
+from tinylm.precision import resolve_precision
 from tinylm.sample import load_module
 from tinylm.train import run, with_resolved_precision
 
@@ -370,6 +372,9 @@ DDP_OVERRIDES = [
     "optim.warmup_steps=5",
     # 9 windows on 2 ranks: shards of 5 and 4, i.e. 2 batches of 4 on rank 0 and 1 on rank 1.
     "data.val_windows=9",
+    # The checks below replay the run in one fp32 process to 1e-4 / 1e-5, so the DDP run trains in fp32 too
+    # (`auto` picks bf16 on a bf16-capable CPU: test_ddp_trains_at_the_default_precision runs that).
+    "trainer.precision=32-true",
 ]
 
 
@@ -477,6 +482,20 @@ def test_ddp_trains_on_both_ranks_windows_with_averaged_gradients(ddp_run):
     rank0_only = largest_difference(_train_in_one_process(config, train_tokens, ranks=(0,)))
     assert both < 1e-4, both
     assert rank0_only > 100 * both  # had both ranks drawn the same windows, this would match instead
+
+
+@pytest.mark.slow
+def test_ddp_trains_at_the_default_precision(tmp_path):
+    overrides = [o for o in DDP_OVERRIDES if not o.startswith("trainer.precision=")]
+    run_dir = tmp_path / "run"
+    result = run_script(
+        "train.py", *overrides, "trainer.max_steps=4", f"hydra.run.dir={run_dir}", cwd=tmp_path, timeout=600
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert OmegaConf.load(run_dir / "config.yaml").trainer.precision == resolve_precision("auto", "cpu")
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["status"] == "completed" and metrics["step"] == 4
+    assert math.isfinite(metrics["train/loss"]) and math.isfinite(metrics["val/loss"])
 
 
 @pytest.mark.slow
