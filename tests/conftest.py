@@ -94,18 +94,22 @@ def sweep_args(corpus: Path) -> list[str]:
     return [*SHRINK, "data=text", f"data.files={corpus}"]
 
 
-@pytest.fixture(scope="session")
-def grid_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
-    """`train.py -m norm='glob(p*)' act=gelu,swiglu`, shrunk: pre/post × gelu/swiglu, four jobs."""
-    root = tmp_path_factory.mktemp("grid")
-    sweep_dir = root / "sweep"
+def run_sweep(root: Path, *overrides: str, name: str = "sweep") -> tuple[Path, subprocess.CompletedProcess]:
+    """`train.py -m`, shrunk, on a small corpus in `root`, writing the sweep to `root/name`; `overrides`
+    come after SHRINK's, so they win."""
+    sweep_dir = root / name
     result = run_script(
         "train.py",
         "-m",
-        "norm=glob(p*)",
-        "act=gelu,swiglu",
         *sweep_args(small_corpus(root)),
+        *overrides,
         f"hydra.sweep.dir={sweep_dir}",
         cwd=root,
     )
     return sweep_dir, result
+
+
+@pytest.fixture(scope="session")
+def grid_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    """`train.py -m norm='glob(p*)' act=gelu,swiglu`, shrunk: pre/post × gelu/swiglu, four jobs."""
+    return run_sweep(tmp_path_factory.mktemp("grid"), "norm=glob(p*)", "act=gelu,swiglu")

@@ -12,7 +12,7 @@ import optuna
 import pytest
 import tbparse
 import tinylm.conf
-from conftest import run_script, small_corpus, sweep_args
+from conftest import run_script, run_sweep, small_corpus, sweep_args
 from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
@@ -64,15 +64,7 @@ def test_grid_multirun_gives_every_combination_its_own_run_dir_and_tensorboard_r
 
 def test_failing_jobs_are_recorded_and_the_sweep_goes_on(tmp_path):
     # n_head=3 does not divide d_model=32: that job fails while building the model; the other one trains.
-    sweep_dir = tmp_path / "sweep"
-    result = run_script(
-        "train.py",
-        "-m",
-        *sweep_args(small_corpus(tmp_path)),
-        "model.n_head=3,2",
-        f"hydra.sweep.dir={sweep_dir}",
-        cwd=tmp_path,
-    )
+    sweep_dir, result = run_sweep(tmp_path, "model.n_head=3,2")
     assert result.returncode == 0, result.stderr[-3000:]
     records = {read_run_record(d)["status"]: read_run_record(d) for d in _run_dirs(sweep_dir)}
     assert set(records) == {"failed", "completed"}
@@ -157,16 +149,12 @@ def test_run_job_outside_hydra_is_a_single_run(tmp_path, fake_run):
 
 
 def _optuna_search(root: Path, invocation: str, n_trials: int) -> tuple[Path, str]:
-    sweep_dir = root / invocation
-    result = run_script(
-        "train.py",
-        "-m",
+    sweep_dir, result = run_sweep(
+        root,
         "hparams_search=optuna",
         f"hydra.sweeper.n_trials={n_trials}",
         f"hydra.sweeper.storage=sqlite:///{root / 'study' / 'optuna.db'}",
-        f"hydra.sweep.dir={sweep_dir}",
-        *sweep_args(small_corpus(root)),
-        cwd=root,
+        name=invocation,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return sweep_dir, result.stdout + result.stderr
@@ -231,17 +219,7 @@ def test_a_failing_optuna_trial_is_recorded_as_failed_and_the_search_goes_on(tmp
 
 
 def test_joblib_launcher_runs_jobs_side_by_side_without_sharing_a_write_path(tmp_path):
-    sweep_dir = tmp_path / "sweep"
-    result = run_script(
-        "train.py",
-        "-m",
-        "launcher=joblib",
-        "hydra.launcher.n_jobs=2",
-        "act=gelu,swiglu",
-        *sweep_args(small_corpus(tmp_path)),
-        f"hydra.sweep.dir={sweep_dir}",
-        cwd=tmp_path,
-    )
+    sweep_dir, result = run_sweep(tmp_path, "launcher=joblib", "hydra.launcher.n_jobs=2", "act=gelu,swiglu")
     assert result.returncode == 0, result.stderr[-3000:]
     assert re.search(r"Joblib\.Parallel\(n_jobs=2.*\) is launching 2 jobs", result.stdout + result.stderr)
 
