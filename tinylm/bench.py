@@ -35,7 +35,6 @@ from torch.utils.flop_counter import FlopCounterMode
 from tinylm.data import CharDataModule, RandomWindows
 from tinylm.model import GPT, ModelConfig
 from tinylm.module import OptimConfig, matrix_names, weight_decay_groups
-from tinylm.precision import resolve_precision
 from tinylm.step_profile import StepProfile
 
 
@@ -162,7 +161,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         raise ValueError(f"bench.steps - bench.warmup = {steps - warmup}: at least 50 timed steps are needed")
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
-    precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
+    from tinylm.train import with_resolved_precision  # late, like tinylm_run's import of run
+
+    cfg = with_resolved_precision(cfg)  # the precision run(cfg) will use, for the report and the peak
+    precision = cfg.trainer.precision
 
     datamodule = CharDataModule(**OmegaConf.to_container(cfg.data, resolve=True))
     tokenizer = datamodule.prepare()
