@@ -15,7 +15,7 @@ from conftest import compose_train
 from omegaconf import OmegaConf
 
 import tinylm.callbacks
-from tinylm.callbacks import StepProgressBar
+from tinylm.callbacks import StepProgressBar, TokenThroughput
 from tinylm.model import GPT, ModelConfig
 from tinylm.module import LitGPT
 from tinylm.precision import multiplies_bf16_natively, resolve_precision
@@ -162,6 +162,99 @@ def test_train_metrics_are_written_every_n_steps_and_at_the_last(tmp_path):
         assert sorted(int(s) for s in scalars[scalars.tag == tag].step) == [2, 5, 6], tag
     last_loss = scalars[(scalars.tag == "train/loss") & (scalars.step == 6)].value.item()
     assert metrics["train/loss"] == pytest.approx(last_loss, rel=1e-6)  # the final step's, not a stale one
+
+
+# --- throughput, computed on the written steps only --------------------------------------------------------
+
+
+class _Logger:
+    def __init__(self) -> None:
+        self.written: dict[int, dict[str, float]] = {}
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        self.written.setdefault(step, {}).update(metrics)
+
+
+def _throughput_trainer(logger: _Logger, **settings) -> SimpleNamespace:
+    defaults = dict(
+        log_every_n_steps=2, max_steps=9, should_stop=False, global_step=0, is_global_zero=True,
+        sanity_checking=False, world_size=1, precision="32-true",
+        strategy=SimpleNamespace(root_device=torch.device("cpu")), loggers=[logger],
+    )  # fmt: skip
+    return SimpleNamespace(**{**defaults, **settings})
+
+
+def test_throughput_is_computed_on_the_written_steps_over_the_window_leaving_validation_out(monkeypatch):
+    clock = SimpleNamespace(now=100.0)
+    monkeypatch.setattr(tinylm.callbacks, "get_available_flops", lambda device, dtype: 1e9)
+    monitor = TokenThroughput(window_size=4, clock=lambda: clock.now)
+    logger = _Logger()
+    trainer = _throughput_trainer(logger)
+    module = SimpleNamespace(flops_per_batch=5e6)
+    batch = (torch.zeros(3, 8, dtype=torch.long), torch.zeros(3, 8, dtype=torch.long))  # 24 characters
+    monitor.on_train_start(trainer, module)
+    for step in range(1, 10):
+        clock.now += 0.5  # every step takes 0.5 s
+        trainer.global_step = step
+        monitor.on_train_batch_end(trainer, module, None, batch, step - 1)
+        if step == 4:  # a 30 s validation, which the rates must not count
+            monitor.on_validation_start(trainer, module)
+            clock.now += 30.0
+            monitor.on_validation_end(trainer, module)
+
+    # Steps 2, 4, 6, 8 and the last (9), each at the step index its train/loss is logged at.
+    assert sorted(logger.written) == [1, 3, 5, 7, 8]
+    assert [logger.written[s]["train/lengths"] for s in (1, 3, 5, 7, 8)] == [48, 96, 144, 192, 216]
+    assert [logger.written[s]["train/time"] for s in (1, 3, 5, 7, 8)] == pytest.approx(
+        [1.0, 2.0, 3.0, 4.0, 4.5]
+    )
+    # A window of 4 steps needs 3 updates 2 steps apart: rates from step index 5 on, at 24 chars / 0.5 s.
+    assert "train/device/items_per_sec" not in logger.written[3]
+    for step in (5, 7, 8):
+        assert logger.written[step]["train/device/items_per_sec"] == pytest.approx(48.0)
+        assert logger.written[step]["train/device/flops_per_sec"] == pytest.approx(1e7)
+        assert logger.written[step]["train/device/mfu"] == pytest.approx(0.01)
+
+
+def test_throughput_writes_global_rates_across_ranks_and_nothing_on_other_ranks():
+    clock = SimpleNamespace(now=0.0)
+    written = {}
+    for rank_zero in (True, False):
+        logger = _Logger()
+        trainer = _throughput_trainer(logger, is_global_zero=rank_zero, world_size=4)
+        monitor = TokenThroughput(window_size=2, clock=lambda: clock.now)
+        monitor.on_train_start(trainer, SimpleNamespace(flops_per_batch=None))
+        for step in range(1, 7):
+            clock.now += 1.0
+            trainer.global_step = step
+            monitor.on_train_batch_end(trainer, None, None, (torch.zeros(2, 5),), step - 1)
+        written[rank_zero] = logger.written
+    assert written[False] == {}
+    assert written[True][5]["train/device/items_per_sec"] == pytest.approx(10.0)
+    assert written[True][5]["train/items_per_sec"] == pytest.approx(40.0)
+    assert not any("flops" in tag for tag in written[True][5])  # a module without a FLOP count
+
+
+def test_a_run_writes_throughput_where_it_writes_the_loss(tmp_path):
+    cfg = compose_train(
+        tmp_path / "run",
+        [
+            "trainer.max_steps=7",
+            "trainer.log_every_n_steps=2",
+            "callbacks.throughput.window_size=4",
+            "sample.chars=0",
+        ],
+    )
+    run(cfg)
+    scalars = tbparse.SummaryReader(str(tmp_path / "run" / "tb")).scalars
+    loss_steps = sorted(int(s) for s in scalars[scalars.tag == "train/loss"].step)
+    assert loss_steps == [1, 3, 5, 6]
+    lengths = scalars[scalars.tag == "train/lengths"].sort_values("step")
+    tokens_per_step = cfg.data.batch_size * cfg.model.block_size
+    assert list(lengths.step) == loss_steps
+    assert list(lengths.value) == [(s + 1) * tokens_per_step for s in loss_steps]
+    rates = scalars[scalars.tag == "train/device/items_per_sec"]
+    assert list(rates.step) == [5, 6] and (rates.value > 0).all()
 
 
 # --- progress bar redraws ------------------------------------------------------------------------------------

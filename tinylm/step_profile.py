@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import lightning.pytorch as L
-from lightning.pytorch.callbacks import ProgressBar, ThroughputMonitor
+from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.loops import fetchers
 from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 from lightning.pytorch.trainer.connectors.logger_connector.logger_connector import _LoggerConnector
 
+from tinylm.callbacks import TokenThroughput
 from tinylm.health import TrainingHealth
 
 # The callback hooks Lightning calls inside a training step.
@@ -43,7 +44,7 @@ TRAINING_STEP_HOOKS = (
 )
 CALLBACK_CATEGORIES: tuple[tuple[type, str], ...] = (
     (ProgressBar, "logging"),
-    (ThroughputMonitor, "logging"),
+    (TokenThroughput, "logging"),
     (TrainingHealth, "health"),
 )
 
