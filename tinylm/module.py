@@ -116,6 +116,7 @@ class LitGPT(L.LightningModule):
         self.val_bpc = MeanMetric()
         self.tokenizer: CharTokenizer | None = None
         self.flops_per_batch: int | None = None
+        self.logged_lr: float | None = None  # the learning rate last written to the loggers
 
     def configure_model(self) -> None:
         if self.compile and not getattr(self, "_compiled", False):
@@ -145,8 +146,12 @@ class LitGPT(L.LightningModule):
         _, loss = self.model(inputs, targets)
         if self._step_is_written():
             self.log("train/loss", loss, prog_bar=True)
-            # The rate this step uses (both parameter groups share it; LearningRateMonitor would log two).
-            self.log("lr", self.optimizers().param_groups[0]["lr"])
+            # The rate this step uses (both parameter groups share it; LearningRateMonitor would log two). A
+            # Python float with nothing to aggregate across steps or ranks, so it goes to the loggers directly:
+            # through `self.log` it cost ~0.5 ms of result bookkeeping per written step.
+            self.logged_lr = self.optimizers().param_groups[0]["lr"]
+            for logger in self.loggers:
+                logger.log_metrics({"lr": self.logged_lr}, step=self.global_step)
         return loss
 
     def _step_is_written(self) -> bool:

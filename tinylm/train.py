@@ -163,6 +163,8 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
 
     metrics: dict[str, Any] = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    if module.logged_lr is not None:
+        metrics["lr"] = module.logged_lr
     checkpoint_callback = trainer.checkpoint_callback
     if checkpoint_callback is not None and checkpoint_callback.best_model_score is not None:
         metrics["best/val_loss"] = float(checkpoint_callback.best_model_score)
