@@ -373,6 +373,23 @@ def test_random_windows_iteration_starts_at_start_batch():
         assert torch.equal(y, windows.batch(k)[1])
 
 
+def test_random_windows_resume_mid_chunk_gives_the_uninterrupted_stream():
+    windows = RandomWindows(TOKENS, 16, 8, seed=1)
+    k = windows.chunk_batches
+    assert 1 < k <= 64
+    straight = iter(windows)
+    uninterrupted = [next(straight) for _ in range(2 * k + 3)]
+    for start in (k - 1, k, k + 2, 2 * k + 1):  # either side of a chunk boundary
+        resumed = RandomWindows(TOKENS, 16, 8, seed=1)
+        resumed.start_batch = start
+        stream = iter(resumed)
+        for i in range(start, 2 * k + 3):
+            x, y = next(stream)
+            assert torch.equal(x, uninterrupted[i][0]) and torch.equal(y, uninterrupted[i][1]), (start, i)
+    # Batches within one chunk are distinct draws, not repeats.
+    assert len({tuple(windows.batch(i)[0][:, 0].tolist()) for i in range(k)}) == k
+
+
 def test_random_windows_reach_every_start_and_only_valid_ones():
     windows = RandomWindows(torch.arange(20), block_size=16, batch_size=64, seed=0)
     starts = {int(s) for i in range(5) for s in windows.batch(i)[0][:, 0]}

@@ -101,7 +101,13 @@ class RandomWindows(IterableDataset):
 
     Batch i depends only on (seed, rank, i), never on what came before, so a resumed run that starts at batch
     i sees exactly the batches the uninterrupted run would have, and no two ranks draw the same stream.
+    Batches are drawn `chunk_batches` at a time (chunk c = batches c*k .. c*k+k-1, from its own seed): one
+    seeding, one draw and one gather per chunk instead of per batch: 25 -> 5.5 us a batch, and Lightning's data
+    fetching went from 0.74-0.87% to 0.19-0.27% of a default baby-model step (scripts/bench.py's profile).
     """
+
+    # A chunk holds at most this many tokens (8 MB of int64): a 64-batch chunk for the baby model.
+    MAX_CHUNK_TOKENS = 2**20
 
     def __init__(
         self, tokens: torch.Tensor, block_size: int, batch_size: int, seed: int, rank: int = 0
@@ -117,15 +123,30 @@ class RandomWindows(IterableDataset):
         self.seed = seed
         self.rank = rank
         self.start_batch = 0
-        # Every window of block_size+1 tokens, as a view (no copy): a batch is one index_select, 2.5x faster
+        self.chunk_batches = max(1, min(64, self.MAX_CHUNK_TOKENS // (batch_size * (block_size + 1))))
+        # Every window of block_size+1 tokens, as a view (no copy): a chunk is one index_select, 2.5x faster
         # than gathering with an index tensor on a cache-cold step.
         self._windows = tokens.unfold(0, block_size + 1, 1)
+        self._chunk_index = -1
+        self._chunk: torch.Tensor | None = None
+
+    def _draw_chunk(self, chunk_index: int) -> torch.Tensor:
+        entropy = np.random.SeedSequence([self.seed, self.rank, chunk_index]).generate_state(
+            1, dtype=np.uint64
+        )[0]
+        generator = torch.Generator().manual_seed(int(entropy) >> 1)
+        starts = window_starts(
+            generator, len(self.tokens), self.block_size, self.chunk_batches * self.batch_size
+        )
+        windows = self._windows.index_select(0, starts)
+        return windows.view(self.chunk_batches, self.batch_size, self.block_size + 1)
 
     def batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        entropy = np.random.SeedSequence([self.seed, self.rank, index]).generate_state(1, dtype=np.uint64)[0]
-        generator = torch.Generator().manual_seed(int(entropy) >> 1)
-        starts = window_starts(generator, len(self.tokens), self.block_size, self.batch_size)
-        windows = self._windows.index_select(0, starts)
+        chunk_index, position = divmod(index, self.chunk_batches)
+        if chunk_index != self._chunk_index:
+            self._chunk, self._chunk_index = self._draw_chunk(chunk_index), chunk_index
+        assert self._chunk is not None
+        windows = self._chunk[position]
         return windows[:, :-1], windows[:, 1:]
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
