@@ -5,7 +5,8 @@
 outside it) and, within steps only, the parts below; at teardown it puts everything back.
 
   data loading:  Lightning's data fetcher (which runs our DataLoader) and moving the batch to the device;
-  logging:       `LightningModule.log`, Lightning's logger connector (which writes TensorBoard), the
+  logging:       `LightningModule.log`, Lightning's logger connector (which writes TensorBoard), metrics
+                 written to the loggers directly (`lr`), the
                  progress bar's and the throughput monitor's training-step hooks;
   health:        TrainingHealth's hooks (issue D's diagnostics: an extra forward pass every 100 steps),
                  reported apart from logging because it computes, and has its own budget.
@@ -66,7 +67,8 @@ class StepProfile(L.Callback):
     def __init__(self) -> None:
         self.result = StepShares()
         self._in_step = False
-        self._active: set[str] = set()  # parts being timed now: a nested call is not counted twice
+        # Parts being timed now: a timed call inside another is the outer part's time, not counted twice.
+        self._active: set[str] = set()
         self._restore: list[Callable[[], None]] = []
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -78,6 +80,9 @@ class StepProfile(L.Callback):
         self._wrap(type(pl_module), "log", "logging", "LightningModule.log")
         for method in ("on_batch_start", "on_batch_end", "update_train_step_metrics"):
             self._wrap(_LoggerConnector, method, "logging", "logger connector")
+        # Writes that bypass Lightning (the module's `lr`); inside the parts above they count as those.
+        for logger_class in {type(logger) for logger in trainer.loggers}:
+            self._wrap(logger_class, "log_metrics", "logging", "logger.log_metrics")
         for callback in trainer.callbacks:
             category = next((c for kind, c in CALLBACK_CATEGORIES if isinstance(callback, kind)), None)
             if category is not None:
@@ -118,7 +123,7 @@ class StepProfile(L.Callback):
 
         @functools.wraps(original)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if not self._in_step or part in self._active:
+            if not self._in_step or self._active:
                 return original(*args, **kwargs)
             self._active.add(part)
             start = time.perf_counter()
