@@ -18,7 +18,7 @@ import tinylm.callbacks
 from tinylm.callbacks import StepProgressBar, TokenThroughput
 from tinylm.model import GPT, ModelConfig
 from tinylm.module import LitGPT
-from tinylm.precision import multiplies_bf16_natively, resolve_precision
+from tinylm.precision import compute_dtype, multiplies_bf16_natively, resolve_precision
 from tinylm.train import run
 
 # --- trainer.precision=auto ------------------------------------------------------------------------------
@@ -45,6 +45,17 @@ def test_auto_keeps_fp32_when_torch_cannot_tell(monkeypatch):
     monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported")
     assert not multiplies_bf16_natively("cpu")
     assert resolve_precision("auto", "cpu") == "32-true"
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [
+    ("32-true", torch.float32),
+    ("bf16-mixed", torch.bfloat16),
+    ("bf16-true", torch.bfloat16),
+    ("16-mixed", torch.float16),
+    ("64-true", torch.float64),
+])  # fmt: skip
+def test_the_peak_flops_are_those_of_the_dtype_the_precision_multiplies_in(precision, dtype):
+    assert compute_dtype(precision) == dtype
 
 
 def test_a_run_saves_the_precision_it_really_used(tmp_path):

@@ -35,6 +35,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from tinylm.data import CharDataModule, RandomWindows
 from tinylm.model import GPT, ModelConfig
 from tinylm.module import OptimConfig, matrix_names, weight_decay_groups
+from tinylm.precision import compute_dtype
 from tinylm.step_profile import StepProfile
 
 
@@ -190,8 +191,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     flops = flops_per_step(model_config, batch_size)
     peak = matmul_peak_flops()
-    # bf16 autocast runs the matmuls in bf16: their peak is the one to compare with.
-    peak_in_use = matmul_peak_flops(torch.bfloat16) if "bf16" in str(precision) else peak
+    # Autocast and half-precision runs multiply in another dtype: its peak is the one to compare with.
+    dtype = compute_dtype(str(precision))
+    peak_in_use = peak if dtype == torch.float32 else matmul_peak_flops(dtype)
     best_ours = max(r.tokens_per_s for r in ours)
     result = {
         "config": {
@@ -255,7 +257,7 @@ def format_report(result: dict[str, Any]) -> str:
     ]
     if result["matmul_peak_in_use_flops_per_s"] != result["matmul_peak_flops_per_s"]:
         lines.append(
-            f"  = {result['fraction_of_matmul_peak_in_use']:.1%} of the measured bf16 matmul peak "
+            f"  = {result['fraction_of_matmul_peak_in_use']:.1%} of the measured {c['precision']} matmul peak "
             f"({result['matmul_peak_in_use_flops_per_s'] / 1e9:.1f} GFLOP/s), the precision its matmuls run in"
         )
     profile = result["step_profile"]

@@ -14,6 +14,8 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch.utils.tensorboard.summary import hparams
 
+from tinylm.precision import compute_dtype
+
 
 def writes_metrics(trainer: L.Trainer, steps_done: int) -> bool:
     """Whether the logger writes metrics once `steps_done` optimizer steps are complete: every
@@ -22,17 +24,6 @@ def writes_metrics(trainer: L.Trainer, steps_done: int) -> bool:
     return (
         (every > 0 and steps_done % every == 0) or steps_done >= trainer.max_steps > 0 or trainer.should_stop
     )
-
-
-def compute_dtype(precision: str) -> torch.dtype:
-    """The dtype a Trainer `precision` setting multiplies in, which decides the device's peak FLOP/s."""
-    if precision.startswith("bf16"):
-        return torch.bfloat16
-    if precision.startswith("16"):
-        return torch.float16
-    if precision.startswith("64"):
-        return torch.float64
-    return torch.float32
 
 
 class TokenThroughput(L.Callback):

@@ -43,3 +43,15 @@ def resolve_precision(precision: str | int, accelerator: str) -> str | int:
     if precision != AUTO:
         return precision
     return MIXED_BF16 if multiplies_bf16_natively(_device_type(str(accelerator))) else FULL_FP32
+
+
+def compute_dtype(precision: str) -> torch.dtype:
+    """The dtype a resolved Trainer `precision` setting multiplies in, which decides the peak FLOP/s to
+    compare with."""
+    if precision.startswith("bf16"):
+        return torch.bfloat16
+    if precision.startswith("16"):
+        return torch.float16
+    if precision.startswith("64"):
+        return torch.float64
+    return torch.float32
