@@ -67,8 +67,8 @@ class StepProfile(L.Callback):
     def __init__(self) -> None:
         self.result = StepShares()
         self._in_step = False
-        # Parts being timed now: a timed call inside another is the outer part's time, not counted twice.
-        self._active: set[str] = set()
+        # Whether a part is being timed now: a timed call inside another is the outer part's time.
+        self._timing = False
         self._restore: list[Callable[[], None]] = []
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -123,15 +123,15 @@ class StepProfile(L.Callback):
 
         @functools.wraps(original)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if not self._in_step or self._active:
+            if not self._in_step or self._timing:
                 return original(*args, **kwargs)
-            self._active.add(part)
+            self._timing = True
             start = time.perf_counter()
             try:
                 return original(*args, **kwargs)
             finally:
                 elapsed = time.perf_counter() - start
-                self._active.discard(part)
+                self._timing = False
                 self.result.seconds[category] += elapsed
                 self.result.parts_s[part] += elapsed
 
