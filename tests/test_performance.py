@@ -12,6 +12,7 @@ import tbparse
 import torch
 import torch.nn.functional as F
 from conftest import compose_train
+from lightning.pytorch.plugins.precision import MixedPrecision
 from omegaconf import OmegaConf
 
 import tinylm.callbacks
@@ -142,11 +143,7 @@ def test_gradients_are_clipped_with_the_fused_adamw(tmp_path, precision):
 @pytest.mark.parametrize("precision", ["bf16-mixed", "32-true"])
 @pytest.mark.parametrize("max_norm", [1e-3, 1e3])  # clipped / left alone
 def test_clipping_gives_exactly_what_clip_grad_norm_gives(precision, max_norm):
-    torch.manual_seed(0)
-    module = LitGPT(model={"vocab_size": 20, "block_size": 8, "n_layer": 1, "n_head": 2, "d_model": 16})
-    module.trainer = L.Trainer(accelerator="cpu", precision=precision, logger=False)
-    idx = torch.randint(0, 20, (4, 8))
-    module(idx, idx)[1].backward()
+    module = _module_with_gradients(precision)
     reference = []
     for p in module.parameters():
         twin = p.detach().clone().requires_grad_()
@@ -158,6 +155,37 @@ def test_clipping_gives_exactly_what_clip_grad_norm_gives(precision, max_norm):
     module.configure_gradient_clipping(optimizer, gradient_clip_val=max_norm, gradient_clip_algorithm="norm")
     for ours, theirs in zip(module.parameters(), reference, strict=True):
         assert torch.equal(ours.grad, theirs.grad)
+
+
+def _module_with_gradients(precision: str = "32-true") -> LitGPT:
+    torch.manual_seed(0)
+    module = LitGPT(model={"vocab_size": 20, "block_size": 8, "n_layer": 1, "n_head": 2, "d_model": 16})
+    module.trainer = L.Trainer(accelerator="cpu", precision=precision, logger=False)
+    idx = torch.randint(0, 20, (4, 8))
+    module(idx, idx)[1].backward()
+    return module
+
+
+@pytest.mark.parametrize(
+    "algorithm, fp16_scaler, lightning_clips",
+    [("norm", False, False), ("value", False, True), ("norm", True, True)],
+)
+def test_clipping_leaves_value_clipping_and_fp16_to_lightning(
+    monkeypatch, algorithm, fp16_scaler, lightning_clips
+):
+    module = _module_with_gradients()
+    if fp16_scaler:
+        module.trainer.strategy.precision_plugin = MixedPrecision(
+            "16-mixed", "cpu", torch.amp.GradScaler("cpu")
+        )
+    calls = []
+    monkeypatch.setattr(module, "clip_gradients", lambda *args: calls.append(args))
+    before = [p.grad.clone() for p in module.parameters()]
+    optimizer = torch.optim.AdamW(module.parameters())
+    module.configure_gradient_clipping(optimizer, gradient_clip_val=1e-3, gradient_clip_algorithm=algorithm)
+    assert calls == ([(optimizer, 1e-3, algorithm)] if lightning_clips else [])
+    changed = any(not torch.equal(p.grad, g) for p, g in zip(module.parameters(), before, strict=True))
+    assert changed is not lightning_clips  # clipped by tinylm itself, or left to the (stubbed) Lightning path
 
 
 # --- logging only where the logger writes ------------------------------------------------------------------

@@ -69,6 +69,25 @@ def learning_rate(step: int, lr: float, min_lr: float, warmup_steps: int, decay_
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
 
 
+@torch.no_grad()
+def clip_grad_norm_(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Scales `grads` in place so that their global L2 norm is at most `max_norm`; returns the norm before.
+
+    `torch.nn.utils.clip_grad_norm_`'s arithmetic, op for op (its results are bit for bit the same), for
+    gradients on one device in one dtype. Reached through Lightning's precision plugin, torch's version
+    spent 0.2 of its 0.7 ms a step (baby model, CPU) on generality this case does not need: grouping
+    tensors by device and dtype, moving every per-tensor norm to one device.
+    """
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    # Multiplying by a clamped 1.0 when nothing is clipped avoids a host sync on GPU to decide.
+    torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    return total
+
+
+def _one_device_and_dtype(tensors: list[torch.Tensor]) -> bool:
+    return bool(tensors) and len({(t.device, t.dtype) for t in tensors}) == 1
+
+
 def _unwrapped_name(name: str) -> str:
     """A parameter's name without the wrapper segments FSDP and activation checkpointing insert."""
     return name.replace("_fsdp_wrapped_module.", "").replace("_checkpoint_wrapped_module.", "")
@@ -213,15 +232,26 @@ class LitGPT(L.LightningModule):
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str | None = None,
     ) -> None:
-        precision = self.trainer.precision_plugin
-        if gradient_clip_val and isinstance(precision, MixedPrecision) and precision.scaler is None:
-            # bf16 autocast keeps no loss scale, so these are the true gradients and clip exactly as in fp32.
-            # Lightning's mixed-precision plugin refuses to clip for a fused AdamW at all, a check meant for
-            # fp16's scaler (which the fused kernel unscales internally); fp16 still goes through that check.
-            algorithm = GradClipAlgorithmType(gradient_clip_algorithm or GradClipAlgorithmType.NORM)
-            Precision.clip_gradients(precision, optimizer, gradient_clip_val, algorithm)
-            return
+        algorithm = GradClipAlgorithmType(gradient_clip_algorithm or GradClipAlgorithmType.NORM)
+        if gradient_clip_val and gradient_clip_val > 0 and algorithm == GradClipAlgorithmType.NORM:
+            grads = [
+                p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None
+            ]
+            if self._clips_whole_gradients() and _one_device_and_dtype(grads):
+                clip_grad_norm_(grads, gradient_clip_val)
+                return
         self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def _clips_whole_gradients(self) -> bool:
+        """Whether the gradients are whole and clipped as they are: not sharded (FSDP, tensor parallel), not
+        under fp16's loss scaler (whose plugin checks the optimizer first), and not clipped by a precision
+        plugin of its own (DeepSpeed's). The rest goes through Lightning's `clip_gradients`."""
+        precision = self.trainer.precision_plugin
+        plain = type(precision).clip_gradients is Precision.clip_gradients
+        # bf16 autocast keeps no loss scale. Lightning's mixed-precision plugin would refuse to clip for a
+        # fused AdamW at all, a check meant for fp16's scaler, which the fused kernel unscales internally.
+        unscaled_autocast = isinstance(precision, MixedPrecision) and precision.scaler is None
+        return (plain or unscaled_autocast) and not shards_parameters(self.trainer.strategy)
 
     def configure_optimizers(self) -> dict[str, Any]:
         config = self.optim_config
