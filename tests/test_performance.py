@@ -152,9 +152,11 @@ def test_clipping_gives_exactly_what_clip_grad_norm_gives(precision, max_norm):
     torch.nn.utils.clip_grad_norm_(reference, max_norm)
 
     optimizer = torch.optim.AdamW(module.parameters(), fused=True)
+    threads = torch.get_num_threads()
     module.configure_gradient_clipping(optimizer, gradient_clip_val=max_norm, gradient_clip_algorithm="norm")
     for ours, theirs in zip(module.parameters(), reference, strict=True):
         assert torch.equal(ours.grad, theirs.grad)
+    assert torch.get_num_threads() == threads  # the scaling ran on one thread; the setting is restored
 
 
 def _module_with_gradients(precision: str = "32-true") -> LitGPT:
