@@ -93,7 +93,8 @@ def _one_thread_if_on_cpu(device: torch.device) -> Iterator[None]:
     memory-bound and takes one thread 0.1 ms; spread over this project's 2-core VM's two cores it took as
     long when both ran freely, but 0.7 ms whenever the VM slowed down, waiting for the second thread."""
     threads = torch.get_num_threads()
-    if device.type != "cpu" or threads == 1:
+    # PyTorch's native (non-OpenMP) thread pool cannot be resized once used: it would warn every step.
+    if device.type != "cpu" or threads == 1 or not torch.backends.openmp.is_available():
         yield
         return
     torch.set_num_threads(1)
