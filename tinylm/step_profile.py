@@ -4,10 +4,10 @@
 `_TrainingEpochLoop.advance`: fetch a batch, forward, backward, optimizer, callbacks, logging; validation runs
 outside it) and, within steps only, the parts below; at teardown it puts everything back.
 
-  data loading:  Lightning's data fetcher (which runs our DataLoader) and moving the batch to the device;
+  data loading:  Lightning's data fetcher (which iterates our batch stream) and moving the batch to the device;
   logging:       `LightningModule.log`, Lightning's logger connector (which writes TensorBoard), metrics
-                 written to the loggers directly (`lr`), the
-                 progress bar's and the throughput monitor's training-step hooks;
+                 written to the loggers directly (`lr`), the progress bar's and the throughput callback's
+                 training-step hooks;
   health:        TrainingHealth's hooks (issue D's diagnostics: an extra forward pass every 100 steps),
                  reported apart from logging because it computes, and has its own budget.
 
