@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from conftest import compose_train
 from lightning.pytorch.plugins.precision import MixedPrecision
+from lightning.pytorch.profilers import SimpleProfiler
 from omegaconf import OmegaConf
 
 import tinylm.callbacks
@@ -20,7 +21,7 @@ from tinylm.callbacks import StepProgressBar, TokenThroughput
 from tinylm.model import GPT, ModelConfig
 from tinylm.module import LitGPT
 from tinylm.precision import compute_dtype, multiplies_bf16_natively, resolve_precision
-from tinylm.train import run
+from tinylm.train import QuietProfiler, run
 
 # --- trainer.precision=auto ------------------------------------------------------------------------------
 
@@ -203,6 +204,26 @@ def test_train_metrics_are_written_every_n_steps_and_at_the_last(tmp_path):
         assert sorted(int(s) for s in scalars[scalars.tag == tag].step) == [2, 5, 6], tag
     last_loss = scalars[(scalars.tag == "train/loss") & (scalars.step == 6)].value.item()
     assert metrics["train/loss"] == pytest.approx(last_loss, rel=1e-6)  # the final step's, not a stale one
+
+
+class _ProfilerSeen(L.Callback):
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.profiler = trainer.profiler
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"), [([], QuietProfiler), (["+trainer.profiler=simple"], SimpleProfiler)]
+)
+def test_a_run_profiles_nothing_unless_asked_and_then_profiles_its_steps(tmp_path, setting, expected):
+    seen = _ProfilerSeen()
+    run(
+        compose_train(tmp_path / "run", ["trainer.max_steps=3", "sample.chars=0", *setting]),
+        extra_callbacks=[seen],
+    )
+    assert type(seen.profiler) is expected
+    recorded = getattr(seen.profiler, "recorded_durations", {})
+    steps = recorded.get("[Strategy]SingleDeviceStrategy.training_step", [])
+    assert len(steps) == (3 if expected is SimpleProfiler else 0)
 
 
 # --- throughput, computed on the written steps only --------------------------------------------------------
