@@ -254,11 +254,14 @@ class LitGPT(L.LightningModule):
         gradient_clip_algorithm: str | None = None,
     ) -> None:
         algorithm = GradClipAlgorithmType(gradient_clip_algorithm or GradClipAlgorithmType.NORM)
-        if gradient_clip_val and gradient_clip_val > 0 and algorithm == GradClipAlgorithmType.NORM:
+        norm_clipping = (
+            gradient_clip_val and gradient_clip_val > 0 and algorithm == GradClipAlgorithmType.NORM
+        )
+        if norm_clipping and self._clips_whole_gradients():
             grads = [
                 p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None
             ]
-            if self._clips_whole_gradients() and _one_device_and_dtype(grads):
+            if _one_device_and_dtype(grads):
                 clip_grad_norm_(grads, gradient_clip_val)
                 return
         self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
