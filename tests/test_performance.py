@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 import tinylm.callbacks
 from tinylm.callbacks import StepProgressBar, TokenThroughput
+from tinylm.gradients import ContiguousGradients, clip_grad_norm_
 from tinylm.model import GPT, ModelConfig
 from tinylm.module import LitGPT
 from tinylm.precision import compute_dtype, multiplies_bf16_natively, resolve_precision
@@ -135,29 +136,108 @@ def test_gradients_are_clipped_with_the_fused_adamw(tmp_path, precision):
     )  # fmt: skip
     norms = GradientNormAfterClipping()
     run(cfg, extra_callbacks=[norms])
-    # Steps 1..5 see the previous step's gradients, except the one after a validation (which frees them).
+    # Steps 2..6 see the previous step's gradients (kept through validations by the contiguous buffer).
     assert len(norms.norms) >= 3
     assert all(n <= clip * (1 + 1e-4) for n in norms.norms), norms.norms
     assert max(norms.norms) == pytest.approx(clip, rel=1e-4)  # at this clip value every step is clipped
 
 
+@pytest.mark.parametrize("max_norm", [1e-3, 1e3])  # clipped / left alone
+def test_clip_grad_norm_gives_exactly_what_torch_gives(max_norm):
+    module = _module_with_gradients()
+    ours = [p.grad.clone() for p in module.parameters()]
+    reference = _torch_clipped(module, max_norm)
+    clip_grad_norm_(ours, max_norm)
+    for mine, theirs in zip(ours, reference, strict=True):
+        assert torch.equal(mine, theirs)
+
+
 @pytest.mark.parametrize("precision", ["bf16-mixed", "32-true"])
 @pytest.mark.parametrize("max_norm", [1e-3, 1e3])  # clipped / left alone
-def test_clipping_gives_exactly_what_clip_grad_norm_gives(precision, max_norm):
+def test_clipping_gives_what_clip_grad_norm_gives_from_one_buffer(precision, max_norm):
     module = _module_with_gradients(precision)
-    reference = []
-    for p in module.parameters():
-        twin = p.detach().clone().requires_grad_()
-        twin.grad = p.grad.clone()
-        reference.append(twin)
-    torch.nn.utils.clip_grad_norm_(reference, max_norm)
-
+    reference = _torch_clipped(module, max_norm)
     optimizer = torch.optim.AdamW(module.parameters(), fused=True)
     threads = torch.get_num_threads()
     module.configure_gradient_clipping(optimizer, gradient_clip_val=max_norm, gradient_clip_algorithm="norm")
+    # The same norm summed in another order: equal to float rounding, not bit for bit.
     for ours, theirs in zip(module.parameters(), reference, strict=True):
-        assert torch.equal(ours.grad, theirs.grad)
+        torch.testing.assert_close(ours.grad, theirs, rtol=1e-5, atol=0)
+    assert len({p.grad.untyped_storage().data_ptr() for p in module.parameters()}) == 1
     assert torch.get_num_threads() == threads  # the scaling ran on one thread; the setting is restored
+
+
+def _torch_clipped(module: LitGPT, max_norm: float) -> list[torch.Tensor]:
+    """The module's gradients as `torch.nn.utils.clip_grad_norm_` clips them (the module's are left as is)."""
+    twins = []
+    for p in module.parameters():
+        twin = p.detach().clone().requires_grad_()
+        twin.grad = p.grad.clone()
+        twins.append(twin)
+    torch.nn.utils.clip_grad_norm_(twins, max_norm)
+    return [twin.grad for twin in twins]
+
+
+def test_gradients_stay_in_one_buffer_through_backward_and_are_taken_back_when_replaced():
+    model = GPT(ModelConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, d_model=16))
+    optimizer = torch.optim.AdamW(model.parameters())
+    idx = torch.randint(0, 20, (4, 8))
+    model(idx, idx)[1].backward()
+    first = [p.grad.clone() for p in model.parameters()]
+    contiguous = ContiguousGradients(optimizer)
+    assert not contiguous.holds_all()
+    assert contiguous.adopt() and contiguous.holds_all()
+    assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), first, strict=True))
+
+    model(idx, idx)[1].backward()  # autograd adds into the views in place
+    assert contiguous.holds_all()
+    assert all(torch.equal(p.grad, 2 * g) for p, g in zip(model.parameters(), first, strict=True))
+    contiguous.zero_()
+    assert all(not p.grad.any() for p in model.parameters())
+
+    optimizer.zero_grad()  # torch's: frees every gradient
+    assert not contiguous.holds_all() and not contiguous.adopt()  # nothing to take: no gradients
+    model(idx, idx)[1].backward()
+    assert not contiguous.holds_all() and contiguous.adopt() and contiguous.holds_all()
+    assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), first, strict=True))
+
+
+class GradientStorages(L.Callback):
+    """How many storages the gradients lived in at each step's end, and the final weights."""
+
+    def __init__(self) -> None:
+        self.storages: list[int] = []
+        self.weights: dict[str, torch.Tensor] = {}
+
+    def on_before_zero_grad(self, trainer: L.Trainer, pl_module: L.LightningModule, *_) -> None:
+        grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
+        self.storages.append(len({g.untyped_storage().data_ptr() for g in grads}))
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.weights = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
+
+
+def test_a_run_trains_the_same_with_its_gradients_in_one_buffer(tmp_path, monkeypatch):
+    # Gradient accumulation (no zeroing between the two backward passes) and validations (before which
+    # Lightning frees the gradients, unless they are in the buffer) included; a small clip value, so that
+    # every step is clipped.
+    overrides = ["trainer.max_steps=7", "+trainer.accumulate_grad_batches=2", "trainer.gradient_clip_val=0.05",
+                 "trainer.precision=32-true", "optim.implementation=loop", "sample.chars=0"]  # fmt: skip
+    contiguous = GradientStorages()
+    run(compose_train(tmp_path / "contiguous", overrides), extra_callbacks=[contiguous])
+
+    monkeypatch.setattr(LitGPT, "_gradients_in_one_buffer", lambda self, optimizer: None)
+    monkeypatch.setattr(LitGPT, "optimizer_zero_grad", L.LightningModule.optimizer_zero_grad)
+    apart = GradientStorages()
+    run(compose_train(tmp_path / "apart", overrides), extra_callbacks=[apart])
+
+    # None before the first step, then one buffer, kept through the validations at steps 3 and 6.
+    assert contiguous.storages == [0, 1, 1, 1, 1, 1, 1]
+    # Without it: one storage per gradient, freed before each validation.
+    assert [n > 1 for n in apart.storages] == [False, True, True, False, True, True, False]
+    assert contiguous.weights.keys() == apart.weights.keys()
+    for name, weight in contiguous.weights.items():
+        torch.testing.assert_close(weight, apart.weights[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
 def _module_with_gradients(precision: str = "32-true") -> LitGPT:

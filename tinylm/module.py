@@ -19,7 +19,7 @@ from tinylm.callbacks import writes_metrics
 from tinylm.data import CharTokenizer
 from tinylm.distributed import shards_parameters
 from tinylm.errors import ConfigError
-from tinylm.gradients import clip_grad_norm_, one_device_and_dtype
+from tinylm.gradients import ContiguousGradients, clip_grad_norm_, one_device_and_dtype
 from tinylm.model import GPT, ModelConfig
 
 ADAMW_IMPLEMENTATIONS = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
@@ -119,6 +119,7 @@ class LitGPT(L.LightningModule):
         self.tokenizer: CharTokenizer | None = None
         self.flops_per_batch: int | None = None
         self.logged_lr: float | None = None  # the learning rate last written to the loggers
+        self._contiguous_grads: ContiguousGradients | None = None
 
     def configure_model(self) -> None:
         if self.compile and not getattr(self, "_compiled", False):
@@ -220,6 +221,10 @@ class LitGPT(L.LightningModule):
             gradient_clip_val and gradient_clip_val > 0 and algorithm == GradClipAlgorithmType.NORM
         )
         if norm_clipping and self._clips_whole_gradients():
+            contiguous = self._gradients_in_one_buffer(optimizer)
+            if contiguous is not None:
+                contiguous.clip_norm_(gradient_clip_val)
+                return
             grads = [
                 p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None
             ]
@@ -227,6 +232,32 @@ class LitGPT(L.LightningModule):
                 clip_grad_norm_(grads, gradient_clip_val)
                 return
         self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def _gradients_in_one_buffer(self, optimizer: torch.optim.Optimizer) -> ContiguousGradients | None:
+        """The optimizer's gradients held in one buffer (`ContiguousGradients`), taken back into it whenever
+        something replaced them; None when they cannot be (a parameter without gradient, mixed devices)."""
+        contiguous = self._contiguous_grads
+        if contiguous is None or contiguous.optimizer is not optimizer:
+            if not ContiguousGradients.possible(optimizer):
+                return None
+            contiguous = self._contiguous_grads = ContiguousGradients(optimizer)
+        return contiguous if contiguous.holds_all() or contiguous.adopt() else None
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
+        # One fill of the buffer instead of freeing every gradient for the backward to allocate again. When
+        # something replaced a gradient since, torch's zero_grad frees them all, and the clip re-adopts them.
+        contiguous = self._contiguous_grads
+        if contiguous is not None and contiguous.optimizer is optimizer and contiguous.holds_all():
+            contiguous.zero_()
+        else:
+            optimizer.zero_grad()
+
+    def on_validation_model_zero_grad(self) -> None:
+        # Lightning frees the gradients before validating, to make room. The buffer would keep its memory all
+        # the same, and the next backward would allocate a second set; the next step zeroes them anyway.
+        contiguous = self._contiguous_grads
+        if contiguous is None or not contiguous.holds_all():
+            super().on_validation_model_zero_grad()
 
     def _clips_whole_gradients(self) -> bool:
         """Whether the gradients are whole and clipped as they are: not sharded (FSDP, tensor parallel), not
