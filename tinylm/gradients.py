@@ -67,8 +67,8 @@ class ContiguousGradients:
         self.optimizer = optimizer
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         first = self.params[0]
-        self.buffer = torch.zeros(sum(p.numel() for p in self.params), dtype=first.dtype, device=first.device)
         sizes = [p.numel() for p in self.params]
+        self.buffer = torch.zeros(sum(sizes), dtype=first.dtype, device=first.device)
         self.views = [view.view_as(p) for view, p in zip(self.buffer.split(sizes), self.params, strict=True)]
 
     @staticmethod
@@ -98,7 +98,7 @@ class ContiguousGradients:
         """Scales the gradients so that their global L2 norm is at most `max_norm`; returns the norm before.
 
         The norm of the whole buffer at once: the same quantity as `clip_grad_norm_`'s norm of per-tensor
-        norms, summed in another order (equal to ~1e-6 relative, not bit for bit).
+        norms, summed in another order (equal to ~1e-5 relative, not bit for bit).
         """
         total = torch.linalg.vector_norm(self.buffer)
         if self.buffer.device.type == "cpu":
