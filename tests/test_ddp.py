@@ -186,7 +186,7 @@ def test_weight_decay_groups_do_not_depend_on_parameter_shapes_at_optimizer_time
     with torch.no_grad():
         for parameter in module.model.parameters():
             parameter.data = parameter.data.flatten()
-    decayed, kept = module.configure_optimizers()["optimizer"].param_groups
+    decayed, kept = module.configure_optimizers().param_groups
     assert {id(p) for p in decayed["params"]} == matrices and decayed["weight_decay"] == 0.1
     assert {id(p) for p in kept["params"]} == others and kept["weight_decay"] == 0.0
 
@@ -403,8 +403,7 @@ def _initial_module(config: dict) -> LitGPT:
 def _train_in_one_process(config: dict, train_tokens: torch.Tensor, ranks: tuple[int, ...]) -> LitGPT:
     """Replay DDP by hand: each step averages the gradient over the windows `ranks` drew for that step."""
     module = _initial_module(config)
-    optimizers = module.configure_optimizers()
-    optimizer, scheduler = optimizers["optimizer"], optimizers["lr_scheduler"]["scheduler"]
+    optimizer = module.configure_optimizers()
     streams = [
         RandomWindows(
             train_tokens, config["data"]["block_size"], config["data"]["batch_size"], config["seed"], r
@@ -412,6 +411,8 @@ def _train_in_one_process(config: dict, train_tokens: torch.Tensor, ranks: tuple
         for r in ranks
     ]
     for step in range(DDP_STEPS):
+        for group in optimizer.param_groups:
+            group["lr"] = module.learning_rate(step)
         batches = [stream.batch(step) for stream in streams]
         inputs = torch.cat([b[0] for b in batches])
         targets = torch.cat([b[1] for b in batches])
@@ -420,7 +421,6 @@ def _train_in_one_process(config: dict, train_tokens: torch.Tensor, ranks: tuple
         torch.nn.utils.clip_grad_norm_(module.model.parameters(), config["trainer"]["gradient_clip_val"])
         optimizer.step()
         optimizer.zero_grad()
-        scheduler.step()
     return module
 
 

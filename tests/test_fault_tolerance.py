@@ -67,7 +67,7 @@ def train_losses(run_dir: Path) -> dict[int, float]:
 
 
 def assert_same_training_state(a: Path, b: Path) -> None:
-    """Two checkpoints hold bit-identical weights, optimizer and scheduler state, at the same step."""
+    """Two checkpoints hold bit-identical weights and optimizer state (learning rate included), at the same step."""
     first, second = read_checkpoint(a), read_checkpoint(b)
     assert first["global_step"] == second["global_step"]
     assert first["state_dict"].keys() == second["state_dict"].keys()
@@ -80,7 +80,8 @@ def assert_same_training_state(a: Path, b: Path) -> None:
     ):
         for key in x:
             assert torch.equal(torch.as_tensor(x[key]), torch.as_tensor(y[key])), key
-    assert first["lr_schedulers"] == second["lr_schedulers"]
+    # The learning rate (a function of the step, set before each batch) and AdamW's settings.
+    assert first["optimizer_states"][0]["param_groups"] == second["optimizer_states"][0]["param_groups"]
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +114,29 @@ def test_resume_reproduces_the_uninterrupted_run_bit_for_bit(tmp_path, corpus, s
     assert_same_training_state(
         tmp_path / "resumed" / "checkpoints" / "last.ckpt", straight / "checkpoints" / "last.ckpt"
     )
+
+
+def test_a_checkpoint_with_a_scheduler_state_from_earlier_versions_still_resumes_exactly(
+    tmp_path, corpus, straight
+):
+    # Before the rate was set from the step, checkpoints carried LambdaLR's state and `initial_lr`.
+    run(compose_train(tmp_path / "first", settings(corpus, "trainer.max_steps=4")))
+    last = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    checkpoint = read_checkpoint(last)
+    assert checkpoint["lr_schedulers"] == []
+    groups = checkpoint["optimizer_states"][0]["param_groups"]
+    for group in groups:
+        group["initial_lr"] = 1e-3
+    checkpoint["lr_schedulers"] = [{"base_lrs": [1e-3] * len(groups), "last_epoch": 4, "_step_count": 5}]
+    torch.save(checkpoint, last)
+
+    run(
+        compose_train(
+            tmp_path / "resumed", settings(corpus, f"trainer.max_steps={STEPS}", f"ckpt_path={last}")
+        )
+    )
+    expected = train_losses(straight)
+    assert train_losses(tmp_path / "resumed") == {step: expected[step] for step in range(4, STEPS)}
 
 
 def test_ctrl_c_saves_after_a_whole_step_and_ckpt_path_last_resumes_exactly(tmp_path, corpus, straight):

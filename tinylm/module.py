@@ -270,7 +270,7 @@ class LitGPT(L.LightningModule):
         unscaled_autocast = isinstance(precision, MixedPrecision) and precision.scaler is None
         return (plain or unscaled_autocast) and not shards_parameters(self.trainer.strategy)
 
-    def configure_optimizers(self) -> dict[str, Any]:
+    def configure_optimizers(self) -> torch.optim.Optimizer:
         config = self.optim_config
         # Decay matrices only: biases and norm gains are 1-D, and decaying them just fights the norm.
         named = [(_unwrapped_name(n), p) for n, p in self.model.named_parameters() if p.requires_grad]
@@ -282,17 +282,21 @@ class LitGPT(L.LightningModule):
             **ADAMW_IMPLEMENTATIONS[config.implementation],
         )
 
-        def lr_factor(step: int) -> float:
-            return (
-                learning_rate(step, config.lr, config.min_lr, config.warmup_steps, config.decay_steps)
-                / config.lr
-            )
+        return optimizer
 
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "name": "lr"},
-        }
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # nanoGPT's way: the rate is a function of the optimizer step alone, set before each batch. A resumed
+        # run continues the schedule from the checkpoint's step with no scheduler state to restore, and no
+        # LambdaLR for Lightning to step and wrap around every optimizer step (~0.1 ms a step on CPU).
+        rate = self.learning_rate(self.global_step)
+        for optimizer in self.trainer.optimizers:
+            for group in optimizer.param_groups:
+                group["lr"] = rate
+
+    def learning_rate(self, step: int) -> float:
+        """The rate optimizer step `step` (counted from 0) uses: `learning_rate` under this module's config."""
+        config = self.optim_config
+        return learning_rate(step, config.lr, config.min_lr, config.warmup_steps, config.decay_steps)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.tokenizer is not None:
