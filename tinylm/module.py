@@ -121,6 +121,15 @@ class LitGPT(L.LightningModule):
         self.logged_lr: float | None = None  # the learning rate last written to the loggers
         self._contiguous_grads: ContiguousGradients | None = None
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Lightning sets `_current_fx_name` before and after every hook it dispatches, ~40 times a step.
+        # nn.Module's __setattr__ would check each time whether the value is a parameter, buffer or submodule
+        # (isinstance through Parameter's metaclass); a hook's name is none of those.
+        if name == "_current_fx_name":
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
     def configure_model(self) -> None:
         if self.compile and not getattr(self, "_compiled", False):
             # In-place compile keeps the module's parameter names: checkpoints carry no `_orig_mod.` keys.
