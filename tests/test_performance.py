@@ -142,6 +142,17 @@ def test_gradients_are_clipped_with_the_fused_adamw(tmp_path, precision):
     assert max(norms.norms) == pytest.approx(clip, rel=1e-4)  # at this clip value every step is clipped
 
 
+def test_lightnings_hook_name_skips_module_setattr_and_everything_else_still_registers():
+    module = _module_with_gradients()
+    module._current_fx_name = "training_step"  # what Lightning sets around every hook it calls
+    assert module._current_fx_name == "training_step"
+    assert "_current_fx_name" not in {*module._parameters, *module._buffers, *module._modules}
+    module.probe = torch.nn.Linear(2, 2)
+    module.scale = torch.nn.Parameter(torch.ones(1))
+    assert "probe" in module._modules and "scale" in module._parameters
+    assert "scale" in dict(module.named_parameters())
+
+
 @pytest.mark.parametrize("max_norm", [1e-3, 1e3])  # clipped / left alone
 def test_clip_grad_norm_gives_exactly_what_torch_gives(max_norm):
     module = _module_with_gradients()
