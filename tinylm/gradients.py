@@ -44,6 +44,11 @@ def _one_thread_if_on_cpu(device: torch.device) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+def optimizer_parameters(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """Every parameter of `optimizer`, group after group."""
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
 def one_device_and_dtype(tensors: list[torch.Tensor]) -> bool:
     """Whether `tensors` is not empty and all of them live on one device in one dtype."""
     return bool(tensors) and len({(t.device, t.dtype) for t in tensors}) == 1
@@ -65,7 +70,7 @@ class ContiguousGradients:
 
     def __init__(self, optimizer: torch.optim.Optimizer) -> None:
         self.optimizer = optimizer
-        self.params = [p for group in optimizer.param_groups for p in group["params"]]
+        self.params = optimizer_parameters(optimizer)
         first = self.params[0]
         sizes = [p.numel() for p in self.params]
         self.buffer = torch.zeros(sum(sizes), dtype=first.dtype, device=first.device)
@@ -74,7 +79,7 @@ class ContiguousGradients:
     @staticmethod
     def possible(optimizer: torch.optim.Optimizer) -> bool:
         """Whether the optimizer's parameters can share one buffer: at least one, one device, one dtype."""
-        return one_device_and_dtype([p for group in optimizer.param_groups for p in group["params"]])
+        return one_device_and_dtype(optimizer_parameters(optimizer))
 
     def holds_all(self) -> bool:
         """Whether every parameter's gradient is still its view into the buffer."""

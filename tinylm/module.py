@@ -19,7 +19,7 @@ from tinylm.callbacks import writes_metrics
 from tinylm.data import CharTokenizer
 from tinylm.distributed import shards_parameters
 from tinylm.errors import ConfigError
-from tinylm.gradients import ContiguousGradients, clip_grad_norm_, one_device_and_dtype
+from tinylm.gradients import ContiguousGradients, clip_grad_norm_, one_device_and_dtype, optimizer_parameters
 from tinylm.model import GPT, ModelConfig
 
 ADAMW_IMPLEMENTATIONS = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
@@ -234,9 +234,7 @@ class LitGPT(L.LightningModule):
             if contiguous is not None:
                 contiguous.clip_norm_(gradient_clip_val)
                 return
-            grads = [
-                p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None
-            ]
+            grads = [p.grad for p in optimizer_parameters(optimizer) if p.grad is not None]
             if one_device_and_dtype(grads):
                 clip_grad_norm_(grads, gradient_clip_val)
                 return
@@ -284,14 +282,12 @@ class LitGPT(L.LightningModule):
         # Decay matrices only: biases and norm gains are 1-D, and decaying them just fights the norm.
         named = [(_unwrapped_name(n), p) for n, p in self.model.named_parameters() if p.requires_grad]
         groups = weight_decay_groups(named, self._decayed, config.weight_decay)
-        optimizer = torch.optim.AdamW(
+        return torch.optim.AdamW(
             groups,
             lr=config.lr,
             betas=(config.beta1, config.beta2),
             **ADAMW_IMPLEMENTATIONS[config.implementation],
         )
-
-        return optimizer
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         # nanoGPT's way: the rate is a function of the optimizer step alone, set before each batch. A resumed
