@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from conftest import run_script
+
+from tinylm.bench import PairedStepTimer
 
 EXPECTED_FIELDS = {
     "config",
@@ -16,6 +19,7 @@ EXPECTED_FIELDS = {
     "bare_tokens_per_s",
     "tinylm_tokens_per_s",
     "ratio",
+    "tinylm_minus_bare_ms",
     "flops_per_step",
     "tinylm_flops_per_s",
     "matmul_peak_flops_per_s",
@@ -50,6 +54,9 @@ def test_bench_json_reports_every_field_on_a_tiny_config(tmp_path):
     assert report["repeats"] == 2
     for key in ("bare_tokens_per_s", "tinylm_tokens_per_s", "ratio"):
         assert len(report[key]) == 2 and all(v > 0 for v in report[key])
+    # A difference of two step times: its sign is the machine's business, not the test's.
+    assert len(report["tinylm_minus_bare_ms"]) == 2
+    assert all(math.isfinite(v) for v in report["tinylm_minus_bare_ms"])
     assert report["config"]["d_model"] == 16 and report["config"]["n_layer"] == 1
     # One fwd+bwd of a 1-layer, d=16 model on 2×16 tokens: a few MFLOP, counted, not guessed.
     assert 1e5 < report["flops_per_step"] < 1e8
@@ -84,3 +91,15 @@ def test_bench_refuses_fewer_than_50_timed_steps(tmp_path):
     result = run_script("bench.py", "bench.steps=30", "bench.warmup=10", cwd=tmp_path)
     assert result.returncode != 0
     assert "at least 50 timed steps" in result.stderr
+
+
+def test_the_added_step_time_pairs_each_tinylm_step_with_the_bare_step_run_right_after_it():
+    timer = PairedStepTimer(bare=None, batches=[])  # type: ignore[arg-type]
+    # tinylm's steps 1-4 (step 0 has no start), and bare steps 0-4, each run right after tinylm's step.
+    timer.step_times = [50.0, 11.0, 12.0, 20.0]
+    timer.bare_step_times = [99.0, 40.0, 10.0, 11.0, 19.0]
+    # After one warm-up step: (11 - 10), (12 - 11), (20 - 19). Pairing step i with bare step i would give
+    # (11 - 40), (12 - 10), (20 - 11): median 2.
+    assert timer.added_step_time(warmup=1) == 1.0
+    with pytest.raises(ValueError, match="no steps left to pair"):
+        timer.added_step_time(warmup=4)

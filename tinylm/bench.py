@@ -11,7 +11,10 @@ The two take turns step by step in one process: after each tinylm step a callbac
 own model and optimizer, and each path's clock runs only during its own work. A machine whose speed drifts
 (this project's 2-core VM moves between ~15k and ~20k tok/s from one half-minute to the next) then slows
 both alike, where timing one path's run after the other's made single ratios swing by ±15%. Each path
-reports its median step time after warm-up; a repetition is one training run. FLOPs per step are counted with
+reports its median step time after warm-up, and the time tinylm adds to a step is the median of the paired
+differences (each tinylm step less the bare step right after it); a repetition is one training run. The
+ratio is the issue's figure; the added milliseconds are what stays comparable when the machine's speed
+changes between runs (5% of a 41 ms step is 2 ms, of a 52 ms step 2.6 ms). FLOPs per step are counted with
 `torch.utils.flop_counter` and compared with this machine's matmul peak, measured in the same process.
 """
 
@@ -78,6 +81,19 @@ class PairedStepTimer(L.Callback):
         if len(self.bare_step_times) < len(self.batches):
             self.bare_step_times.append(self.bare.step(*self.batches[len(self.bare_step_times)]))
         self._last = time.perf_counter()
+
+    def added_step_time(self, warmup: int) -> float:
+        """Median over the timed steps of (tinylm's step - the bare step run right after it), in seconds.
+
+        `step_times[i]` is tinylm's step i + 1 (step 0 has no start to time from), and the bare step run right
+        after it is `bare_step_times[i + 1]`. Each pair ran back to back, at whatever speed the machine ran
+        then, so this is what tinylm adds to a step; the ratio also moves with that speed (the same 2 ms are
+        5% of a 41 ms step and 4% of a 52 ms one).
+        """
+        pairs = list(zip(self.step_times[warmup:], self.bare_step_times[warmup + 1 :], strict=True))
+        if not pairs:
+            raise ValueError(f"no steps left to pair after {warmup} warm-up steps; raise bench.steps")
+        return statistics.median(ours - bare for ours, bare in pairs)
 
 
 @dataclass
@@ -181,12 +197,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     )
     batches = [windows.batch(i) for i in range(steps)]
 
-    bare, ours = [], []
+    bare, ours, added = [], [], []
     for _ in range(repeats):
         timer = PairedStepTimer(BareLoop(model_config, optim), batches)
         tinylm_run(cfg, steps, timer)
         bare.append(_median_result(timer.bare_step_times, warmup, tokens_per_step))
         ours.append(_median_result(timer.step_times, warmup, tokens_per_step))
+        added.append(timer.added_step_time(warmup))
     shares = profiled_shares(cfg, steps) if bench.get("profile", True) else None
 
     flops = flops_per_step(model_config, batch_size)
@@ -222,6 +239,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "bare_tokens_per_s": [r.tokens_per_s for r in bare],
         "tinylm_tokens_per_s": [r.tokens_per_s for r in ours],
         "ratio": [o.tokens_per_s / b.tokens_per_s for o, b in zip(ours, bare, strict=True)],
+        "tinylm_minus_bare_ms": [seconds * 1e3 for seconds in added],
         "flops_per_step": flops,
         "tinylm_flops_per_s": flops * best_ours / tokens_per_step,
         "matmul_peak_flops_per_s": peak,
@@ -244,12 +262,18 @@ def format_report(result: dict[str, Any]) -> str:
         f"machine: {result['machine']['threads']} torch threads, torch {result['machine']['torch']}",
         f"median over {result['steps'] - result['warmup']} steps after {result['warmup']} warm-up, "
         f"{result['repeats']} repetitions:",
-        "  rep  bare tok/s  tinylm tok/s  ratio",
+        "  rep  bare tok/s  tinylm tok/s  ratio  tinylm - bare (ms/step, median of paired steps)",
     ]
-    for i, (b, o, r) in enumerate(
-        zip(result["bare_tokens_per_s"], result["tinylm_tokens_per_s"], result["ratio"], strict=True)
+    for i, (b, o, r, d) in enumerate(
+        zip(
+            result["bare_tokens_per_s"],
+            result["tinylm_tokens_per_s"],
+            result["ratio"],
+            result["tinylm_minus_bare_ms"],
+            strict=True,
+        )
     ):
-        lines.append(f"  {i + 1:>3}  {b:>10,.0f}  {o:>12,.0f}  {r:5.3f}")
+        lines.append(f"  {i + 1:>3}  {b:>10,.0f}  {o:>12,.0f}  {r:5.3f}  {d:+.2f}")
     lines += [
         f"FLOPs/step {result['flops_per_step'] / 1e9:.3f} GFLOP; tinylm achieves "
         f"{result['tinylm_flops_per_s'] / 1e9:.2f} GFLOP/s = {result['fraction_of_matmul_peak']:.1%} of the "
