@@ -12,10 +12,9 @@ own model and optimizer, and each path's clock runs only during its own work. A 
 (this project's 2-core VM moves between ~15k and ~20k tok/s from one half-minute to the next) then slows
 both alike, where timing one path's run after the other's made single ratios swing by ±15%. Each path
 reports its median step time after warm-up, and the time tinylm adds to a step is the median of the paired
-differences (each tinylm step less the bare step right after it); a repetition is one training run. The
-ratio is the issue's figure; the added milliseconds are what stays comparable when the machine's speed
-changes between runs (5% of a 41 ms step is 2 ms, of a 52 ms step 2.6 ms). FLOPs per step are counted with
-`torch.utils.flop_counter` and compared with this machine's matmul peak, measured in the same process.
+differences (`PairedStepTimer.added_step_time`); a repetition is one training run. FLOPs per step are
+counted with `torch.utils.flop_counter` and compared with this machine's matmul peak, measured in the same
+process.
 """
 
 from __future__ import annotations
