@@ -20,6 +20,7 @@ EXPECTED_FIELDS = {
     "tinylm_tokens_per_s",
     "ratio",
     "tinylm_minus_bare_ms",
+    "control",
     "flops_per_step",
     "tinylm_flops_per_s",
     "matmul_peak_flops_per_s",
@@ -31,23 +32,23 @@ EXPECTED_FIELDS = {
 }
 
 
+TINY = (
+    "model.n_layer=1",
+    "model.n_head=2",
+    "model.d_model=16",
+    "model.block_size=16",
+    "data.batch_size=2",
+    "data.val_windows=2",
+    "trainer.val_check_interval=4",
+    "bench.steps=6",
+    "bench.warmup=2",
+    "bench.repeats=2",
+    "bench.allow_few_steps=true",
+)
+
+
 def test_bench_json_reports_every_field_on_a_tiny_config(tmp_path):
-    result = run_script(
-        "bench.py",
-        "--json",
-        "model.n_layer=1",
-        "model.n_head=2",
-        "model.d_model=16",
-        "model.block_size=16",
-        "data.batch_size=2",
-        "data.val_windows=2",
-        "trainer.val_check_interval=4",
-        "bench.steps=6",
-        "bench.warmup=2",
-        "bench.repeats=2",
-        "bench.allow_few_steps=true",
-        cwd=tmp_path,
-    )
+    result = run_script("bench.py", "--json", *TINY, "bench.control=true", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)  # stdout holds the JSON alone
     assert set(report) == EXPECTED_FIELDS
@@ -57,6 +58,10 @@ def test_bench_json_reports_every_field_on_a_tiny_config(tmp_path):
     # A difference of two step times: its sign is the machine's business, not the test's.
     assert len(report["tinylm_minus_bare_ms"]) == 2
     assert all(math.isfinite(v) for v in report["tinylm_minus_bare_ms"])
+    control = report["control"]
+    assert len(control["ratio"]) == 2 and all(v > 0 for v in control["ratio"])
+    assert len(control["control_minus_bare_ms"]) == 2
+    assert all(math.isfinite(v) for v in control["control_minus_bare_ms"])
     assert report["config"]["d_model"] == 16 and report["config"]["n_layer"] == 1
     # One fwd+bwd of a 1-layer, d=16 model on 2×16 tokens: a few MFLOP, counted, not guessed.
     assert 1e5 < report["flops_per_step"] < 1e8
@@ -87,6 +92,17 @@ def test_bench_json_reports_every_field_on_a_tiny_config(tmp_path):
     assert list(tmp_path.iterdir()) == [], "a benchmark must leave nothing behind in its working directory"
 
 
+def test_bench_text_report_without_the_control(tmp_path):
+    result = run_script("bench.py", *TINY, "bench.profile=false", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [line.split() for line in result.stdout.splitlines() if line.strip().startswith(("1 ", "2 "))]
+    # rep, bare tok/s, tinylm tok/s, ratio, tinylm - bare
+    assert [row[0] for row in rows] == ["1", "2"] and all(len(row) == 5 for row in rows), result.stdout
+    assert "control" not in result.stdout
+    assert "step profile" not in result.stdout
+    assert "peak RSS of this process" in result.stdout
+
+
 def test_bench_refuses_fewer_than_50_timed_steps(tmp_path):
     result = run_script("bench.py", "bench.steps=30", "bench.warmup=10", cwd=tmp_path)
     assert result.returncode != 0
@@ -103,3 +119,13 @@ def test_the_added_step_time_pairs_each_tinylm_step_with_the_bare_step_run_right
     assert timer.added_step_time(warmup=1) == 1.0
     with pytest.raises(ValueError, match="no steps left to pair"):
         timer.added_step_time(warmup=4)
+
+
+def test_the_control_is_paired_with_the_bare_step_run_right_before_it():
+    timer = PairedStepTimer(bare=None, batches=[])  # type: ignore[arg-type]
+    # Each step: bare step i, then control step i.
+    timer.bare_step_times = [99.0, 10.0, 30.0, 12.0]
+    timer.control_step_times = [1.0, 11.0, 31.0, 20.0]
+    # After one warm-up step: (11 - 10), (31 - 30), (20 - 12). Pairing control i with bare i + 1, as tinylm's
+    # steps are, would give (11 - 30), (31 - 12): median 0.
+    assert timer.control_minus_bare(warmup=1) == 1.0

@@ -15,6 +15,11 @@ reports its median step time after warm-up, and the time tinylm adds to a step i
 differences (`PairedStepTimer.added_step_time`); a repetition is one training run. FLOPs per step are
 counted with `torch.utils.flop_counter` and compared with this machine's matmul peak, measured in the same
 process.
+
+With `bench.control=true` a second bare loop, identical to the first, runs right after it each step: its
+ratio to the first is what this pairing reads for two loops that differ in nothing, the noise floor of one
+repetition's ratio. tinylm's steps then follow two foreign steps instead of one, so leave it off for the
+ratio itself.
 """
 
 from __future__ import annotations
@@ -66,11 +71,18 @@ class PairedStepTimer(L.Callback):
     optimizer, logging and callbacks included: everything the user waits for), with one bare step run and
     timed in between, outside tinylm's clock."""
 
-    def __init__(self, bare: BareLoop, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    def __init__(
+        self,
+        bare: BareLoop,
+        batches: list[tuple[torch.Tensor, torch.Tensor]],
+        control: BareLoop | None = None,
+    ) -> None:
         self.bare = bare
+        self.control = control
         self.batches = batches
         self.step_times: list[float] = []
         self.bare_step_times: list[float] = []
+        self.control_step_times: list[float] = []
         self._last: float | None = None
 
     def on_train_batch_end(self, *_: Any) -> None:
@@ -78,7 +90,10 @@ class PairedStepTimer(L.Callback):
         if self._last is not None:
             self.step_times.append(now - self._last)
         if len(self.bare_step_times) < len(self.batches):
-            self.bare_step_times.append(self.bare.step(*self.batches[len(self.bare_step_times)]))
+            batch = self.batches[len(self.bare_step_times)]
+            self.bare_step_times.append(self.bare.step(*batch))
+            if self.control is not None:
+                self.control_step_times.append(self.control.step(*batch))
         self._last = time.perf_counter()
 
     def added_step_time(self, warmup: int) -> float:
@@ -89,10 +104,19 @@ class PairedStepTimer(L.Callback):
         then, so this is what tinylm adds to a step; the ratio also moves with that speed (the same 2 ms are
         5% of a 41 ms step and 4% of a 52 ms one).
         """
-        pairs = list(zip(self.step_times[warmup:], self.bare_step_times[warmup + 1 :], strict=True))
-        if not pairs:
-            raise ValueError(f"no steps left to pair after {warmup} warm-up steps; raise bench.steps")
-        return statistics.median(ours - bare for ours, bare in pairs)
+        return _median_difference(self.step_times[warmup:], self.bare_step_times[warmup + 1 :], warmup)
+
+    def control_minus_bare(self, warmup: int) -> float:
+        """Median over the timed steps of (the control's step - the bare step run right before it), in
+        seconds: what the pairing reads for two identical loops."""
+        return _median_difference(self.control_step_times[warmup:], self.bare_step_times[warmup:], warmup)
+
+
+def _median_difference(ours: list[float], theirs: list[float], warmup: int) -> float:
+    pairs = list(zip(ours, theirs, strict=True))
+    if not pairs:
+        raise ValueError(f"no steps left to pair after {warmup} warm-up steps; raise bench.steps")
+    return statistics.median(a - b for a, b in pairs)
 
 
 @dataclass
@@ -196,13 +220,18 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     )
     batches = [windows.batch(i) for i in range(steps)]
 
-    bare, ours, added = [], [], []
+    with_control = bool(bench.get("control", False))
+    bare, ours, added, controls, control_added = [], [], [], [], []
     for _ in range(repeats):
-        timer = PairedStepTimer(BareLoop(model_config, optim), batches)
+        control = BareLoop(model_config, optim) if with_control else None
+        timer = PairedStepTimer(BareLoop(model_config, optim), batches, control)
         tinylm_run(cfg, steps, timer)
         bare.append(_median_result(timer.bare_step_times, warmup, tokens_per_step))
         ours.append(_median_result(timer.step_times, warmup, tokens_per_step))
         added.append(timer.added_step_time(warmup))
+        if with_control:
+            controls.append(_median_result(timer.control_step_times, warmup, tokens_per_step))
+            control_added.append(timer.control_minus_bare(warmup))
     shares = profiled_shares(cfg, steps) if bench.get("profile", True) else None
 
     flops = flops_per_step(model_config, batch_size)
@@ -239,6 +268,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "tinylm_tokens_per_s": [r.tokens_per_s for r in ours],
         "ratio": [o.tokens_per_s / b.tokens_per_s for o, b in zip(ours, bare, strict=True)],
         "tinylm_minus_bare_ms": [seconds * 1e3 for seconds in added],
+        "control": {
+            "ratio": [c.tokens_per_s / b.tokens_per_s for c, b in zip(controls, bare, strict=True)],
+            "control_minus_bare_ms": [seconds * 1e3 for seconds in control_added],
+        }
+        if with_control
+        else None,
         "flops_per_step": flops,
         "tinylm_flops_per_s": flops * best_ours / tokens_per_step,
         "matmul_peak_flops_per_s": peak,
@@ -273,6 +308,14 @@ def format_report(result: dict[str, Any]) -> str:
         )
     ):
         lines.append(f"  {i + 1:>3}  {b:>10,.0f}  {o:>12,.0f}  {r:5.3f}  {d:+.2f}")
+    control = result["control"]
+    if control is not None:
+        ratios = " / ".join(f"{r:.3f}" for r in control["ratio"])
+        differences = " / ".join(f"{d:+.2f}" for d in control["control_minus_bare_ms"])
+        lines.append(
+            f"  control (an identical bare loop, run after the bare one): ratio {ratios}, "
+            f"{differences} ms/step: the noise of one repetition's ratio"
+        )
     lines += [
         f"FLOPs/step {result['flops_per_step'] / 1e9:.3f} GFLOP; tinylm achieves "
         f"{result['tinylm_flops_per_s'] / 1e9:.2f} GFLOP/s = {result['fraction_of_matmul_peak']:.1%} of the "
