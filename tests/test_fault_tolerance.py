@@ -67,7 +67,8 @@ def train_losses(run_dir: Path) -> dict[int, float]:
 
 
 def assert_same_training_state(a: Path, b: Path) -> None:
-    """Two checkpoints hold bit-identical weights and optimizer state (learning rate included), at the same step."""
+    """Two checkpoints hold bit-identical weights and optimizer state (learning rate included), at the same
+    step."""
     first, second = read_checkpoint(a), read_checkpoint(b)
     assert first["global_step"] == second["global_step"]
     assert first["state_dict"].keys() == second["state_dict"].keys()

@@ -299,7 +299,8 @@ class LitGPT(L.LightningModule):
                 group["lr"] = rate
 
     def learning_rate(self, step: int) -> float:
-        """The rate optimizer step `step` (counted from 0) uses: `learning_rate` under this module's config."""
+        """The rate optimizer step `step` (counted from 0) uses: `learning_rate` under this module's
+        config."""
         config = self.optim_config
         return learning_rate(step, config.lr, config.min_lr, config.warmup_steps, config.decay_steps)
 
