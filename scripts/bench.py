@@ -3,10 +3,9 @@
 import contextlib
 import sys
 
-import hydra
 from omegaconf import DictConfig
 
-from tinylm.bench import format_report, run, to_json
+from tinylm.cli import hydra_entry_point
 
 # `--json` is not Hydra syntax: take it off the command line before Hydra parses it.
 AS_JSON = "--json" in sys.argv
@@ -14,8 +13,10 @@ if AS_JSON:
     sys.argv.remove("--json")
 
 
-@hydra.main(version_base="1.3", config_path="pkg://tinylm.conf", config_name="bench")
+@hydra_entry_point(config_name="bench")
 def main(cfg: DictConfig) -> None:
+    from tinylm.bench.bench import format_report, run, to_json
+
     if AS_JSON:
         # Keep stdout for the JSON alone: the training run's progress and summaries go to stderr.
         with contextlib.redirect_stdout(sys.stderr):

@@ -1,14 +1,15 @@
 """Measure the health callback's cost on the training config: `python scripts/health_overhead.py
-trainer.max_steps=600 threads=2 +repeats=2` (any train.py override applies; see README)."""
+trainer.max_steps=600 threads=2 +repeats=2` (any train.py override applies; see docs/performance.md)."""
 
-import hydra
 from omegaconf import DictConfig
 
-from tinylm.health_overhead import run
+from tinylm.cli import hydra_entry_point
 
 
-@hydra.main(version_base="1.3", config_path="pkg://tinylm.conf", config_name="train")
+@hydra_entry_point(config_name="train")
 def main(cfg: DictConfig) -> None:
+    from tinylm.bench.health_overhead import run
+
     run(cfg)
 
 

@@ -2,8 +2,8 @@
 
 from omegaconf import DictConfig
 
+from tinylm.analysis.probe import run
 from tinylm.cli import hydra_entry_point
-from tinylm.probe import run
 
 
 @hydra_entry_point(config_name="probe")

@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from tinylm.report import ReportError, write_report
+from tinylm.analysis.report import ReportError, write_report
 
 
 def main() -> None:

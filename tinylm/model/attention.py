@@ -26,7 +26,7 @@ class CausalSelfAttention(nn.Module):
         if d_model % n_head != 0:
             raise ValueError(f"d_model={d_model} must be divisible by n_head={n_head}")
         self.n_head = n_head
-        # The language model is always causal; the depth probe (tinylm.probe) studies blocks without a mask.
+        # The language model is always causal; the depth probe (tinylm.analysis.probe) studies blocks without a mask.
         self.causal = causal
         self.head_size = d_model // n_head
         # One matmul for q, k and v; rows [0:d) are W_q, [d:2d) W_k, [2d:3d) W_v.
@@ -49,9 +49,8 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self._heads(x)
         dropout_p = self.dropout if self.training else 0.0
         if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
-            # PyTorch's CPU flash-attention backward is several times slower in bf16 than in fp32 (4.6x for
-            # the baby model, torch 2.13), more than the bf16 matmuls around it save: under CPU autocast the
-            # attention itself runs in fp32, and the projections stay in bf16.
+            # PyTorch's CPU flash-attention backward is several times slower in bf16 than in fp32, more than
+            # the bf16 matmuls around it save (docs/performance.md): the attention itself runs in fp32.
             with torch.autocast("cpu", enabled=False):
                 y = F.scaled_dot_product_attention(
                     q.float(), k.float(), v.float(), is_causal=self.causal, dropout_p=dropout_p

@@ -1,108 +1,24 @@
-"""What keeps a training run's state safe: atomic checkpoint files, a stop on SIGINT/SIGTERM that saves first,
-a stop on a non-finite loss that never saves broken weights, and a random stream for the training steps that
-a checkpoint restores, so that a resumed run repeats the uninterrupted one bit for bit."""
+"""What keeps a training run's state safe: a stop on SIGINT/SIGTERM that saves first, a stop on a non-finite
+loss that never saves broken weights, and a random stream for the training steps that a checkpoint restores,
+so that a resumed run repeats the uninterrupted one bit for bit. (Checkpoint files themselves are written
+atomically by `tinylm.training.checkpoints.AtomicCheckpointIO`.)"""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import os
 import signal
 import threading
-import uuid
-from collections.abc import Callable
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import lightning.pytorch as L
 import torch
-from fsspec.implementations.local import LocalFileSystem
-from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.fabric.utilities.cloud_io import get_filesystem
-from lightning.pytorch.callbacks import ModelCheckpoint
 
 from tinylm.errors import TrainingDiverged, TrainingInterrupted
+from tinylm.training.checkpoints import last_checkpoint
 
 log = logging.getLogger(__name__)
-
-
-# --- checkpoint files ---------------------------------------------------------------------------------
-
-
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Writes a checkpoint to a temporary file beside its target, fsyncs it, then renames it over the target.
-
-    A rename within one directory is atomic, so a process killed at any moment (SIGKILL, OOM, power cut
-    after the fsync) leaves either the previous checkpoint or the new one, never a partial file. Lightning's
-    own save goes through an fsspec transaction whose temporary file lives in the system temp directory; when
-    that is another filesystem (a tmpfs /tmp, a network run dir) the final move is a copy into the target,
-    which a kill can cut short.
-
-    Loading always uses `weights_only=True`: a checkpoint can hold tensors and plain data, never code.
-    """
-
-    def save_checkpoint(
-        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
-    ) -> None:
-        if storage_options is not None or not isinstance(get_filesystem(path), LocalFileSystem):
-            # Remote stores (s3://, gs://...) publish an object only once it is complete.
-            super().save_checkpoint(checkpoint, path, storage_options)
-            return
-        write_atomically(Path(path), lambda file: torch.save(checkpoint, file))
-
-    def load_checkpoint(
-        self,
-        path: Any,
-        map_location: Any | None = lambda storage, loc: storage,
-        weights_only: bool | None = None,
-    ) -> dict[str, Any]:
-        return super().load_checkpoint(path, map_location=map_location, weights_only=True)
-
-
-def temporary_sibling(target: Path) -> Path:
-    """A unique hidden name in the target's directory; the suffix keeps it out of `*.ckpt` globs."""
-    return target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
-
-
-def write_atomically(target: Path, write: Callable[[Any], None]) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = temporary_sibling(target)
-    try:
-        with open(temporary, "xb") as file:  # "x": never clobber; mode 0o666 less the umask, like any file
-            write(file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, target)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    _fsync_directory(target.parent)  # makes the rename itself durable
-    # Files left by writers that were killed mid-write; only one process writes a given checkpoint.
-    for stale in target.parent.glob(f".{target.name}.*.tmp"):
-        stale.unlink(missing_ok=True)
-
-
-def _fsync_directory(directory: Path) -> None:
-    with contextlib.suppress(OSError):  # not every filesystem lets a directory be opened and synced
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def last_checkpoint_path(trainer: L.Trainer) -> Path:
-    """Where this trainer keeps `last.ckpt`: beside its checkpoints, as `conf/callbacks` sets them up."""
-    callbacks = trainer.checkpoint_callbacks
-    for callback in callbacks:
-        if isinstance(callback, ModelCheckpoint) and callback.dirpath and callback.filename == "last":
-            return Path(callback.dirpath) / f"last{callback.FILE_EXTENSION}"
-    for callback in callbacks:
-        if isinstance(callback, ModelCheckpoint) and callback.dirpath:
-            return Path(callback.dirpath) / f"{callback.CHECKPOINT_NAME_LAST}{callback.FILE_EXTENSION}"
-    return Path(trainer.default_root_dir) / "checkpoints" / "last.ckpt"
 
 
 # --- the training steps' own random stream ------------------------------------------------------------
@@ -170,6 +86,8 @@ class LoggingStepFollowsGlobalStep(L.Callback):
     """
 
     def on_train_batch_start(self, trainer: L.Trainer, *_: Any) -> None:
+        # Private: nothing public sets the logging step. Lightning's own restore of it (issue #12274, fixed by
+        # PR #13467) covers regular val_check_interval steps only; see docs/internals.md.
         loop = trainer.fit_loop.epoch_loop
         if loop._batches_that_stepped != trainer.global_step:
             loop._batches_that_stepped = trainer.global_step
@@ -227,7 +145,7 @@ class StopOnSignal(L.Callback):
         if not trainer.strategy.reduce_boolean_decision(self.received is not None, all=False):
             return
         signum = self.received if self.received is not None else signal.SIGTERM
-        path = last_checkpoint_path(trainer)
+        path = last_checkpoint(trainer.default_root_dir)
         trainer.save_checkpoint(path)
         step = trainer.global_step
         raise TrainingInterrupted(
@@ -311,7 +229,7 @@ class StopOnNonFiniteLoss(L.Callback):
 
     def _stop(self, trainer: L.Trainer, step: int, what: str) -> None:
         lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else math.nan
-        last = last_checkpoint_path(trainer)
+        last = last_checkpoint(trainer.default_root_dir)
         if last.is_file():
             kept = f"kept the last good checkpoint {last}"
             if self._last_good_save is not None:

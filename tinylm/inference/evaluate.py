@@ -6,19 +6,17 @@ import math
 
 import torch
 from omegaconf import DictConfig
-from torch.utils.data import DataLoader
 
-from tinylm.checkpoints import CheckpointError
-from tinylm.corpora import CorpusError, load_corpus
-from tinylm.data import FixedWindows, VocabularyError
+from tinylm import checks
+from tinylm.data import CorpusError, FixedWindows, VocabularyError, load_corpus
 from tinylm.errors import ConfigError
-from tinylm.module import LitGPT
-from tinylm.sample import load_module
+from tinylm.training.checkpoints import CheckpointError, load_module
+from tinylm.training.module import CharLM
 
 
 @torch.no_grad()
 def evaluate_text(
-    module: LitGPT, text: str, batch_size: int = 32, max_windows: int | None = None
+    module: CharLM, text: str, batch_size: int = 32, max_windows: int | None = None
 ) -> dict[str, float]:
     """Mean next-character cross-entropy over non-overlapping `block_size` windows covering `text`."""
     assert module.tokenizer is not None
@@ -28,10 +26,9 @@ def evaluate_text(
             f"the text has {len(text)} characters, fewer than one window of block_size+1={block_size + 1}; "
             "evaluate on a longer text"
         )
-    tokens = torch.from_numpy(module.tokenizer.encode_array(text))
-    windows = FixedWindows(tokens, block_size, max_windows)
+    windows = FixedWindows(module.tokenizer.encode_array(text), block_size, max_windows)
     total, count = 0.0, 0
-    for inputs, targets in DataLoader(windows, batch_size=batch_size):
+    for inputs, targets in windows.batches(batch_size):
         _, loss = module.model(inputs.to(module.device), targets.to(module.device))
         total += float(loss) * targets.numel()
         count += targets.numel()
@@ -44,12 +41,9 @@ def run(cfg: DictConfig) -> dict[str, float]:
         raise CheckpointError("say which model to evaluate: ckpt=<checkpoint.ckpt or run directory>")
     if not cfg.get("file"):
         raise ConfigError("say which text to evaluate on: file=<path to a UTF-8 text file>")
-    for name in ("batch_size", "max_windows"):
-        value = cfg.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-            raise ConfigError(f"{name}={value!r} must be a positive whole number")
-    if cfg.get("threads"):
-        torch.set_num_threads(int(cfg.threads))
+    checks.whole_number("batch_size", cfg.get("batch_size"))
+    if cfg.get("max_windows") is not None:
+        checks.whole_number("max_windows", cfg.max_windows)
     module = load_module(cfg.ckpt)
     text = "".join(load_corpus("text", files=str(cfg.file))["text"])
     try:

@@ -23,7 +23,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from tinylm.errors import UserError
-from tinylm.run_record import read_run_record
+from tinylm.training.run_record import read_run_record
 
 REPORT_MD = "report.md"
 REPORT_PNG = "report.png"

@@ -4,14 +4,14 @@
 `depth` blocks (`tinylm.model.Block`, the same class the language model trains), pushes one batch through
 it, backpropagates a scalar loss, and reports for every depth k (the output of block k, k = 1..depth):
 
-- `stream_rms`: the residual stream's root mean square (`tinylm.diagnostics.stream_rms`);
+- `stream_rms`: the residual stream's root mean square (`analysis.diagnostics.stream_rms`);
 - `token_spread`: the RMS of each token's distance from its sequence's mean token, divided by the stream
-  RMS (`tinylm.diagnostics.token_spread` has the exact formula): 1 for independent tokens, 0 for tokens
+  RMS (`analysis.diagnostics.token_spread` has the exact formula): 1 for independent tokens, 0 for tokens
   that have collapsed onto one vector;
 - `grad_w_q`, `grad_w_k`, `grad_w_v`, `grad_w_o`, `grad_ffn_up`, `grad_ffn_down` (`grad_ffn_gate` for
-  gated FFNs): the Frobenius norms of block k's weight gradients (`tinylm.diagnostics.block_weight_grad_norms`).
+  gated FFNs): the Frobenius norms of block k's weight gradients (`analysis.diagnostics.block_weight_grad_norms`).
 
-The protocol (see DESIGN.md, "depth probe protocol"): no attention mask, no dropout, no final norm, the
+The protocol (docs/probe.md): no attention mask, no dropout, no final norm, the
 input `randn` (or real text through a fresh N(0, 1) embedding), and the loss a fixed random projection of the
 last block's output, `(out * r).mean()`. Every placement sees the same input, the same projection `r` and
 the same weight matrices (one seed draws them in that order; norms draw nothing), so the placements differ
@@ -34,7 +34,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from tinylm.diagnostics import block_weight_grad_norms, stream_rms, token_spread
+from tinylm import checks
+from tinylm.analysis.diagnostics import block_weight_grad_norms, stream_rms, token_spread
 from tinylm.errors import ConfigError
 from tinylm.model import PLACEMENTS, Block, ModelConfig
 from tinylm.model.gpt import init_linear
@@ -235,13 +236,10 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> None:
 def _settings(cfg: DictConfig) -> dict[str, Any]:
     """The probe's settings from its Hydra config, checked; raises ConfigError naming a bad one."""
     for key in ("depth", "batch_size", "seq_len"):
-        value = cfg[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"{key}={value!r} must be a positive integer")
-    if cfg.input not in INPUTS:
-        raise ConfigError(f"input={cfg.input!r} is not one of {', '.join(INPUTS)}")
-    if cfg.dtype not in DTYPES:
-        raise ConfigError(f"dtype={cfg.dtype!r} is not one of {', '.join(DTYPES)}")
+        checks.whole_number(key, cfg[key])
+    checks.choice("input", cfg.input, INPUTS)
+    checks.choice("dtype", cfg.dtype, DTYPES)
+    checks.whole_number("seed", cfg.get("seed"), minimum=0)
     norms = list(cfg.norms) if cfg.get("norms") else [cfg.model.norm]
     unknown = [norm for norm in norms if norm not in PLACEMENTS]
     if unknown:
@@ -268,8 +266,8 @@ def _settings(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _load_text(text_file: str | None) -> str:
-    """The probe's text: a UTF-8 file, or (None) the default Shakespeare corpus, through `tinylm.corpora`."""
-    from tinylm.corpora import load_corpus
+    """The probe's text: a UTF-8 file, or (None) the default Shakespeare corpus, through `tinylm.data`."""
+    from tinylm.data.corpora import load_corpus
 
     corpus = load_corpus("text", files=text_file) if text_file else load_corpus("shakespeare")
     return "".join(corpus["text"])
@@ -288,8 +286,6 @@ def _title(settings: dict[str, Any]) -> str:
 def run(cfg: DictConfig) -> list[dict[str, Any]]:
     """Probe as `cfg` (conf/probe.yaml) says; prints the table, writes probe.{md,csv,json,png} to run_dir."""
     settings = _settings(cfg)  # every check before anything is computed or written
-    if cfg.get("threads"):
-        torch.set_num_threads(int(cfg.threads))
     text = _load_text(settings["text_file"]) if settings["input"] == "text" else None
     rows = depth_probe(
         ModelConfig.from_dict(settings["model"]),

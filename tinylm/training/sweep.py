@@ -26,16 +26,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
-from hydra.types import RunMode
 from lightning.fabric.utilities.spike import TrainingSpikeException
 from omegaconf import DictConfig, OmegaConf
 
-from tinylm.distributed import ScaleOutError
 from tinylm.errors import TrainingDiverged, TrainingInterrupted, UserError
-from tinylm.run_record import read_run_record, write_run_record
-from tinylm.train import run
+from tinylm.training.distributed import ScaleOutError
+from tinylm.training.run import in_multirun, run
+from tinylm.training.run_record import read_run_record, write_run_record
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +47,6 @@ DIVERGENCE_ERRORS: tuple[type[BaseException], ...] = (
 # Exceptions that condemn the whole sweep, not one job: every job would fail the same way, so the sweep
 # stops at the first (e.g. `-m` with a DDP trainer that would re-run the sweep for every rank).
 SWEEP_ERRORS: tuple[type[BaseException], ...] = (ScaleOutError, TrainingInterrupted)
-
-
-def in_multirun() -> bool:
-    """True inside a job of a Hydra multirun (`-m`)."""
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def run_job(cfg: DictConfig, keep_going: bool | None = None) -> float | None:

@@ -6,7 +6,7 @@ Every `every_n_steps` optimizer steps (and at step 0), `TrainingHealth` logs, fo
 | quantity          | what                                                                              |
 |-------------------|-----------------------------------------------------------------------------------|
 | `stream_rms`      | RMS of the residual stream after block k                                          |
-| `token_spread`    | token spread after block k, relative to the stream RMS (`tinylm.diagnostics`)     |
+| `token_spread`    | token spread after block k, relative to the stream RMS (`analysis.diagnostics`)  |
 | `attn_entropy`    | mean entropy (nats) of block k's attention distributions                          |
 | `attn_max_logit`  | largest attention logit q·k/√head_size in block k (logit growth, what QK-norm caps) |
 | `grad_w_q` ...    | gradient norms of W_q, W_k, W_v, W_o and each FFN matrix (`grad_ffn_up`, ...)      |
@@ -31,7 +31,8 @@ import lightning.pytorch as L
 import torch
 from torch import nn
 
-from tinylm.diagnostics import attention_entropy, block_weight_grad_norms, stream_rms, token_spread
+from tinylm import checks
+from tinylm.analysis.diagnostics import attention_entropy, block_weight_grad_norms, stream_rms, token_spread
 from tinylm.model import Block
 
 
@@ -39,15 +40,13 @@ class TrainingHealth(L.Callback):
     """Logs per-block health scalars to every logger of the run; see the module docstring.
 
     `every_n_steps=0` turns it off. The LightningModule's `forward(inputs)` must run the model on the
-    batch's first element (as `LitGPT` does); the blocks are found as the module's `tinylm.model.Block`s.
+    batch's first element (as `CharLM` does); the blocks are found as the module's `tinylm.model.Block`s.
     """
 
     def __init__(self, every_n_steps: int = 100, prefix: str = "health") -> None:
-        if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 0:
-            raise ValueError(
-                f"TrainingHealth every_n_steps={every_n_steps!r} must be an integer >= 0 (0: off)"
-            )
-        self.every_n_steps = every_n_steps
+        self.every_n_steps = checks.whole_number(
+            "callbacks.health.every_n_steps", every_n_steps, minimum=0, hint="0 turns it off"
+        )
         self.prefix = prefix
         self._blocks: list[Block] = []
         self._inputs: torch.Tensor | None = None

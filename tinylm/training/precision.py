@@ -1,17 +1,22 @@
 """`trainer.precision=auto`: bf16 autocast where the hardware multiplies bf16 natively, fp32 everywhere else.
 
-bf16 autocast only pays where bf16 matmuls run at about twice the fp32 rate (measured on an AVX512-BF16 CPU:
-~390 vs ~190 GFLOP/s on two cores). A CPU without bf16 instructions emulates them and trains slower than in
-fp32, so the choice depends on the machine; the resolved value is logged and saved in the run's config.yaml.
+bf16 autocast only pays where bf16 matmuls run at about twice the fp32 rate (docs/performance.md). A CPU
+without bf16 instructions emulates them and trains slower than in fp32, so the choice depends on the machine;
+the resolved value is logged and saved in the run's config.yaml.
 """
 
 from __future__ import annotations
 
+import logging
+
 import torch
+
+log = logging.getLogger(__name__)
 
 AUTO = "auto"
 MIXED_BF16 = "bf16-mixed"
 FULL_FP32 = "32-true"
+CPU_BF16_PROBES = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
 
 
 def _device_type(accelerator: str) -> str:
@@ -29,9 +34,13 @@ def multiplies_bf16_natively(device_type: str) -> bool:
     Arm CPUs and MPS answer False: not measured here, so they keep fp32.
     """
     if device_type == "cpu":
-        # Private probes (the ones inductor uses); a torch without them gets the safe answer, fp32.
-        probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-        return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
+        # Private probes (the ones inductor uses; docs/internals.md); without them the safe answer is fp32.
+        probes = [getattr(torch.cpu, name, None) for name in CPU_BF16_PROBES]
+        if not any(probes):
+            log.warning(
+                "torch.cpu has none of %s: trainer.precision=auto keeps fp32", ", ".join(CPU_BF16_PROBES)
+            )
+        return any(probe() for probe in probes if probe is not None)
     if device_type == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
     return False

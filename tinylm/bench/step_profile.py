@@ -5,11 +5,13 @@
 outside it) and, within steps only, the parts below; at teardown it puts everything back.
 
   data loading:  Lightning's data fetcher (which iterates our batch stream) and moving the batch to the device;
-  logging:       `LightningModule.log`, Lightning's logger connector (which writes TensorBoard), metrics
-                 written to the loggers directly (`lr`), the progress bar's and the throughput callback's
-                 training-step hooks;
-  health:        TrainingHealth's hooks (issue D's diagnostics: an extra forward pass every 100 steps),
-                 reported apart from logging because it computes, and has its own budget.
+  logging:       `LightningModule.log`, Lightning's logger connector (which writes TensorBoard), the
+                 progress bar's and the throughput monitor's training-step hooks;
+  health:        TrainingHealth's hooks (an extra forward pass every 100 steps), reported apart from
+                 logging because it computes.
+
+It patches private Lightning classes (listed in docs/internals.md); they are imported at the top, so a
+rename fails loudly when the benchmark starts.
 
 A timer costs about a microsecond per call, against steps of tens of milliseconds: unlike a tracing profiler,
 which slows every Python call and so inflates exactly these Python-heavy parts, it leaves the shares as
@@ -26,13 +28,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import lightning.pytorch as L
-from lightning.pytorch.callbacks import ProgressBar
+from lightning.pytorch.callbacks import ProgressBar, ThroughputMonitor
 from lightning.pytorch.loops import fetchers
 from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 from lightning.pytorch.trainer.connectors.logger_connector.logger_connector import _LoggerConnector
 
-from tinylm.callbacks import TokenThroughput
-from tinylm.health import TrainingHealth
+from tinylm.analysis.health import TrainingHealth
 
 # The callback hooks Lightning calls inside a training step.
 TRAINING_STEP_HOOKS = (
@@ -45,7 +46,7 @@ TRAINING_STEP_HOOKS = (
 )
 CALLBACK_CATEGORIES: tuple[tuple[type, str], ...] = (
     (ProgressBar, "logging"),
-    (TokenThroughput, "logging"),
+    (ThroughputMonitor, "logging"),
     (TrainingHealth, "health"),
 )
 
@@ -73,16 +74,12 @@ class StepProfile(L.Callback):
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._wrap_step(_TrainingEpochLoop, "advance")
-        # Private Lightning classes: this is a measuring tool, pinned by tests/test_bench.py.
         for fetcher in (fetchers._DataFetcher, fetchers._PrefetchDataFetcher):
             self._wrap(fetcher, "__next__", "data loading", "data fetcher")
         self._wrap(type(trainer.strategy), "batch_to_device", "data loading", "batch_to_device")
         self._wrap(type(pl_module), "log", "logging", "LightningModule.log")
         for method in ("on_batch_start", "on_batch_end", "update_train_step_metrics"):
             self._wrap(_LoggerConnector, method, "logging", "logger connector")
-        # Writes that bypass Lightning (the module's `lr`); inside the parts above they count as those.
-        for logger_class in {type(logger) for logger in trainer.loggers}:
-            self._wrap(logger_class, "log_metrics", "logging", "logger.log_metrics")
         for callback in trainer.callbacks:
             category = next((c for kind, c in CALLBACK_CATEGORIES if isinstance(callback, kind)), None)
             if category is not None:

@@ -1,5 +1,5 @@
-"""Measurements of a transformer's inner state, shared by the depth probe (`tinylm.probe`) and the
-training-time health callback (`tinylm.health`). Plain PyTorch; every function returns tensors (no host
+"""Measurements of a transformer's inner state, shared by the depth probe (`analysis.probe`) and the
+training-time health callback (`analysis.health`). Plain PyTorch; every function returns tensors (no host
 sync), so a caller can gather many measurements and bring them to the host at once.
 """
 

@@ -1,5 +1,5 @@
 """Where text comes from. Every corpus is loaded through HF `datasets` as a dataset of documents with a
-`text` column; `tinylm.data` turns it into token ids.
+`text` column; `tinylm.data.datamodule` turns it into token ids.
 
 | source            | what                                                                            |
 |-------------------|---------------------------------------------------------------------------------|

@@ -4,53 +4,51 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import resource
 import time
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as L
-import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ProgressBar
-from lightning.pytorch.profilers import PassThroughProfiler
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from tinylm.callbacks import TensorBoardHParams, ValidateOnLastStep
-from tinylm.checkpoints import (
+from tinylm import checks
+from tinylm.data import CharDataModule, VocabularyError
+from tinylm.errors import ConfigError
+from tinylm.model import ModelConfig
+from tinylm.training.callbacks import TensorBoardHParams, ValidateOnLastStep
+from tinylm.training.checkpoints import (
+    AtomicCheckpointIO,
     CheckpointError,
     check_resumable,
+    checkpoint_callbacks,
     checkpoint_tokenizer,
+    last_checkpoint,
+    load_module,
     read_checkpoint,
     resume_checkpoint,
 )
-from tinylm.data import CharDataModule, VocabularyError
-from tinylm.distributed import (
+from tinylm.training.distributed import (
     EffectiveBatch,
     refuse_relaunch_in_sweep,
     shards_parameters,
     slurm_gpus_per_node,
 )
-from tinylm.errors import ConfigError
-from tinylm.fault_tolerance import (
-    AtomicCheckpointIO,
+from tinylm.training.fault_tolerance import (
     LoggingStepFollowsGlobalStep,
     StopOnNonFiniteLoss,
     StopOnSignal,
     TrainingRandomState,
-    last_checkpoint_path,
 )
-from tinylm.model import ModelConfig
-from tinylm.module import LitGPT, OptimConfig
-from tinylm.precision import resolve_precision
-from tinylm.run_record import write_run_record
-from tinylm.sample import load_module
+from tinylm.training.module import CharLM, OptimConfig
+from tinylm.training.precision import resolve_precision
+from tinylm.training.run_record import write_run_record
 
 log = logging.getLogger(__name__)
 
@@ -75,16 +73,6 @@ def run_label(overrides: Sequence[str], max_chars: int = 100) -> str:
     return label
 
 
-class QuietProfiler(PassThroughProfiler):
-    """Lightning's default profiler, which profiles nothing, without the cost of doing so: its `profile()`
-    builds a generator-based context manager around every hook call (~100 a training step), 1-3 us each
-    after the step's compute has left the caches cold. The runs' default when `trainer.profiler` is unset;
-    `+trainer.profiler=simple` (or `advanced`, `pytorch`) still profiles."""
-
-    def profile(self, action_name: str) -> AbstractContextManager[str]:
-        return nullcontext(action_name)
-
-
 # Lets conf/train.yaml name runs and sweep directories with ${run_label:...}.
 OmegaConf.register_new_resolver("run_label", run_label, replace=True)
 # Lets conf/launcher/slurm.yaml ask for one GPU per rank on GPU runs only.
@@ -102,11 +90,6 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
     started = time.perf_counter()
     check_settings(cfg)
     cfg = with_resolved_precision(cfg)
-    if cfg.get("threads"):
-        torch.set_num_threads(int(cfg.threads))
-        # Lightning's DDP launcher gives each rank cores // ranks threads unless this is set; set, it keeps
-        # the user's choice, in this process and in the ranks it starts.
-        os.environ["OMP_NUM_THREADS"] = str(int(cfg.threads))
     L.seed_everything(cfg.seed, workers=True)
     run_dir = Path(cfg.run_dir)
 
@@ -126,7 +109,7 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
         ) from None
 
     model_config = {**OmegaConf.to_container(cfg.model, resolve=True), "vocab_size": tokenizer.vocab_size}
-    module = LitGPT(
+    module = CharLM(
         model=model_config,
         optim=OmegaConf.to_container(cfg.optim, resolve=True),
         sample_chars=min(200, int(cfg.sample.chars)),
@@ -141,17 +124,15 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
     if not cfg.trainer.get("enable_progress_bar", True):
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     hparams = hparams_for_tensorboard(cfg)
-    callbacks += [ValidateOnLastStep(), TensorBoardHParams(hparams), *extra_callbacks]
-    # First in line, so the steps' random stream is stored before StopOnSignal saves a checkpoint.
-    callbacks = [TrainingRandomState(), LoggingStepFollowsGlobalStep(), *callbacks]
-    callbacks += [StopOnNonFiniteLoss(), StopOnSignal()]
+    callbacks += [*checkpoint_callbacks(run_dir), TensorBoardHParams(hparams)]
+    # First in line: the steps' random stream is stored before StopOnSignal saves a checkpoint, and the last
+    # step is known to be the last (should_stop) before the other callbacks decide whether to log.
+    callbacks = [TrainingRandomState(), LoggingStepFollowsGlobalStep(), ValidateOnLastStep(), *callbacks]
+    callbacks += [*extra_callbacks, StopOnNonFiniteLoss(), StopOnSignal()]
     logger = instantiate(cfg.logger, version=cfg.run_name or "default") if cfg.get("logger") else False
-    trainer_settings = dict(cfg.trainer)
-    if trainer_settings.get("profiler") is None:
-        trainer_settings["profiler"] = QuietProfiler()
     try:
         trainer = L.Trainer(
-            **trainer_settings,
+            **cfg.trainer,
             callbacks=callbacks,
             logger=logger,
             default_root_dir=str(run_dir),
@@ -159,7 +140,7 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
         )
     except (TypeError, ValueError, MisconfigurationException) as err:
         raise ConfigError(f"Lightning rejects the trainer settings: {err}") from None
-    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+    if in_multirun():
         refuse_relaunch_in_sweep(trainer)
     batch = EffectiveBatch.of(trainer, datamodule.batch_size, datamodule.block_size)
     hparams.update(batch.hparams())
@@ -178,11 +159,9 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
 
     metrics: dict[str, Any] = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    if module.logged_lr is not None:
-        metrics["lr"] = module.logged_lr
-    checkpoint_callback = trainer.checkpoint_callback
-    if checkpoint_callback is not None and checkpoint_callback.best_model_score is not None:
-        metrics["best/val_loss"] = float(checkpoint_callback.best_model_score)
+    best = trainer.checkpoint_callback
+    if best is not None and best.best_model_score is not None:
+        metrics["best/val_loss"] = float(best.best_model_score)
     metrics["step"] = trainer.global_step
     metrics["params"] = module.model.num_params()
     metrics["wall_time_s"] = time.perf_counter() - started
@@ -205,14 +184,20 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
     return metrics
 
 
+def in_multirun() -> bool:
+    """True inside a job of a Hydra multirun (`-m`)."""
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
 def check_settings(cfg: DictConfig) -> None:
-    """The checks that need no data: fail in a second, not after loading a corpus."""
-    max_steps = cfg.trainer.get("max_steps")
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps <= 0:
-        raise ConfigError(
-            f"trainer.max_steps={max_steps!r} must be a positive number of optimizer steps "
-            "(training windows are an endless stream: max_steps is what ends a run)"
-        )
+    """Every setting that needs no data, checked before a corpus is loaded or anything is written."""
+    trainer = cfg.trainer
+    checks.whole_number(
+        "trainer.max_steps",
+        trainer.get("max_steps"),
+        hint="training windows are an endless stream: max_steps is what ends a run",
+    )
+    checks.whole_number("seed", cfg.get("seed"), minimum=0)
     try:
         ModelConfig.from_dict({**OmegaConf.to_container(cfg.model, resolve=True), "vocab_size": 1})
     except ConfigError as err:
@@ -233,11 +218,11 @@ def with_resolved_precision(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
-def _whole_model(trainer: L.Trainer, module: LitGPT) -> LitGPT | None:
+def _whole_model(trainer: L.Trainer, module: CharLM) -> CharLM | None:
     """The trained model, whole, in this process: a sharded one (FSDP) is whole only in its checkpoint."""
     if not shards_parameters(trainer.strategy):
         return module
-    last = last_checkpoint_path(trainer)
+    last = last_checkpoint(trainer.default_root_dir)
     return load_module(last) if last.is_file() and trainer.is_global_zero else None
 
 

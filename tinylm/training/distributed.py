@@ -1,54 +1,20 @@
-"""What tinylm needs to run on several processes: sharded validation, the effective batch, and the guard
-against Lightning re-running a Hydra sweep in every extra rank."""
+"""What tinylm needs to run on several processes: the effective batch, and the guard against Lightning
+re-running a Hydra sweep in every extra rank. (Validation windows are split over the ranks by
+`tinylm.data.UnpaddedDistributedSampler`.)"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import lightning.pytorch as L
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy, Strategy
 
-# Private in Lightning, but it is exactly the launcher that starts a node's other ranks by running
-# `sys.argv` again; no public API tells it apart from the launchers that do not (spawn, SLURM, torchrun).
-from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
-from torch.utils.data import Dataset, DistributedSampler
-
 from tinylm.errors import UserError
 
 
 class ScaleOutError(UserError, ValueError):
     """A multi-process setting that cannot work as asked."""
-
-
-class UnpaddedDistributedSampler(DistributedSampler):
-    """Rank r of W takes items r, r+W, r+2W, …: every item exactly once over all ranks, in a fixed order.
-
-    torch's DistributedSampler pads the shards to equal length by repeating items, so with 5 validation
-    windows on 2 ranks one window would count twice in `val/loss`. Unpadded, the shards differ in length
-    by at most one; Lightning averages `val/loss` weighted by batch size over all ranks (`sync_dist=True`),
-    which gives exactly the single-process mean. Every rank must get at least one item, or it would log
-    nothing and never join the final all-reduce.
-
-    Uneven shards mean the ranks run different numbers of validation forwards; that is safe because
-    tinylm's model has no buffers for DDP to broadcast in `forward` (a model with buffers would need
-    `broadcast_buffers=False`).
-    """
-
-    def __init__(self, dataset: Dataset, num_replicas: int, rank: int) -> None:
-        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False, drop_last=False)
-        size = len(dataset)  # type: ignore[arg-type]
-        if size < num_replicas:
-            raise ScaleOutError(
-                f"{size} validation windows cannot be shared by {num_replicas} processes: each needs at least "
-                f"one; raise data.val_windows (or data.val_fraction) to at least {num_replicas}"
-            )
-        self.total_size = size
-        self.num_samples = len(range(rank, size, num_replicas))
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(range(self.rank, self.total_size, self.num_replicas))
 
 
 @dataclass(frozen=True)
@@ -93,6 +59,11 @@ def relaunches_script(trainer: L.Trainer) -> bool:
     That is Lightning's default for `strategy=ddp`/`fsdp` when nothing else (SLURM, torchrun, …) has
     started the processes: rank 0 runs `sys.argv` once more per extra device.
     """
+    # Private in Lightning, but it is exactly the launcher that starts a node's other ranks by running
+    # `sys.argv` again; no public API tells it apart from the others (docs/internals.md). Imported here, so
+    # that a rename breaks multi-process runs loudly and nothing else.
+    from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
+
     launcher = trainer.strategy.launcher
     return (
         isinstance(launcher, _SubprocessScriptLauncher)

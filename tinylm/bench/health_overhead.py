@@ -1,6 +1,6 @@
 """What the health callback costs: `python scripts/health_overhead.py [train overrides]`.
 
-Runs the real training path (`tinylm.train.run`) on the composed training config, alternately with the
+Runs the real training path (`tinylm.training.run.run`) on the composed training config, alternately with the
 health callback off and on (off, on, on, off, ...: drift in machine load hits both alike), and times every
 optimizer step from `on_train_batch_start` to `on_train_batch_end`: forward, backward, optimizer step and
 all callbacks, including the health callback's logging work. Data loading and validation fall outside and
@@ -25,7 +25,7 @@ from typing import Any
 import lightning.pytorch as L
 from omegaconf import DictConfig, open_dict
 
-from tinylm.train import run as train
+from tinylm.training.run import run as train
 
 # Steps before this one are warm-up (allocator, caches) and are left out of every statistic.
 WARMUP_STEPS = 10

@@ -1,6 +1,6 @@
 """Training throughput of tinylm's real path against a bare PyTorch loop, measured side by side.
 
-(a) tinylm: `tinylm.train.run(cfg)` exactly as a user runs it: Lightning Trainer, datamodule, logging,
+(a) tinylm: `tinylm.training.run.run(cfg)` exactly as a user runs it: Lightning Trainer, datamodule, logging,
     checkpointing and callbacks at the config's settings.
 (b) bare: the plain reference every speed-up is judged against: the same architecture with the norms written
     out as formulas, batches already in memory, forward + backward + PyTorch's default AdamW step + zero_grad,
@@ -39,11 +39,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch.utils.flop_counter import FlopCounterMode
 
+from tinylm.bench.step_profile import StepProfile
 from tinylm.data import CharDataModule, RandomWindows
 from tinylm.model import GPT, ModelConfig
-from tinylm.module import OptimConfig, matrix_names, weight_decay_groups
-from tinylm.precision import compute_dtype
-from tinylm.step_profile import StepProfile
+from tinylm.training.module import OptimConfig, weight_decay_groups
+from tinylm.training.precision import compute_dtype
 
 
 class BareLoop:
@@ -52,9 +52,8 @@ class BareLoop:
     def __init__(self, model_config: ModelConfig, optim: OptimConfig) -> None:
         torch.manual_seed(0)
         self.model = GPT(replace(model_config, fused_norms=False))
-        groups = weight_decay_groups(
-            self.model.named_parameters(), matrix_names(self.model), optim.weight_decay
-        )
+        decayed = {name: p.dim() >= 2 for name, p in self.model.named_parameters()}
+        groups = weight_decay_groups(self.model.named_parameters(), decayed, optim.weight_decay)
         self.optimizer = torch.optim.AdamW(groups, lr=optim.lr, betas=(optim.beta1, optim.beta2))
 
     def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
@@ -136,7 +135,7 @@ def _median_result(step_times: list[float], warmup: int, tokens_per_step: int) -
 
 def tinylm_run(cfg: DictConfig, steps: int, *observers: L.Callback) -> None:
     """One real training run of `steps` steps into a temporary directory, watched by `observers`."""
-    from tinylm.train import run  # the real entry point, imported late to keep this module light
+    from tinylm.training.run import run  # the real entry point, imported late to keep this module light
 
     with tempfile.TemporaryDirectory(prefix="tinylm-bench-") as run_dir:
         cfg = cfg.copy()
@@ -149,7 +148,7 @@ def tinylm_run(cfg: DictConfig, steps: int, *observers: L.Callback) -> None:
 
 
 def profiled_shares(cfg: DictConfig, steps: int) -> dict[str, Any]:
-    """Data loading, logging and health as shares of the training step (tinylm.step_profile), from one more
+    """Data loading, logging and health as shares of the training step (tinylm.bench.step_profile), from one more
     run of the same path."""
     profile = StepProfile()
     try:
@@ -199,9 +198,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     steps, warmup, repeats = int(bench.steps), int(bench.warmup), int(bench.repeats)
     if steps - warmup < 50 and not bench.get("allow_few_steps", False):
         raise ValueError(f"bench.steps - bench.warmup = {steps - warmup}: at least 50 timed steps are needed")
-    if cfg.get("threads"):
-        torch.set_num_threads(int(cfg.threads))
-    from tinylm.train import with_resolved_precision  # late, like tinylm_run's import of run
+    from tinylm.training.run import with_resolved_precision  # late, like tinylm_run's import of run
 
     cfg = with_resolved_precision(cfg)  # the precision run(cfg) will use, for the report and the peak
     precision = cfg.trainer.precision
@@ -215,9 +212,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     batch_size = int(cfg.data.batch_size)
     tokens_per_step = batch_size * model_config.block_size
     assert datamodule.train_tokens is not None
-    windows = RandomWindows(
-        datamodule.train_tokens.long(), model_config.block_size, batch_size, int(cfg.seed)
-    )
+    windows = RandomWindows(datamodule.train_tokens, model_config.block_size, batch_size, int(cfg.seed))
     batches = [windows.batch(i) for i in range(steps)]
 
     with_control = bool(bench.get("control", False))

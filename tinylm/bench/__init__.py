@@ -1,0 +1,1 @@
+"""Measuring tinylm itself (speed, step profile, health-callback cost); nothing that trains imports this."""

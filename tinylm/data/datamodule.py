@@ -1,0 +1,118 @@
+"""The LightningDataModule: a corpus loaded through `datasets`, tokenised, split contiguously into training
+and validation, and served as windows."""
+
+from __future__ import annotations
+
+import math
+
+import datasets
+import lightning.pytorch as L
+import numpy as np
+from torch.utils.data import DataLoader
+
+from tinylm import checks
+from tinylm.data.corpora import CorpusError, load_corpus
+from tinylm.data.tokenizer import CharTokenizer
+from tinylm.data.windows import FixedWindows, RandomWindows, UnpaddedDistributedSampler
+
+
+class CharDataModule(L.LightningDataModule):
+    """Loads a corpus through `datasets`, tokenises it (cached by `datasets`), and splits it contiguously:
+    the first `1 - val_fraction` of the characters train, the rest validate."""
+
+    def __init__(
+        self,
+        source: str = "shakespeare",
+        block_size: int = 64,
+        batch_size: int = 12,
+        val_fraction: float = 0.1,
+        val_windows: int | None = 200,
+        seed: int = 1337,
+        path: str | None = None,
+        files: str | list[str] | None = None,
+        name: str | None = None,
+        column: str = "text",
+        split: str = "train",
+        tokenizer: CharTokenizer | None = None,
+    ) -> None:
+        super().__init__()
+        checks.number("data.val_fraction", val_fraction, above=0, below=1)
+        checks.whole_number("data.batch_size", batch_size)
+        checks.whole_number("model.block_size", block_size)
+        if val_windows is not None:
+            checks.whole_number("data.val_windows", val_windows)
+        self.source, self.path, self.files, self.name, self.column, self.split = (
+            source, path, files, name, column, split
+        )  # fmt: skip
+        self.block_size = block_size
+        self.batch_size = batch_size
+        self.val_fraction = val_fraction
+        self.val_windows = val_windows
+        self.seed = seed
+        self.tokenizer = tokenizer
+        self.train_tokens: np.ndarray | None = None
+        self.val_tokens: np.ndarray | None = None
+
+    def prepare(self) -> CharTokenizer:
+        """Load, tokenise and split the corpus; returns the tokenizer. Idempotent, and cheap when cached."""
+        if self.train_tokens is not None:
+            assert self.tokenizer is not None
+            return self.tokenizer
+        corpus = load_corpus(self.source, self.path, self.files, self.name, self.column, self.split)
+        text = "".join(corpus["text"])
+        if not text:
+            raise CorpusError(f"the {self.source!r} corpus is empty; choose a corpus with text in it")
+        # The vocabulary covers the whole corpus so that validation never meets an unknown character.
+        self.tokenizer = self.tokenizer or CharTokenizer.from_text(text)
+        tokens = _tokenise(corpus, self.tokenizer)
+        n_train = math.floor(len(tokens) * (1.0 - self.val_fraction))
+        splits = {"training": tokens[:n_train], "validation": tokens[n_train:]}
+        for split, part in splits.items():
+            # Checked here, before training starts and anything is written, not when the loaders are built.
+            if len(part) <= self.block_size:
+                raise CorpusError(
+                    f"the {split} split has {len(part)} characters, fewer than one window of "
+                    f"block_size+1={self.block_size + 1}; use a longer corpus"
+                    + (", a larger data.val_fraction" if split == "validation" else "")
+                    + " or a smaller model.block_size"
+                )
+        # Narrow ids keep big corpora small in memory; batches are widened to int64 when they are cut.
+        dtype = np.int16 if self.tokenizer.vocab_size < 2**15 else np.int32
+        self.train_tokens = splits["training"].astype(dtype)
+        self.val_tokens = splits["validation"].astype(dtype)
+        return self.tokenizer
+
+    def setup(self, stage: str) -> None:
+        self.prepare()
+
+    def train_dataloader(self) -> RandomWindows:
+        assert self.train_tokens is not None
+        trainer = self.trainer
+        rank = trainer.global_rank if trainer else 0
+        windows = RandomWindows(self.train_tokens, self.block_size, self.batch_size, self.seed, rank)
+        if trainer is not None:
+            # On resume the trainer has already restored global_step: continue the batch stream from there.
+            windows.start_batch = trainer.global_step * trainer.accumulate_grad_batches
+        return windows  # batches are already whole: Lightning iterates the stream itself
+
+    def val_dataloader(self) -> DataLoader:
+        assert self.val_tokens is not None
+        windows = FixedWindows(self.val_tokens, self.block_size, self.val_windows)
+        trainer = self.trainer
+        # Each rank validates its own share of the windows, none repeated, so `val/loss` (averaged over
+        # ranks) is the mean over exactly the windows a single process would see.
+        sampler = (
+            UnpaddedDistributedSampler(windows, trainer.world_size, trainer.global_rank)
+            if trainer is not None and trainer.world_size > 1
+            else None
+        )
+        return DataLoader(windows, batch_size=self.batch_size, shuffle=False, sampler=sampler)
+
+
+def _tokenise(corpus: datasets.Dataset, tokenizer: CharTokenizer) -> np.ndarray:
+    encoded = corpus.map(
+        lambda row: {"ids": tokenizer.encode_array(row["text"])},
+        remove_columns=corpus.column_names,
+        desc="tokenising",
+    )
+    return np.concatenate([np.asarray(ids, dtype=np.int64) for ids in encoded.with_format("numpy")["ids"]])

@@ -1,0 +1,1 @@
+"""Using a trained checkpoint: sampling text and evaluating loss on a file."""

@@ -1,0 +1,241 @@
+"""The LightningModule: builds `GPT` from a plain `ModelConfig` dict, so a checkpoint alone rebuilds it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import lightning.pytorch as L
+import torch
+from lightning.fabric.utilities.throughput import measure_flops
+from lightning.pytorch.plugins.precision import MixedPrecision
+from lightning.pytorch.utilities import GradClipAlgorithmType
+from torchmetrics.aggregation import MeanMetric
+
+from tinylm import checks
+from tinylm.data import CharTokenizer
+from tinylm.errors import ConfigError
+from tinylm.model import GPT, ModelConfig
+from tinylm.training.distributed import shards_parameters
+
+ADAMW_IMPLEMENTATIONS = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 100
+    decay_steps: int = 2000
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    # AdamW's kernel: "loop" (one tensor at a time), "foreach" (batched ops), "fused" (one fused kernel).
+    implementation: str = "fused"
+
+    def __post_init__(self) -> None:
+        checks.number("optim.lr", self.lr, above=0)
+        checks.number("optim.min_lr", self.min_lr, at_least=0, at_most=self.lr, hint="at most optim.lr")
+        checks.whole_number("optim.warmup_steps", self.warmup_steps, minimum=0)
+        checks.whole_number("optim.decay_steps", self.decay_steps)
+        checks.number("optim.weight_decay", self.weight_decay, at_least=0)
+        for name in ("beta1", "beta2"):
+            checks.number(f"optim.{name}", getattr(self, name), at_least=0, below=1)
+        checks.choice("optim.implementation", self.implementation, ADAMW_IMPLEMENTATIONS)
+
+
+def learning_rate(step: int, lr: float, min_lr: float, warmup_steps: int, decay_steps: int) -> float:
+    """Linear warmup to `lr` over `warmup_steps`, then cosine decay to `min_lr` at `decay_steps`, then flat.
+
+    `step` counts optimizer steps from 0; step 0 already gets a non-zero rate.
+    """
+    if step < warmup_steps:
+        return lr * (step + 1) / (warmup_steps + 1)
+    if step >= decay_steps:
+        return min_lr
+    progress = (step - warmup_steps) / max(1, decay_steps - warmup_steps)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
+
+
+# Segments that FSDP and activation checkpointing insert into parameter names.
+WRAPPER_SEGMENTS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
+
+
+def unwrapped_name(name: str) -> str:
+    """A parameter's name as the bare model names it, without the wrappers' segments."""
+    for segment in WRAPPER_SEGMENTS:
+        name = name.replace(segment, "")
+    return name
+
+
+def weight_decay_groups(
+    named_params: Iterable[tuple[str, torch.nn.Parameter]], decayed: dict[str, bool], weight_decay: float
+) -> list[dict[str, Any]]:
+    """AdamW parameter groups: `weight_decay` on the names `decayed` marks True, none on the others.
+
+    Every name must be one of `decayed`'s: a name it does not know means a wrapper renamed the parameters
+    in a way `unwrapped_name` does not undo, and the parameter would silently lose its weight decay.
+    """
+    named = list(named_params)
+    unknown = [name for name, _ in named if name not in decayed]
+    if unknown:
+        raise RuntimeError(
+            f"parameter names {unknown[:3]} match no parameter of the model: a wrapper (FSDP, activation "
+            f"checkpointing) renamed them in a way tinylm.training.module.unwrapped_name does not undo"
+        )
+    return [
+        {"params": [p for n, p in named if decayed[n]], "weight_decay": weight_decay},
+        {"params": [p for n, p in named if not decayed[n]], "weight_decay": 0.0},
+    ]
+
+
+class CharLM(L.LightningModule):
+    """Trains a `GPT` on characters: optimizer and schedule, logging, validation and sampling."""
+
+    def __init__(
+        self,
+        model: dict[str, Any],
+        optim: dict[str, Any] | None = None,
+        sample_chars: int = 200,
+        compile: bool = False,
+    ) -> None:
+        super().__init__()
+        # Plain dicts only: the checkpoint must rebuild the model without Hydra or pickled classes.
+        self.save_hyperparameters()
+        self.model_config = ModelConfig.from_dict(dict(model))
+        self.optim_config = OptimConfig(**(optim or {}))
+        self.model = GPT(self.model_config)
+        # Decay matrices only: biases and norm gains are 1-D, and decaying them just fights the norm. Decided
+        # now, on the whole model: under FSDP every parameter is a flat 1-D shard when the optimizer is built.
+        self.decayed = {name: p.dim() >= 2 for name, p in self.model.named_parameters()}
+        self.sample_chars = sample_chars
+        self.compile = compile
+        # Validation means as torchmetrics, which sum values and window counts over the ranks. Lightning's own
+        # `self.log(..., sync_dist=True)` averages an integer count and floors it when the ranks hold unequal
+        # numbers of windows, inflating val/loss (Lightning issue #21859).
+        self.val_loss = MeanMetric()
+        self.val_bpc = MeanMetric()
+        self.tokenizer: CharTokenizer | None = None
+        self.flops_per_batch: int | None = None  # read by Lightning's ThroughputMonitor
+
+    def configure_model(self) -> None:
+        if self.compile and not getattr(self, "_compiled", False):
+            # In-place compile keeps the module's parameter names: checkpoints carry no `_orig_mod.` keys.
+            self.model.compile()
+            self._compiled = True
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> Any:
+        return self.model(idx, targets)
+
+    def on_fit_start(self) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if self.tokenizer is None and datamodule is not None:
+            self.tokenizer = datamodule.tokenizer
+        if datamodule is not None:
+            # Counted once on the meta device: no memory, no time, exact for this shape.
+            with torch.device("meta"):
+                model = GPT(self.model_config)
+                idx = torch.zeros(datamodule.batch_size, self.model_config.block_size, dtype=torch.long)
+            self.flops_per_batch = measure_flops(model, lambda: model(idx, idx)[1], lambda loss: loss)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        inputs, targets = batch
+        _, loss = self.model(inputs, targets)
+        self.log("train/loss", loss, prog_bar=True)
+        # Both parameter groups share the rate; LearningRateMonitor would log it twice.
+        self.log("lr", self.optimizers().param_groups[0]["lr"])
+        return loss
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        inputs, targets = batch
+        _, loss = self.model(inputs, targets)
+        # Mean over windows across batches and ranks: every window has the same number of characters.
+        windows = inputs.shape[0]
+        self.val_loss.update(loss, weight=windows)
+        self.val_bpc.update(loss / math.log(2), weight=windows)
+        self.log("val/loss", self.val_loss, prog_bar=True)
+        self.log("val/bpc", self.val_bpc)
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking or self.tokenizer is None or self.sample_chars <= 0:
+            return
+        # One rank alone cannot run a sharded (FSDP) model; those runs get their sample from the checkpoint.
+        if (
+            self.trainer.is_global_zero
+            and self.logger is not None
+            and not shards_parameters(self.trainer.strategy)
+        ):
+            text = self.sample(self.sample_chars, prompt="\n", seed=0)
+            experiment = getattr(self.logger, "experiment", None)
+            if hasattr(experiment, "add_text"):
+                # Markdown would reflow the verse: indent it as a code block to keep the line breaks.
+                experiment.add_text("sample", "    " + text.replace("\n", "\n    "), self.global_step)
+
+    def sample(
+        self,
+        max_new_chars: int,
+        prompt: str = "\n",
+        temperature: float = 0.8,
+        top_k: int | None = None,
+        seed: int = 0,
+    ) -> str:
+        if self.tokenizer is None:
+            raise RuntimeError("no tokenizer attached to this model")
+        if not prompt:
+            raise ConfigError("the prompt must hold at least one character (e.g. a newline)")
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        context = torch.tensor([self.tokenizer.encode(prompt)], dtype=torch.long, device=self.device)
+        was_training = self.model.training
+        self.model.eval()
+        out = self.model.generate(context, max_new_chars, temperature, top_k, generator=generator)
+        self.model.train(was_training)
+        return self.tokenizer.decode(out[0, context.shape[1] :])
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        precision = self.trainer.precision_plugin
+        algorithm = GradClipAlgorithmType(gradient_clip_algorithm or GradClipAlgorithmType.NORM)
+        if isinstance(precision, MixedPrecision) and precision.scaler is None and algorithm == "norm":
+            # bf16 autocast keeps no loss scale, yet Lightning refuses to clip for an optimizer that unscales
+            # gradients itself (a fused AdamW), a check meant for fp16's scaler: clip as in fp32.
+            if gradient_clip_val:
+                torch.nn.utils.clip_grad_norm_(self.parameters(), gradient_clip_val)
+            return
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        config = self.optim_config
+        named = [(unwrapped_name(n), p) for n, p in self.model.named_parameters() if p.requires_grad]
+        return torch.optim.AdamW(
+            weight_decay_groups(named, self.decayed, config.weight_decay),
+            lr=config.lr,
+            betas=(config.beta1, config.beta2),
+            **ADAMW_IMPLEMENTATIONS[config.implementation],
+        )
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # nanoGPT's way: the rate is a function of the optimizer step alone, set before each batch, so a
+        # resumed run continues the schedule from the checkpoint's step with no scheduler state to restore.
+        rate = self.learning_rate(self.global_step)
+        for optimizer in self.trainer.optimizers:
+            for group in optimizer.param_groups:
+                group["lr"] = rate
+
+    def learning_rate(self, step: int) -> float:
+        """The rate optimizer step `step` (counted from 0) uses under this module's config."""
+        config = self.optim_config
+        return learning_rate(step, config.lr, config.min_lr, config.warmup_steps, config.decay_steps)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.tokenizer is not None:
+            checkpoint["tokenizer"] = self.tokenizer.to_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if "tokenizer" in checkpoint:
+            self.tokenizer = CharTokenizer.from_dict(checkpoint["tokenizer"])
