@@ -1,23 +1,51 @@
-"""Report on a sweep: `python scripts/report.py SWEEP_DIR` writes SWEEP_DIR/report.md (printed) and report.png."""
+"""Compare a sweep's settings: `python scripts/report.py SWEEP_DIR [--baseline norm=pre,act=gelu] [--x step]`.
+
+Writes SWEEP_DIR/report.md (also printed), report.json, report.png and, when the learning rate varies,
+lr_sensitivity.png (docs/sweeps.md).
+"""
 
 import argparse
-import sys
+from typing import NoReturn
 
-from tinylm.analysis.report import ReportError, write_report
+from tinylm.cli import USAGE_EXIT_CODE, exit_with
+
+
+class OneLineErrors(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        exit_with(f"{message}; usage: {self.format_usage().strip().removeprefix('usage: ')}", USAGE_EXIT_CODE)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description="Rank a sweep's runs (markdown table) and plot their validation-loss curves (PNG)."
+    parser = OneLineErrors(
+        prog="python scripts/report.py",
+        description="Compare a sweep's settings over seeds (markdown, JSON) and plot their curves (PNG).",
     )
     parser.add_argument("sweep_dir", help="a sweep directory, e.g. runs/multirun/<date>/<time>")
+    parser.add_argument(
+        "--baseline",
+        help="the setting to compare against, e.g. norm=pre,act=gelu (default: the best setting)",
+    )
+    parser.add_argument(
+        "--x", choices=("step", "chars", "time"), default="step", help="the curves' x axis (default: step)"
+    )
+    parser.add_argument(
+        "--band", choices=("minmax", "ci"), default="minmax", help="the band around each mean curve"
+    )
     args = parser.parse_args()
+
+    from tinylm.analysis.report import write_report  # after parsing: --help and usage errors stay fast
+    from tinylm.errors import UserError
+
     try:
-        text, markdown, png = write_report(args.sweep_dir)
-    except (ReportError, OSError) as error:
-        sys.exit(f"report: {error}")
+        text, written = write_report(args.sweep_dir, args.baseline, args.x, args.band)
+    except UserError as error:
+        exit_with(str(error), USAGE_EXIT_CODE)
+    except OSError as error:
+        exit_with(
+            f"cannot write the report into {args.sweep_dir}: {error.strerror or error}", USAGE_EXIT_CODE
+        )
     print(text)
-    print(f"wrote {markdown} and {png}")
+    print("wrote " + ", ".join(str(path) for path in written))
 
 
 if __name__ == "__main__":

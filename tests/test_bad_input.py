@@ -115,7 +115,6 @@ class BadInput:
     exit_code: int = 2
     after: Callable[[Path], None] = field(default=lambda tmp: None)  # extra checks
     small_corpus: bool = True  # train.py rows run on the small local corpus unless they choose their own
-    prefix: str = "error: "  # report.py is a plain argparse script with its own prefix
 
 
 def _no_pwned_file(tmp: Path) -> None:
@@ -382,24 +381,18 @@ ROWS = [
         "report.py",
         lambda t, e: [f"{t}/absent"],
         ["is not a directory", "pass a sweep directory"],
-        exit_code=1,
-        prefix="report: ",
     ),
     BadInput(
         "report-empty-directory",
         "report.py",
         lambda t, e: [str(t)],
         ["no runs in", "pass a sweep directory made by `scripts/train.py -m ...`"],
-        exit_code=1,
-        prefix="report: ",
     ),
     BadInput(
         "report-on-a-run-not-a-sweep",
         "report.py",
         lambda t, e: [str(e.run)],
         ["no runs in", "pass a sweep directory"],
-        exit_code=1,
-        prefix="report: ",
     ),
 ]
 
@@ -422,7 +415,7 @@ def check_reported(row: BadInput, result: subprocess.CompletedProcess, tmp: Path
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     (line,) = lines
-    assert line.startswith(row.prefix), line
+    assert line.startswith("error: "), line
     for expected in row.expect:
         assert expected in line, f"{expected!r} not in {line!r}"
     row.after(tmp)

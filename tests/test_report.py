@@ -1,8 +1,12 @@
-"""The sweep report on a real (shrunk) sweep: the ranked table, the PNG, runs that failed or never finished,
-and directories that are not sweeps."""
+"""The sweep report on real (shrunk) sweeps: the runs table, the settings with intervals over seeds, the tuned
+table when the learning rate varies, the figures, runs that failed or never finished, and directories that are
+not sweeps. (The statistics themselves, on made-up numbers: tests/test_stats.py.)"""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import math
 import runpy
 import shutil
@@ -11,41 +15,41 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
-from conftest import REPO
+from conftest import REPO, run_sweep
 
 from tinylm.analysis.report import (
+    REPORT_JSON,
     REPORT_MD,
     REPORT_PNG,
-    ReportError,
-    RunSummary,
-    SweepReport,
+    SENSITIVITY_PNG,
     build_report,
-    markdown_table,
     write_report,
 )
+from tinylm.analysis.runs import ReportError
 from tinylm.training.run_record import RECORD_FILE, read_run_record, write_run_record
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def report_script(*args: str) -> tuple[int, str]:
-    """Run scripts/report.py in this process (as `python scripts/report.py ...` would); (exit code, output)."""
+    """Run scripts/report.py in this process (as `python scripts/report.py ...` would): (exit code, stderr)."""
     argv = sys.argv
     sys.argv = [str(REPO / "scripts" / "report.py"), *args]
+    stderr = io.StringIO()
     try:
-        runpy.run_path(sys.argv[0], run_name="__main__")
+        with contextlib.redirect_stderr(stderr):
+            runpy.run_path(sys.argv[0], run_name="__main__")
     except SystemExit as exit_:
-        code = exit_.code
-        return (0, "") if code is None else (1, str(code)) if isinstance(code, str) else (code, "")
+        return (0 if exit_.code is None else exit_.code), stderr.getvalue()
     finally:
         sys.argv = argv
-    return 0, ""
+    return 0, stderr.getvalue()
 
 
-def _table_rows(markdown: str) -> list[list[str]]:
-    """The cells of the ranked table's body (the first table in the report)."""
+def _table_rows(markdown: str, section: str = "## Runs") -> list[list[str]]:
+    """The cells of the body of the first table under `section`."""
     lines = markdown.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| rank |"))
+    start = next(i for i, line in enumerate(lines) if line.startswith("| ") and i > lines.index(section))
     rows = []
     for line in lines[start + 2 :]:
         if not line.startswith("|"):
@@ -54,8 +58,9 @@ def _table_rows(markdown: str) -> list[list[str]]:
     return rows
 
 
-def _header(markdown: str) -> list[str]:
-    line = next(line for line in markdown.splitlines() if line.startswith("| rank |"))
+def _header(markdown: str, section: str = "## Runs") -> list[str]:
+    lines = markdown.splitlines()
+    line = next(line for i, line in enumerate(lines) if line.startswith("| ") and i > lines.index(section))
     return [cell.strip() for cell in line.strip("|").split(" | ")]
 
 
@@ -109,6 +114,13 @@ def test_report_ranks_the_four_runs_of_a_grid_and_plots_them(sweep_copy, capsys)
         assert row["status"] == "completed" and row["steps"] == "6/6"
 
     _assert_valid_png(sweep_copy / REPORT_PNG)
+    record = json.loads((sweep_copy / REPORT_JSON).read_text(encoding="utf-8"))
+    assert len(record["runs"]) == 4 and len(record["settings"]) == 4
+    # One seed per setting: the comparison says so rather than inventing an interval.
+    assert {s["vs_baseline"]["verdict"] for s in record["settings"] if s["vs_baseline"]} == {
+        "one seed: no interval"
+    }
+    assert not (sweep_copy / SENSITIVITY_PNG).exists()  # the learning rate does not vary
 
 
 def test_report_marks_failed_and_unfinished_runs_without_crashing(sweep_copy):
@@ -126,7 +138,8 @@ def test_report_marks_failed_and_unfinished_runs_without_crashing(sweep_copy):
         if path.name != ".hydra":
             shutil.rmtree(path) if path.is_dir() else path.unlink()
 
-    text, markdown, png = write_report(sweep_copy)
+    text, written = write_report(sweep_copy)
+    markdown, png = written[0], written[2]
     assert markdown.read_text(encoding="utf-8") == text
     header = _header(text)
     rows = {row[header.index("run")]: dict(zip(header, row, strict=True)) for row in _table_rows(text)}
@@ -137,31 +150,45 @@ def test_report_marks_failed_and_unfinished_runs_without_crashing(sweep_copy):
     assert rows[number[failed]]["status"] == "failed: ValueError: bad config"
     assert rows[number[never_started]]["status"] == "unfinished"
     assert rows[number[never_started]]["final val loss"] == "—"
-    # only the completed run is ranked
+    # Only the completed run has a result, so only it is ranked.
     assert [row["rank"] for row in rows.values()].count("1") == 1
     assert sum(row["rank"] != "—" for row in rows.values()) == 1
+    settings = {tuple(r[:3]): r for r in _table_rows(text, "## Settings")}
+    assert sum(r[0] != "—" for r in settings.values()) == 1
     assert "1 completed" in text and "1 failed" in text and "2 unfinished" in text
     _assert_valid_png(png)
 
 
-def test_report_groups_seeds_when_they_vary():
-    def run(name: str, seed: str, act: str, loss: float, status: str = "completed") -> RunSummary:
-        choices = {"norm": "pre", "norm_type": "layer", "act": act, "seed": seed}
-        return RunSummary(Path(name), name, status, choices, final_val_loss=loss)
+@pytest.fixture(scope="module")
+def seeds_by_lrs(tmp_path_factory) -> Path:
+    """A real shrunk sweep: pre-norm GELU, 2 seeds × 2 learning rates."""
+    sweep_dir, result = run_sweep(tmp_path_factory.mktemp("lr"), "seed=1,2", "optim.lr=1e-3,1e-2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return sweep_dir
 
-    runs = [
-        run("0", "1", "gelu", 2.0),
-        run("1", "2", "gelu", 2.2),
-        run("2", "1", "swiglu", 1.9),
-        run("3", "2", "swiglu", 2.1),
-        run("4", "3", "swiglu", 9.9, "failed"),
-    ]
-    report = SweepReport(Path("sweep"), runs, ["norm", "norm_type", "act", "seed"], {})
-    text = markdown_table(report)
-    section = text[text.index("Across seeds") :]
-    assert "| pre | layer | swiglu | 2 | 2.0000 | 1.9000 | 2.1000 |" in section
-    assert "| pre | layer | gelu | 2 | 2.1000 | 2.0000 | 2.2000 |" in section
-    assert section.index("swiglu") < section.index("gelu")  # best mean first; the failed run is left out
+
+@pytest.mark.parametrize("x_axis", ["step", "chars", "time"])
+def test_report_of_seeds_times_learning_rates_has_intervals_a_tuned_table_and_both_figures(
+    seeds_by_lrs, x_axis
+):
+    code, stderr = report_script(str(seeds_by_lrs), "--x", x_axis, "--band", "ci")
+    assert code == 0, stderr
+    text = (seeds_by_lrs / REPORT_MD).read_text(encoding="utf-8")
+    settings = _table_rows(text, "## Settings")
+    assert len(settings) == 2  # one per learning rate, each over two seeds
+    header = _header(text, "## Settings")
+    for row in settings:
+        cells = dict(zip(header, row, strict=True))
+        assert cells["seeds"] == "2" and cells["95% CI"].startswith("[")
+        low, high = (float(v) for v in cells["95% CI"].strip("[]").split(", "))
+        assert low < float(cells["mean"]) < high
+    tuned = _table_rows(text, "## Each setting at its own best learning rate")
+    assert len(tuned) == 1 and tuned[0][-1] == ""  # one setting: it is its own baseline
+    record = json.loads((seeds_by_lrs / REPORT_JSON).read_text(encoding="utf-8"))
+    means = {s["choices"]["optim.lr"]: s["final_val_loss"]["mean"] for s in record["settings"]}
+    assert record["tuned"][0]["choices"]["optim.lr"] == min(means, key=means.get)
+    _assert_valid_png(seeds_by_lrs / REPORT_PNG)
+    _assert_valid_png(seeds_by_lrs / SENSITIVITY_PNG)
 
 
 @pytest.mark.parametrize("kind", ["missing", "empty", "not a sweep", "single run"])
@@ -174,8 +201,8 @@ def test_report_on_a_directory_that_is_not_a_sweep_fails_in_one_line(grid_sweep,
     }[kind]
     before = sorted(p.name for p in target.iterdir()) if target.is_dir() else None
     code, message = report_script(str(target))
-    assert code != 0
-    assert message.startswith("report: ") and "\n" not in message
+    assert code == 2
+    assert message.startswith("error: ") and message.count("\n") == 1
     assert "sweep" in message
     with pytest.raises(ReportError):
         build_report(target)

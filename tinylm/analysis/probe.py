@@ -270,7 +270,7 @@ def _load_text(text_file: str | None) -> str:
     from tinylm.data.corpora import load_corpus
 
     corpus = load_corpus("text", files=text_file) if text_file else load_corpus("shakespeare")
-    return "".join(corpus["text"])
+    return corpus.text()
 
 
 def _title(settings: dict[str, Any]) -> str:

@@ -1,258 +1,208 @@
-"""A sweep at a glance: a ranked markdown table of its runs and a PNG of their validation-loss curves.
+"""A sweep, compared: which setting is better, by how much, and how sure that is.
 
-`python scripts/report.py SWEEP_DIR` finds every run of a sweep (any directory below SWEEP_DIR with a
-`.hydra/overrides.yaml`, so a grid's `runs/multirun/<date>/<time>/` or a whole Optuna study directory with
-one sweep directory per invocation), reads all their TensorBoard event files in one pass with tbparse, and
-adds what is not a curve from each run's `metrics.json` (status, parameter count, wall time). It writes
-`SWEEP_DIR/report.md` (also printed) and `SWEEP_DIR/report.png`.
+`python scripts/report.py SWEEP_DIR` reads every run of the sweep (`tinylm.analysis.runs`) and writes, into
+SWEEP_DIR:
 
-A run without `metrics.json` is `unfinished` (still running, or killed); `failed` and `diverged` runs are
-marked as their record says. None of them is ranked, but each gets its row and whatever curve it logged.
+- `report.md` (also printed): each setting (the runs that differ only in their seed) with its mean final
+  validation loss over seeds, standard deviation and 95% confidence interval; each setting against a
+  baseline, paired seed by seed, with a verdict; when the learning rate varies, each setting at its own best
+  learning rate, compared the same way; and every run's row;
+- `report.json`: the same numbers, machine-readable;
+- `report.png`: validation loss against step (or characters, or wall time), each setting's mean over seeds
+  with a band; `lr_sensitivity.png` when the learning rate varies.
+
+A run that diverged counts as a result (+inf, the worst); one that failed or never finished counts as none,
+keeps its row in the runs table, and is reported apart.
 """
 
 from __future__ import annotations
 
+import json
 import math
-import re
-import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
-from tinylm.errors import UserError
-from tinylm.training.run_record import read_run_record
+from tinylm.analysis.runs import (
+    DESIGN_CHOICES,
+    ReportError,
+    RunSummary,
+    display_value,
+    natural_key,
+    read_runs,
+)
+from tinylm.analysis.stats import Comparison, Estimate, best_key, compare, estimate
 
 REPORT_MD = "report.md"
+REPORT_JSON = "report.json"
 REPORT_PNG = "report.png"
-# Always shown: the design choices tinylm exists to compare.
-DESIGN_CHOICES = ("norm", "norm_type", "act")
-# Overrides that name where a run writes, not what it is.
-_NOT_CHOICES = ("run_dir", "run_name", "hydra.")
-_THROUGHPUT_TAGS = ("train/items_per_sec", "train/device/items_per_sec")
-
-
-class ReportError(UserError, ValueError):
-    """The directory cannot be reported on: missing, empty, or not a sweep."""
+SENSITIVITY_PNG = "lr_sensitivity.png"
+LR = "optim.lr"
 
 
 @dataclass
-class RunSummary:
-    """One run of a sweep, as the report shows it."""
+class Setting:
+    """The runs that differ only in their seed."""
 
-    path: Path
-    name: str
-    status: str
     choices: dict[str, str]
-    max_steps: int | None = None
-    steps: int | None = None
-    params: int | None = None
-    final_val_loss: float | None = None
-    best_val_loss: float | None = None
-    final_bpc: float | None = None
-    tokens_per_s: float | None = None
-    wall_time_s: float | None = None
-    error: str | None = None
-    val_curve: list[tuple[int, float]] = field(default_factory=list)
+    runs: list[RunSummary]
+    results: dict[str, float] = field(default_factory=dict)  # seed -> final val loss (+inf: diverged)
+    estimate: Estimate | None = None
+    comparison: Comparison | None = None
+
+    @property
+    def diverged(self) -> int:
+        return sum(not math.isfinite(v) for v in self.results.values())
+
+    @property
+    def without_result(self) -> int:
+        return sum(run.result is None for run in self.runs)
+
+    def label(self, columns: Sequence[str]) -> str:
+        return " ".join(f"{c}={self.choices.get(c, '—')}" for c in columns) or "all runs"
 
 
 @dataclass
 class SweepReport:
     sweep_dir: Path
-    runs: list[RunSummary]  # ranked: completed runs by final val loss, then the rest
+    runs: list[RunSummary]  # ranked: runs with a result by it, then the rest in job order
     columns: list[str]  # the choices shown per run: the design choices, then every override that varies
     common: dict[str, str]  # overrides every run shares
+    settings: list[Setting]  # ranked by mean
+    setting_columns: list[str]  # the columns that tell settings apart (all but seed)
+    baseline: Setting | None
+    tuned: list[Setting] = field(default_factory=list)  # each setting at its best lr (when lr varies)
+    tuned_baseline: Setting | None = None
+    confidence: float = 0.95
+
+    @property
+    def lr_varies(self) -> bool:
+        return LR in self.setting_columns
 
 
-# --- finding the runs ------------------------------------------------------------------------------------
-
-
-def find_run_dirs(sweep_dir: str | Path) -> list[Path]:
-    """Every run directory below `sweep_dir`, in job order; a clear ReportError if there is none."""
-    sweep_dir = Path(sweep_dir)
-    if not sweep_dir.is_dir():
-        raise ReportError(
-            f"{str(sweep_dir)!r} is not a directory; pass a sweep directory (runs/multirun/...)"
-        )
-    if (sweep_dir / ".hydra" / "overrides.yaml").is_file():
-        raise ReportError(
-            f"{str(sweep_dir)!r} is a single run's directory, not a sweep; pass the sweep directory above it "
-            "(made by `scripts/train.py -m ...`)"
-        )
-    runs = [p.parent.parent for p in sweep_dir.rglob(".hydra/overrides.yaml")]
-    if not runs:
-        raise ReportError(
-            f"no runs in {str(sweep_dir)!r} (no */.hydra/overrides.yaml); pass a sweep directory made by "
-            "`scripts/train.py -m ...`, e.g. runs/multirun/<date>/<time>"
-        )
-    return sorted(runs, key=lambda p: _natural_key(p.relative_to(sweep_dir).as_posix()))
-
-
-def _natural_key(text: str) -> list[Any]:
-    """`2_x` before `10_x`."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
-
-
-def _short_name(run_dir: Path, sweep_dir: Path) -> str:
-    """The run's path below the sweep, its own directory cut to the job number Hydra prefixes it with."""
-    relative = run_dir.relative_to(sweep_dir)
-    number = re.match(r"(\d+)_", relative.name)
-    return (relative.parent / number[1]).as_posix() if number else relative.as_posix()
-
-
-def read_overrides(run_dir: Path) -> dict[str, str]:
-    """The run's command-line overrides (Hydra's record of them) as key -> value text."""
+def parse_choices(text: str) -> dict[str, str]:
+    """`norm=pre,act=gelu` -> {"norm": "pre", "act": "gelu"}; values read as Hydra reads overrides (so 1e-3
+    is 0.001, as the runs' own records show it)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
 
-    lines = OmegaConf.to_container(OmegaConf.load(run_dir / ".hydra" / "overrides.yaml"))
-    parsed = OverridesParser.create().parse_overrides([str(line) for line in lines or []])
-    overrides = {}
-    for override in parsed:
-        key = override.get_key_element()
-        if not key.lstrip("+~").startswith(_NOT_CHOICES):
-            overrides[key] = _display_value(override.get_value_element_as_str())
-    return overrides
-
-
-def _display_value(text: str) -> str:
-    """Sampled floats (an Optuna trial's 0.0012502860637525488) shortened to 4 significant digits."""
+    pairs = [part.strip() for part in text.split(",") if part.strip()]
+    if not pairs or any("=" not in pair or pair.startswith("=") for pair in pairs):
+        raise ReportError(
+            f"--baseline {text!r}: write choices as key=value[,key=value], e.g. norm=pre,act=gelu"
+        )
     try:
-        number = float(text)
-    except ValueError:
-        return text
-    if number.is_integer() and "e" not in text.lower() and "." not in text:
-        return text
-    short = f"{number:.4g}"
-    return short if len(short) < len(text) else text
+        parsed = OverridesParser.create().parse_overrides(pairs)
+    except OverrideParseException as err:
+        raise ReportError(f"--baseline {text!r}: {str(err.message).splitlines()[0]}") from None
+    return {o.get_key_element(): display_value(o.get_value_element_as_str()) for o in parsed}
 
 
-def _design_choices(run_dir: Path) -> tuple[dict[str, str], int | None]:
-    """norm / norm_type / act and max_steps from the run's composed config (Hydra's copy, always there)."""
-    config = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
-    choices = {name: str(OmegaConf.select(config, f"model.{name}", default="?")) for name in DESIGN_CHOICES}
-    max_steps = OmegaConf.select(config, "trainer.max_steps", default=None, throw_on_resolution_failure=False)
-    return choices, max_steps if isinstance(max_steps, int) else None
-
-
-# --- reading the curves ----------------------------------------------------------------------------------
-
-
-def read_scalars(sweep_dir: Path, run_dirs: Sequence[Path]) -> dict[Path, Any]:
-    """Every run's TensorBoard scalars (a pandas DataFrame: step, tag, value, wall_time), read in one pass."""
-    import tbparse
-
-    frame = tbparse.SummaryReader(
-        str(sweep_dir), extra_columns={"dir_name", "wall_time"}, event_types={"scalars"}
-    ).scalars
-    if frame.empty:
-        return {}
-    import pandas as pd
-
-    owners = set(run_dirs)
-    parts: dict[Path, list[Any]] = {}
-    for dir_name, rows in frame.groupby("dir_name"):
-        event_dir = sweep_dir / str(dir_name)
-        owner = next((p for p in (event_dir, *event_dir.parents) if p in owners), None)
-        if owner is not None:  # a run may log into more than one TensorBoard directory
-            parts.setdefault(owner, []).append(rows)
-    return {owner: pd.concat(frames, ignore_index=True) for owner, frames in parts.items()}
-
-
-def _series(scalars: Any, tag: str) -> list[tuple[int, float]]:
-    """One tag's (step, value) pairs by step; a step logged twice (a resumed run) keeps its latest value."""
-    rows = scalars[scalars.tag == tag].sort_values(["step", "wall_time"])
-    latest = rows.drop_duplicates("step", keep="last")
-    return [(int(s), float(v)) for s, v in zip(latest.step, latest.value, strict=True)]
-
-
-def _tokens_per_second(scalars: Any) -> float | None:
-    """Median of Lightning's rolling throughput, or, for runs too short to fill its window, the mean rate
-    between the first and last logged step from its cumulative counters."""
-    for tag in _THROUGHPUT_TAGS:
-        values = [v for _, v in _series(scalars, tag) if math.isfinite(v)]
-        if values:
-            return statistics.median(values)
-    lengths, times = _series(scalars, "train/lengths"), _series(scalars, "train/time")
-    if len(lengths) >= 2 and len(times) >= 2 and times[-1][1] > times[0][1]:
-        return (lengths[-1][1] - lengths[0][1]) / (times[-1][1] - times[0][1])
-    return None
-
-
-# --- one run, the whole sweep ----------------------------------------------------------------------------
-
-
-def summarize_run(run_dir: Path, sweep_dir: Path, scalars: Any | None) -> RunSummary:
-    design, max_steps = _design_choices(run_dir)
-    choices = {**read_overrides(run_dir), **design}
-    record = read_run_record(run_dir)
-    run = RunSummary(
-        path=run_dir,
-        name=_short_name(run_dir, sweep_dir),
-        status=str(record["status"]) if record else "unfinished",
-        choices=choices,
-        max_steps=max_steps,
-    )
-    if record:
-        run.params = int(record["params"]) if isinstance(record.get("params"), int | float) else None
-        run.wall_time_s = _number(record.get("wall_time_s"))
-        run.error = record.get("error")
-    if scalars is not None and not scalars.empty:
-        run.val_curve = _series(scalars, "val/loss")
-        finite = [v for _, v in run.val_curve if math.isfinite(v)]
-        if run.val_curve:
-            run.final_val_loss = run.val_curve[-1][1]
-        run.best_val_loss = min(finite) if finite else None
-        bpc = _series(scalars, "val/bpc")
-        run.final_bpc = bpc[-1][1] if bpc else None
-        run.tokens_per_s = _tokens_per_second(scalars)
-        train = _series(scalars, "train/loss")
-        run.steps = train[-1][0] + 1 if train else None
-    if record and run.final_val_loss is None:  # a run logged without TensorBoard still has its record
-        run.final_val_loss = _number(record.get("val/loss"))
-        run.best_val_loss = _number(record.get("best/val_loss"))
-        run.final_bpc = _number(record.get("val/bpc"))
-    if record and isinstance(record.get("step"), int):
-        run.steps = record["step"]
-    return run
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) else None
-
-
-def build_report(sweep_dir: str | Path) -> SweepReport:
+def build_report(sweep_dir: str | Path, baseline: str | None = None, confidence: float = 0.95) -> SweepReport:
     sweep_dir = Path(sweep_dir)
-    run_dirs = find_run_dirs(sweep_dir)
-    scalars = read_scalars(sweep_dir, run_dirs)
-    runs = [summarize_run(run_dir, sweep_dir, scalars.get(run_dir)) for run_dir in run_dirs]
-
+    runs = read_runs(sweep_dir)
     keys = list(DESIGN_CHOICES) + sorted({k for r in runs for k in r.choices} - set(DESIGN_CHOICES))
     varying = [k for k in keys if len({r.choices.get(k) for r in runs}) > 1]
     columns = list(DESIGN_CHOICES) + [k for k in varying if k not in DESIGN_CHOICES]
     common = {k: str(runs[0].choices[k]) for k in keys if k not in varying and k in runs[0].choices}
     for key in DESIGN_CHOICES:
         common.pop(key, None)
+    setting_columns = [c for c in columns if c != "seed"]
 
-    def rank_key(run: RunSummary) -> tuple[int, float]:
-        ranked = run.status == "completed" and run.final_val_loss is not None
-        loss = run.final_val_loss if run.final_val_loss is not None and ranked else math.inf
-        return (0 if ranked else 1, loss if math.isfinite(loss) else math.inf)
+    settings = group_settings(runs, setting_columns, confidence)
+    wanted = parse_choices(baseline) if baseline else None
+    base = pick_baseline(settings, wanted, setting_columns)
+    compare_all(settings, base, confidence)
 
-    runs.sort(key=rank_key)  # stable: unranked runs keep their job order
-    return SweepReport(sweep_dir=sweep_dir, runs=runs, columns=columns, common=common)
+    report = SweepReport(
+        sweep_dir, rank_runs(runs), columns, common, settings, setting_columns, base, confidence=confidence
+    )
+    if report.lr_varies:
+        tuned_columns = [c for c in setting_columns if c != LR]
+        groups = _groups(settings, tuned_columns).values()
+        best = sorted((min(group, key=_mean) for group in groups if any(s.results for s in group)), key=_mean)
+        # Copies: the tuned table compares them with another baseline.
+        report.tuned = [Setting(s.choices, s.runs, s.results, s.estimate) for s in best]
+        tuned_wanted = {k: v for k, v in wanted.items() if k != LR} if wanted else None
+        report.tuned_baseline = pick_baseline(report.tuned, tuned_wanted, tuned_columns)
+        compare_all(report.tuned, report.tuned_baseline, confidence)
+    return report
 
 
-# --- output ----------------------------------------------------------------------------------------------
+def group_settings(runs: Sequence[RunSummary], columns: Sequence[str], confidence: float) -> list[Setting]:
+    """Runs grouped by every column but the seed, ranked by their mean result (settings without one last)."""
+    settings: dict[tuple[str, ...], Setting] = {}
+    for run in runs:
+        key = tuple(str(run.choices.get(c, "—")) for c in columns)
+        setting = settings.setdefault(key, Setting(dict(zip(columns, key, strict=True)), []))
+        setting.runs.append(run)
+        if run.result is not None:
+            setting.results[run.seed] = run.result
+    for setting in settings.values():
+        if setting.results:
+            setting.estimate = estimate(list(setting.results.values()), confidence)
+    return sorted(settings.values(), key=_mean)
 
 
-def _fmt(value: float | None, digits: int = 4) -> str:
+def _mean(setting: Setting) -> float:
+    return setting.estimate.mean if setting.estimate and not math.isnan(setting.estimate.mean) else math.inf
+
+
+def _groups(settings: Sequence[Setting], columns: Sequence[str]) -> dict[tuple[str, ...], list[Setting]]:
+    groups: dict[tuple[str, ...], list[Setting]] = {}
+    for setting in settings:
+        groups.setdefault(tuple(setting.choices.get(c, "—") for c in columns), []).append(setting)
+    return groups
+
+
+def pick_baseline(
+    settings: Sequence[Setting], wanted: dict[str, str] | None, columns: Sequence[str]
+) -> Setting | None:
+    """The setting named by `wanted` (the best of them if it names several), else the best setting."""
+    with_results = [s for s in settings if s.results]
+    if wanted is None:
+        return min(with_results, key=_mean) if with_results else None
+    unknown = sorted(set(wanted) - set(columns))
+    if unknown:
+        raise ReportError(
+            f"--baseline names {unknown}, which do not vary in this sweep; choose among {', '.join(columns)}"
+        )
+    matching = [s for s in with_results if all(s.choices.get(k) == v for k, v in wanted.items())]
+    if not matching:
+        described = ",".join(f"{k}={v}" for k, v in wanted.items())
+        raise ReportError(f"--baseline {described} matches no setting with a result in this sweep")
+    groups = {id(s): list(s.results.values()) for s in matching}
+    best = best_key(groups)
+    return next(s for s in matching if id(s) == best)
+
+
+def compare_all(settings: Sequence[Setting], baseline: Setting | None, confidence: float) -> None:
+    for setting in settings:
+        if baseline is not None and setting is not baseline and setting.results:
+            setting.comparison = compare(setting.results, baseline.results, confidence)
+
+
+def rank_runs(runs: Sequence[RunSummary]) -> list[RunSummary]:
+    """Runs with a result by it (diverged ones after every finite result), then the others in job order."""
+    return sorted(runs, key=lambda r: (r.result is None, r.result if r.result is not None else 0.0))
+
+
+# --- markdown --------------------------------------------------------------------------------------------
+
+
+def _fmt(value: float | None, digits: int = 4, signed: bool = False) -> str:
     if value is None:
         return "—"
     if not math.isfinite(value):
-        return str(value)
-    return f"{value:.{digits}f}"
+        return "diverged" if value == math.inf else str(value)
+    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+
+
+def _fmt_interval(e: Estimate | None, signed: bool = False) -> str:
+    if e is None or not e.has_interval:
+        return "—"
+    return f"[{_fmt(e.low, 4, signed)}, {_fmt(e.high, 4, signed)}]"
 
 
 def _fmt_wall_time(seconds: float | None) -> str:
@@ -266,133 +216,221 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def markdown_table(report: SweepReport) -> str:
-    """The ranked table, plus the overrides all runs share and, when seeds vary, the mean over seeds."""
-    header = ["rank", "run", *report.columns, "params", "final val loss", "best val loss", "bits/char"]
-    header += ["tokens/s", "wall time", "steps", "status"]
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    rank = 0
-    for run in report.runs:
-        ranked = run.status == "completed" and run.final_val_loss is not None
-        rank += ranked
-        steps = "—" if run.steps is None else f"{run.steps}" + (f"/{run.max_steps}" if run.max_steps else "")
-        status = run.status if not run.error else f"{run.status}: {run.error}"
-        cells = [
-            str(rank) if ranked else "—",
-            run.name,
-            *(run.choices.get(c, "—") for c in report.columns),
-            "—" if run.params is None else f"{run.params:,}",
-            _fmt(run.final_val_loss),
-            _fmt(run.best_val_loss),
-            _fmt(run.final_bpc, 3),
-            "—" if run.tokens_per_s is None else f"{run.tokens_per_s:,.0f}",
-            _fmt_wall_time(run.wall_time_s),
-            steps,
-            status if len(status) <= 120 else status[:117] + "...",
-        ]
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return lines + ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
 
-    text = [f"# Sweep report: {report.sweep_dir}", "", *lines, ""]
-    counts = {
-        s: sum(r.status == s for r in report.runs) for s in dict.fromkeys(r.status for r in report.runs)
-    }
+
+def _settings_rows(
+    settings: Sequence[Setting], columns: Sequence[str], baseline: Setting | None
+) -> list[list]:
+    rows = []
+    for rank, s in enumerate(settings, start=1):
+        e = s.estimate
+        rows.append([
+            rank if e is not None else "—",
+            *(s.choices.get(c, "—") for c in columns),
+            len(s.results),
+            _fmt(e.mean if e else None),
+            _fmt(e.sd if e else None),
+            _fmt_interval(e),
+            s.diverged,
+            s.without_result,
+            "baseline" if s is baseline else "",
+        ])  # fmt: skip
+    return rows
+
+
+def _comparison_rows(
+    settings: Sequence[Setting], columns: Sequence[str], baseline: Setting | None
+) -> list[list]:
+    rows = []
+    for s in settings:
+        if s is baseline or s.comparison is None:
+            continue
+        c = s.comparison
+        rows.append([
+            *(s.choices.get(col, "—") for col in columns),
+            len(c.seeds),
+            _fmt(c.difference.mean if c.difference else None, signed=True),
+            _fmt_interval(c.difference, signed=True),
+            c.verdict,
+        ])  # fmt: skip
+    return rows
+
+
+def markdown(report: SweepReport) -> str:
+    """The report as markdown: settings with intervals, paired comparisons, the tuned table, every run."""
+    pct = f"{report.confidence:.0%}"
+    cols = report.setting_columns
+    text = [f"# Sweep report: {report.sweep_dir}", ""]
+    n_seeds = max((len(s.results) for s in report.settings), default=0)
+    text += [
+        f"Final validation loss (nats/char) of {len(report.runs)} runs in {len(report.settings)} settings, "
+        f"up to {n_seeds} seed{'s' if n_seeds != 1 else ''} each. Intervals are {pct} confidence intervals for the mean (Student t over "
+        "seeds); a diverged run counts as the worst result, a failed or unfinished one as none.",
+        "",
+    ]
+    if report.common:
+        text += ["Shared by every run: " + " ".join(f"`{k}={v}`" for k, v in report.common.items()), ""]
+
+    text += ["## Settings", ""]
+    header = ["rank", *cols, "seeds", "mean", "sd", f"{pct} CI", "diverged", "no result", "note"]
+    text += [*_table(header, _settings_rows(report.settings, cols, report.baseline)), ""]
+
+    if report.lr_varies:
+        tuned_cols = [c for c in cols if c != LR]
+        base = report.tuned_baseline
+        text += [
+            "## Each setting at its own best learning rate",
+            "",
+            "The learning rate with the lowest mean over seeds, per setting; compared with "
+            f"{'the baseline' if base is None else '`' + base.label(tuned_cols) + '`'} at its own best "
+            "learning rate, seed by seed (difference < 0: lower loss than the baseline). The best rate is "
+            "chosen on the same runs it is judged on, so the intervals are slightly optimistic.",
+            "",
+        ]
+        header = [
+            "rank",
+            *tuned_cols,
+            "best lr",
+            "seeds",
+            "mean",
+            f"{pct} CI",
+            "vs baseline",
+            f"{pct} CI",
+            "verdict",
+        ]
+        rows = []
+        for rank, s in enumerate(report.tuned, start=1):
+            c = s.comparison
+            rows.append([
+                rank, *(s.choices.get(col, "—") for col in tuned_cols), s.choices.get(LR, "—"), len(s.results),
+                _fmt(s.estimate.mean if s.estimate else None), _fmt_interval(s.estimate),
+                "baseline" if s is base else
+                _fmt(c.difference.mean if c and c.difference else None, signed=True),
+                _fmt_interval(c.difference if c else None, signed=True),
+                c.verdict if c else "",
+            ])  # fmt: skip
+        text += [*_table(header, rows), ""]
+    elif report.baseline is not None and len(report.settings) > 1:
+        text += [
+            f"## Against the baseline `{report.baseline.label(cols)}`",
+            "",
+            "Paired seed by seed: the mean of (setting - baseline) over the seeds both have, and its "
+            f"{pct} interval; < 0 is a lower loss than the baseline.",
+            "",
+        ]
+        header = [*cols, "seeds", "mean difference", f"{pct} CI", "verdict"]
+        text += [*_table(header, _comparison_rows(report.settings, cols, report.baseline)), ""]
+
+    text += ["## Runs", "", *_runs_table(report), ""]
+    counts: dict[str, int] = {}
+    for run in report.runs:
+        counts[run.status] = counts.get(run.status, 0) + 1
     text.append(
         f"{len(report.runs)} runs: " + ", ".join(f"{n} {s}" for s, n in counts.items())
-        + ". Ranked by final val loss (nats/char; bits/char = nats / ln 2); params without position embeddings."
+        + ". bits/char = nats / ln 2; params without position embeddings; tokens/s and wall time depend on what "
+        "else ran on the machine."
     )  # fmt: skip
-    if report.common:
-        text += ["", "Shared by every run: " + " ".join(f"`{k}={v}`" for k, v in report.common.items())]
-    seed_table = _across_seeds(report)
-    if seed_table:
-        text += ["", *seed_table]
     return "\n".join(text) + "\n"
 
 
-def _across_seeds(report: SweepReport) -> list[str]:
-    """Completed runs grouped by every shown choice but the seed: how far the seed alone moves the result."""
-    if "seed" not in report.columns:
-        return []
-    group_by = [c for c in report.columns if c != "seed"]
-    groups: dict[tuple[str, ...], list[float]] = {}
+def _runs_table(report: SweepReport) -> list[str]:
+    header = ["rank", "run", *report.columns, "params", "final val loss", "best val loss", "bits/char"]
+    header += ["tokens/s", "wall time", "steps", "status"]
+    rows, rank = [], 0
     for run in report.runs:
-        if run.status == "completed" and run.final_val_loss is not None and math.isfinite(run.final_val_loss):
-            groups.setdefault(tuple(run.choices.get(c, "—") for c in group_by), []).append(run.final_val_loss)
-    if not groups:
-        return []
-    header = [*group_by, "seeds", "mean final val loss", "min", "max"]
-    lines = ["Across seeds (completed runs):", "", "| " + " | ".join(header) + " |"]
-    lines.append("|" + "|".join("---" for _ in header) + "|")
-    for choices, losses in sorted(groups.items(), key=lambda item: statistics.fmean(item[1])):
-        cells = [
-            *choices,
-            str(len(losses)),
-            _fmt(statistics.fmean(losses)),
-            _fmt(min(losses)),
-            _fmt(max(losses)),
-        ]
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
-    return lines
+        ranked = run.result is not None
+        rank += ranked
+        steps = "—" if run.steps is None else f"{run.steps}" + (f"/{run.max_steps}" if run.max_steps else "")
+        status = run.status if not run.error else f"{run.status}: {run.error}"
+        rows.append([
+            rank if ranked else "—", run.name, *(run.choices.get(c, "—") for c in report.columns),
+            "—" if run.params is None else f"{run.params:,}", _fmt(run.final_val_loss), _fmt(run.best_val_loss),
+            _fmt(run.final_bpc, 3), "—" if run.tokens_per_s is None else f"{run.tokens_per_s:,.0f}",
+            _fmt_wall_time(run.wall_time_s), steps, status if len(status) <= 120 else status[:117] + "...",
+        ])  # fmt: skip
+    return _table(header, rows)
 
 
-def legend_label(run: RunSummary, columns: Iterable[str], report: SweepReport) -> str:
-    """A legend entry: the choices that tell this run apart from the others in the sweep."""
-    varying = [c for c in columns if len({r.choices.get(c) for r in report.runs}) > 1]
-    label = " ".join(f"{c}={run.choices.get(c, '—')}" for c in varying) or run.name
-    return label if run.status == "completed" else f"{label} ({run.status})"
+# --- json ------------------------------------------------------------------------------------------------
 
 
-def _setting(run: RunSummary, report: SweepReport) -> tuple[str, ...]:
-    """What a run was set to, apart from its seed."""
-    return tuple(str(run.choices.get(c)) for c in report.columns if c != "seed")
+def _number(value: float | None) -> float | str | None:
+    """JSON has no infinity: a diverged mean is written as the string "inf"."""
+    return value if value is None or math.isfinite(value) else str(value)
 
 
-def plot_curves(report: SweepReport, path: Path) -> Path:
-    """Validation loss against optimizer step, one line per run labelled by its choices.
-
-    Runs that differ only in their seed share a colour and differ in line style, so a setting's spread over
-    seeds reads at a glance. Runs that did not complete are drawn faded, and listed even without a curve.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display needed
-    import matplotlib.pyplot as plt
-
-    labels = [legend_label(run, report.columns, report) for run in report.runs]
-    settings = list(dict.fromkeys(_setting(run, report) for run in report.runs))
-    seeds = sorted({run.choices.get("seed", "") for run in report.runs}, key=_natural_key)
-    colours = plt.get_cmap("tab10" if len(settings) <= 10 else "tab20")
-    line_styles = ["-", "--", ":", "-."]
-    columns = 1 if max(map(len, labels)) > 45 else 2
-    legend_rows = math.ceil(len(labels) / columns)
-    figure, axes = plt.subplots(figsize=(10, 5 + 0.2 * legend_rows), layout="constrained")
-    for run, label in zip(report.runs, labels, strict=True):
-        style = {
-            "color": colours(settings.index(_setting(run, report)) % colours.N),
-            "linestyle": line_styles[seeds.index(run.choices.get("seed", "")) % len(line_styles)],
-            "alpha": 1.0 if run.status == "completed" else 0.45,
-        }
-        points = [(s, v) for s, v in run.val_curve if math.isfinite(v)]
-        if points:
-            steps, values = zip(*points, strict=True)
-            axes.plot(steps, values, label=label, marker=".", markersize=3, **style)
-        else:  # keep it in the legend so a failed run is not silently missing
-            axes.plot([], [], label=f"{label}, no val/loss", **style)
-    axes.xaxis.get_major_locator().set_params(integer=True)
-    axes.set_xlabel("optimizer step")
-    axes.set_ylabel("validation loss (nats / char)")
-    axes.set_title(f"{report.sweep_dir.name}: validation loss, {len(report.runs)} runs")
-    axes.grid(alpha=0.3)
-    figure.legend(fontsize="small", loc="outside lower center", ncols=columns, frameon=False)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+def _estimate_json(e: Estimate | None) -> dict[str, Any] | None:
+    if e is None:
+        return None
+    return {"mean": _number(e.mean), "sd": e.sd, "low": e.low, "high": e.high, "n": e.n}
 
 
-def write_report(sweep_dir: str | Path) -> tuple[str, Path, Path]:
-    """Build the report and write `report.md` and `report.png` into the sweep directory."""
-    report = build_report(sweep_dir)
-    text = markdown_table(report)
-    markdown = report.sweep_dir / REPORT_MD
-    markdown.write_text(text, encoding="utf-8")
-    png = plot_curves(report, report.sweep_dir / REPORT_PNG)
-    return text, markdown, png
+def _setting_json(s: Setting) -> dict[str, Any]:
+    c = s.comparison
+    return {
+        "choices": s.choices,
+        "results": {
+            seed: _number(v) for seed, v in sorted(s.results.items(), key=lambda kv: natural_key(kv[0]))
+        },
+        "final_val_loss": _estimate_json(s.estimate),
+        "diverged": s.diverged,
+        "without_result": s.without_result,
+        "vs_baseline": None
+        if c is None
+        else {"seeds": list(c.seeds), "difference": _estimate_json(c.difference), "verdict": c.verdict},
+    }
+
+
+def to_json(report: SweepReport) -> dict[str, Any]:
+    return {
+        "sweep_dir": str(report.sweep_dir),
+        "confidence": report.confidence,
+        "common": report.common,
+        "setting_columns": report.setting_columns,
+        "baseline": report.baseline.choices if report.baseline else None,
+        "settings": [_setting_json(s) for s in report.settings],
+        "tuned_baseline": report.tuned_baseline.choices if report.tuned_baseline else None,
+        "tuned": [_setting_json(s) for s in report.tuned],
+        "runs": [
+            {
+                "name": r.name,
+                "path": str(r.path),
+                "status": r.status,
+                "choices": r.choices,
+                "seed": r.seed,
+                "final_val_loss": _number(r.final_val_loss),
+                "best_val_loss": _number(r.best_val_loss),
+                "steps": r.steps,
+                "max_steps": r.max_steps,
+                "params": r.params,
+                "wall_time_s": r.wall_time_s,
+                "tokens_per_s": r.tokens_per_s,
+                "error": r.error,
+            }
+            for r in report.runs
+        ],
+    }
+
+
+# --- all of it ---------------------------------------------------------------------------------------------
+
+
+def write_report(
+    sweep_dir: str | Path, baseline: str | None = None, x_axis: str = "step", band: str = "minmax"
+) -> tuple[str, list[Path]]:
+    """Build the report and write report.md, report.json, report.png (and lr_sensitivity.png) into the sweep
+    directory; returns the markdown and the paths written."""
+    from tinylm.analysis.plots import plot_curves, plot_lr_sensitivity
+
+    report = build_report(sweep_dir, baseline)
+    text = markdown(report)
+    written = [report.sweep_dir / REPORT_MD, report.sweep_dir / REPORT_JSON, report.sweep_dir / REPORT_PNG]
+    written[0].write_text(text, encoding="utf-8")
+    written[1].write_text(json.dumps(to_json(report), indent=2) + "\n", encoding="utf-8")
+    plot_curves(report, written[2], x_axis, band)
+    if report.lr_varies:
+        written.append(plot_lr_sensitivity(report, report.sweep_dir / SENSITIVITY_PNG))
+    return text, written

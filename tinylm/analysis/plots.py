@@ -1,0 +1,137 @@
+"""The report's figures: validation-loss curves per setting (mean over seeds with a band), and, when the
+learning rate varies, final validation loss against learning rate. Rendered headless (matplotlib's Agg)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tinylm.analysis.report import LR, Setting, SweepReport
+from tinylm.analysis.stats import estimate
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+X_AXES = {"step": "optimizer step", "chars": "training characters", "time": "wall time (s)"}
+BANDS = ("minmax", "ci")
+
+
+def _figure(legend_entries: int, labels: Sequence[str]) -> tuple[Figure, Axes, int]:
+    from matplotlib.figure import Figure
+
+    columns = 1 if max(map(len, labels), default=0) > 45 else 2
+    figure = Figure(figsize=(10, 5 + 0.2 * math.ceil(legend_entries / columns)), layout="constrained")
+    return figure, figure.subplots(), columns
+
+
+def _colour(index: int, count: int) -> Any:
+    from matplotlib import colormaps
+
+    colours = colormaps["tab10" if count <= 10 else "tab20"]
+    return colours(index % colours.N)
+
+
+def _band(values: Sequence[float], band: str, confidence: float) -> tuple[float, float]:
+    if band == "ci" and len(values) > 1:
+        e = estimate(values, confidence)
+        assert e.low is not None and e.high is not None
+        return e.low, e.high
+    return min(values), max(values)
+
+
+def setting_curve(
+    setting: Setting, x_axis: str, band: str, confidence: float = 0.95
+) -> list[tuple[float, float, float, float, int]]:
+    """(x, mean, band low, band high, seeds) at every step some run of the setting logged a finite val/loss."""
+    by_step: dict[int, list[tuple[float, float]]] = {}
+    for run in setting.runs:
+        for step, value, seconds in run.val_curve:
+            if not math.isfinite(value):
+                continue
+            if x_axis == "chars":
+                if run.chars_per_step is None:
+                    continue
+                x = float(step * run.chars_per_step)
+            else:
+                x = seconds if x_axis == "time" else float(step)
+            by_step.setdefault(step, []).append((x, value))
+    points = []
+    for step in sorted(by_step):
+        xs, values = zip(*by_step[step], strict=True)
+        low, high = _band(values, band, confidence)
+        points.append((statistics.fmean(xs), statistics.fmean(values), low, high, len(values)))
+    return points
+
+
+def plot_curves(report: SweepReport, path: Path, x_axis: str = "step", band: str = "minmax") -> Path:
+    """Validation loss against `x_axis`, one colour per setting: the mean over its seeds, a band (min-max
+    over seeds, or the confidence interval), the seed count in the legend. Settings without a result are
+    dashed and faded."""
+    columns = report.setting_columns
+    labels = [s.label(columns) for s in report.settings]
+    figure, axes, legend_columns = _figure(len(labels), labels)
+    for index, (setting, label) in enumerate(zip(report.settings, labels, strict=True)):
+        colour = _colour(index, len(report.settings))
+        points = setting_curve(setting, x_axis, band, report.confidence)
+        style = {"color": colour} if setting.results else {"color": colour, "alpha": 0.45, "linestyle": "--"}
+        seeds = max((p[4] for p in points), default=0)
+        label = f"{label} (n={seeds})" + ("" if setting.results else ", no result")
+        if not points:
+            axes.plot([], [], label=f"{label}, no val/loss", **style)
+            continue
+        xs, means, lows, highs, _ = zip(*points, strict=True)
+        axes.plot(xs, means, label=label, marker=".", markersize=3, **style)
+        if seeds > 1:
+            axes.fill_between(xs, lows, highs, color=colour, alpha=0.15, linewidth=0)
+    band_name = "min-max over seeds" if band == "minmax" else f"{report.confidence:.0%} CI over seeds"
+    axes.set_xlabel(X_AXES[x_axis])
+    axes.set_ylabel("validation loss (nats / char)")
+    axes.set_title(f"{report.sweep_dir.name}: mean over seeds, band {band_name}")
+    axes.grid(alpha=0.3)
+    figure.legend(fontsize="small", loc="outside lower center", ncols=legend_columns, frameon=False)
+    figure.savefig(path, dpi=120)
+    return path
+
+
+def plot_lr_sensitivity(report: SweepReport, path: Path) -> Path:
+    """Final validation loss against learning rate (log axis), one line per setting: the mean over seeds,
+    a min-max band; a learning rate where some seed diverged is drawn as x at the top of the axes."""
+    columns = [c for c in report.setting_columns if c != LR]
+    groups: dict[str, list[Setting]] = {}
+    for setting in report.settings:
+        if setting.results:
+            groups.setdefault(setting.label(columns), []).append(setting)
+    labels = list(groups)
+    figure, axes, legend_columns = _figure(len(labels) + 1, labels)
+    finite = [v for s in report.settings for v in s.results.values() if math.isfinite(v)]
+    top = max(finite) + 0.05 * (max(finite) - min(finite) + 1e-9) if finite else 1.0
+    for index, (label, settings) in enumerate(groups.items()):
+        colour = _colour(index, len(groups))
+        ordered = sorted(settings, key=lambda s: float(s.choices[LR]))
+        rates = [float(s.choices[LR]) for s in ordered]
+        alive = [(lr, s) for lr, s in zip(rates, ordered, strict=True) if not s.diverged]
+        if alive:
+            xs = [lr for lr, _ in alive]
+            values = [list(s.results.values()) for _, s in alive]
+            axes.plot(xs, [statistics.fmean(v) for v in values], marker="o", color=colour, label=label)
+            axes.fill_between(
+                xs, [min(v) for v in values], [max(v) for v in values], color=colour, alpha=0.15
+            )
+        dead = [lr for lr, s in zip(rates, ordered, strict=True) if s.diverged]
+        if dead:
+            axes.plot(dead, [top] * len(dead), linestyle="none", marker="x", markersize=9, color=colour,
+                      label=None if alive else label)  # fmt: skip
+    axes.plot([], [], linestyle="none", marker="x", color="black", label="a seed diverged (drawn at the top)")
+    axes.set_xscale("log")
+    axes.set_ylim(top=top * 1.01)
+    axes.set_xlabel("peak learning rate (optim.lr)")
+    axes.set_ylabel("final validation loss (nats / char)")
+    axes.set_title(f"{report.sweep_dir.name}: learning-rate sensitivity, mean and min-max over seeds")
+    axes.grid(alpha=0.3, which="both")
+    figure.legend(fontsize="small", loc="outside lower center", ncols=legend_columns, frameon=False)
+    figure.savefig(path, dpi=120)
+    return path

@@ -1,0 +1,236 @@
+"""A sweep's runs as the report sees them: found on disk, with their choices, how each ended (metrics.json)
+and their curves (TensorBoard scalars, read in one pass with tbparse).
+
+A run is any directory below the sweep directory with a `.hydra/overrides.yaml`: a grid's
+`runs/multirun/<date>/<time>/<n>_<overrides>/`, or a whole Optuna study directory with one sweep directory per
+invocation. A run without `metrics.json` is `unfinished` (still running, or killed).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from tinylm.errors import UserError
+from tinylm.training.run_record import read_run_record
+
+# Always shown: the design choices tinylm exists to compare.
+DESIGN_CHOICES = ("norm", "norm_type", "act")
+# Overrides that name where a run writes, not what it is.
+_NOT_CHOICES = ("run_dir", "run_name", "hydra.", "threads")
+_THROUGHPUT_TAGS = ("train/device/items_per_sec", "train/items_per_sec")
+
+
+class ReportError(UserError, ValueError):
+    """The directory cannot be reported on: missing, empty, or not a sweep; or a bad report option."""
+
+
+@dataclass
+class RunSummary:
+    """One run of a sweep."""
+
+    path: Path
+    name: str
+    status: str
+    choices: dict[str, str]
+    seed: str = "—"
+    max_steps: int | None = None
+    chars_per_step: int | None = None
+    steps: int | None = None
+    params: int | None = None
+    final_val_loss: float | None = None
+    best_val_loss: float | None = None
+    final_bpc: float | None = None
+    tokens_per_s: float | None = None
+    wall_time_s: float | None = None
+    error: str | None = None
+    # (step, val/loss, seconds since the run's first logged scalar)
+    val_curve: list[tuple[int, float, float]] = field(default_factory=list)
+
+    @property
+    def result(self) -> float | None:
+        """What a comparison counts: the final val loss of a completed run, +inf for a diverged one, None
+        for a run that failed or never finished (no result)."""
+        if self.status == "diverged":
+            return math.inf
+        if self.status == "completed" and self.final_val_loss is not None:
+            return self.final_val_loss if math.isfinite(self.final_val_loss) else math.inf
+        return None
+
+
+def find_run_dirs(sweep_dir: str | Path) -> list[Path]:
+    """Every run directory below `sweep_dir`, in job order; a clear ReportError if there is none."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise ReportError(
+            f"{str(sweep_dir)!r} is not a directory; pass a sweep directory (runs/multirun/...)"
+        )
+    if (sweep_dir / ".hydra" / "overrides.yaml").is_file():
+        raise ReportError(
+            f"{str(sweep_dir)!r} is a single run's directory, not a sweep; pass the sweep directory above it "
+            "(made by `scripts/train.py -m ...`)"
+        )
+    runs = [p.parent.parent for p in sweep_dir.rglob(".hydra/overrides.yaml")]
+    if not runs:
+        raise ReportError(
+            f"no runs in {str(sweep_dir)!r} (no */.hydra/overrides.yaml); pass a sweep directory made by "
+            "`scripts/train.py -m ...`, e.g. runs/multirun/<date>/<time>"
+        )
+    return sorted(runs, key=lambda p: natural_key(p.relative_to(sweep_dir).as_posix()))
+
+
+def natural_key(text: str) -> list[Any]:
+    """`2_x` before `10_x`."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+def _short_name(run_dir: Path, sweep_dir: Path) -> str:
+    """The run's path below the sweep, its own directory cut to the job number Hydra prefixes it with."""
+    relative = run_dir.relative_to(sweep_dir)
+    number = re.match(r"(\d+)_", relative.name)
+    return (relative.parent / number[1]).as_posix() if number else relative.as_posix()
+
+
+def read_overrides(run_dir: Path) -> dict[str, str]:
+    """The run's command-line overrides (Hydra's record of them) as key -> value text."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    lines = OmegaConf.to_container(OmegaConf.load(run_dir / ".hydra" / "overrides.yaml"))
+    parsed = OverridesParser.create().parse_overrides([str(line) for line in lines or []])
+    overrides = {}
+    for override in parsed:
+        key = override.get_key_element()
+        if not key.lstrip("+~").startswith(_NOT_CHOICES):
+            overrides[key] = display_value(override.get_value_element_as_str())
+    return overrides
+
+
+def display_value(text: str) -> str:
+    """Sampled floats (an Optuna trial's 0.0012502860637525488) shortened to 4 significant digits."""
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    if number.is_integer() and "e" not in text.lower() and "." not in text:
+        return text
+    short = f"{number:.4g}"
+    return short if len(short) < len(text) else text
+
+
+def _from_config(run_dir: Path) -> dict[str, Any]:
+    """What the run's composed config (Hydra's copy, always there) says about its choices and sizes."""
+    config = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+
+    def get(key: str) -> Any:
+        return OmegaConf.select(config, key, default=None, throw_on_resolution_failure=False)
+
+    batch, block = get("data.batch_size"), get("model.block_size")
+    accumulate = get("trainer.accumulate_grad_batches") or 1
+    return {
+        "choices": {name: str(get(f"model.{name}")) for name in DESIGN_CHOICES},
+        "seed": str(get("seed")),
+        "max_steps": get("trainer.max_steps"),
+        "chars_per_step": batch * block * accumulate
+        if isinstance(batch, int) and isinstance(block, int)
+        else None,
+    }
+
+
+def read_scalars(sweep_dir: Path, run_dirs: Sequence[Path]) -> dict[Path, Any]:
+    """Every run's TensorBoard scalars (a pandas DataFrame: step, tag, value, wall_time), read in one pass."""
+    import tbparse
+
+    frame = tbparse.SummaryReader(
+        str(sweep_dir), extra_columns={"dir_name", "wall_time"}, event_types={"scalars"}
+    ).scalars
+    if frame.empty:
+        return {}
+    import pandas as pd
+
+    owners = set(run_dirs)
+    parts: dict[Path, list[Any]] = {}
+    for dir_name, rows in frame.groupby("dir_name"):
+        event_dir = sweep_dir / str(dir_name)
+        owner = next((p for p in (event_dir, *event_dir.parents) if p in owners), None)
+        if owner is not None:  # a run may log into more than one TensorBoard directory
+            parts.setdefault(owner, []).append(rows)
+    return {owner: pd.concat(frames, ignore_index=True) for owner, frames in parts.items()}
+
+
+def _series(scalars: Any, tag: str) -> list[tuple[int, float, float]]:
+    """One tag's (step, value, wall time) by step; a step logged twice (a resumed run) keeps its latest."""
+    rows = scalars[scalars.tag == tag].sort_values(["step", "wall_time"])
+    latest = rows.drop_duplicates("step", keep="last")
+    return [
+        (int(s), float(v), float(w))
+        for s, v, w in zip(latest.step, latest.value, latest.wall_time, strict=True)
+    ]
+
+
+def _tokens_per_second(scalars: Any) -> float | None:
+    """Median of Lightning's rolling throughput, or, for runs too short to fill its window, the mean rate
+    between the first and last logged step from its cumulative counters."""
+    for tag in _THROUGHPUT_TAGS:
+        values = [v for _, v, _ in _series(scalars, tag) if math.isfinite(v)]
+        if values:
+            return statistics.median(values)
+    lengths, times = _series(scalars, "train/lengths"), _series(scalars, "train/time")
+    if len(lengths) >= 2 and len(times) >= 2 and times[-1][1] > times[0][1]:
+        return (lengths[-1][1] - lengths[0][1]) / (times[-1][1] - times[0][1])
+    return None
+
+
+def summarize_run(run_dir: Path, sweep_dir: Path, scalars: Any | None) -> RunSummary:
+    config = _from_config(run_dir)
+    record = read_run_record(run_dir)
+    run = RunSummary(
+        path=run_dir,
+        name=_short_name(run_dir, sweep_dir),
+        status=str(record["status"]) if record else "unfinished",
+        choices={**read_overrides(run_dir), **config["choices"]},
+        seed=config["seed"],
+        max_steps=config["max_steps"] if isinstance(config["max_steps"], int) else None,
+        chars_per_step=config["chars_per_step"],
+    )
+    if record:
+        run.params = int(record["params"]) if isinstance(record.get("params"), int | float) else None
+        run.wall_time_s = _number(record.get("wall_time_s"))
+        run.error = record.get("error")
+    if scalars is not None and not scalars.empty:
+        start = float(scalars.wall_time.min())
+        run.val_curve = [(s, v, w - start) for s, v, w in _series(scalars, "val/loss")]
+        finite = [v for _, v, _ in run.val_curve if math.isfinite(v)]
+        if run.val_curve:
+            run.final_val_loss = run.val_curve[-1][1]
+        run.best_val_loss = min(finite) if finite else None
+        bpc = _series(scalars, "val/bpc")
+        run.final_bpc = bpc[-1][1] if bpc else None
+        run.tokens_per_s = _tokens_per_second(scalars)
+        train = _series(scalars, "train/loss")
+        run.steps = train[-1][0] + 1 if train else None
+    if record and run.final_val_loss is None:  # a run logged without TensorBoard still has its record
+        run.final_val_loss = _number(record.get("val/loss"))
+        run.best_val_loss = _number(record.get("best/val_loss"))
+        run.final_bpc = _number(record.get("val/bpc"))
+    if record and isinstance(record.get("step"), int):
+        run.steps = record["step"]
+    return run
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def read_runs(sweep_dir: str | Path) -> list[RunSummary]:
+    """Every run of the sweep, in job order."""
+    sweep_dir = Path(sweep_dir)
+    run_dirs = find_run_dirs(sweep_dir)
+    scalars = read_scalars(sweep_dir, run_dirs)
+    return [summarize_run(run_dir, sweep_dir, scalars.get(run_dir)) for run_dir in run_dirs]
