@@ -1,13 +1,14 @@
-"""Loss and bits/char of a trained tinylm checkpoint on a text file."""
+"""Loss and bits/char of a trained tinylm checkpoint on a text file: `python scripts/eval.py ckpt=... file=...`."""
 
 from omegaconf import DictConfig
 
 from tinylm.cli import hydra_entry_point
-from tinylm.inference.evaluate import run
 
 
 @hydra_entry_point(config_name="eval")
 def main(cfg: DictConfig) -> None:
+    from tinylm.inference.evaluate import run  # here, not above: --help and config errors need no torch
+
     run(cfg)
 
 

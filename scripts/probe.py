@@ -1,13 +1,14 @@
-"""The depth probe: `python scripts/probe.py norms=[pre,post,sandwich,on_branch] depth=32` (see README)."""
+"""The depth probe: `python scripts/probe.py norms=[pre,post,sandwich,on_branch] depth=32` (docs/probe.md)."""
 
 from omegaconf import DictConfig
 
-from tinylm.analysis.probe import run
 from tinylm.cli import hydra_entry_point
 
 
-@hydra_entry_point(config_name="probe")
+@hydra_entry_point(config_name="probe", uses_lightning=False)
 def main(cfg: DictConfig) -> None:
+    from tinylm.analysis.probe import run  # here, not above: --help and config errors need no torch
+
     run(cfg)
 
 

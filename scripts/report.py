@@ -31,13 +31,17 @@ def main() -> None:
     parser.add_argument(
         "--band", choices=("minmax", "ci"), default="minmax", help="the band around each mean curve"
     )
+    parser.add_argument(
+        "--curve",
+        help="plot another logged scalar than the validation loss, e.g. training_health/attn_max_logit/block_4",
+    )
     args = parser.parse_args()
 
     from tinylm.analysis.report import write_report  # after parsing: --help and usage errors stay fast
     from tinylm.errors import UserError
 
     try:
-        text, written = write_report(args.sweep_dir, args.baseline, args.x, args.band)
+        text, written = write_report(args.sweep_dir, args.baseline, args.x, args.band, args.curve)
     except UserError as error:
         exit_with(str(error), USAGE_EXIT_CODE)
     except OSError as error:

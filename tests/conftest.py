@@ -19,6 +19,8 @@ os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="tinylm-tests-hf-"))
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig, open_dict
 
+import tinylm.training.resolvers  # noqa: F401  (registers the resolvers the configs use)
+
 REPO = Path(__file__).resolve().parents[1]
 TINYSHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
 
@@ -37,6 +39,7 @@ SHRINK = [
     "trainer.enable_progress_bar=false",
     "optim.warmup_steps=2",
     "sample.chars=20",
+    "latest_link=null",
 ]
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import re
+import resource
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -375,6 +378,78 @@ ROWS = [
         lambda t, e: ["input=text", f"text_file={t}/absent.txt"],
         ["absent.txt", "does not exist"],
     ),
+    # Settings found only after a whole training run, or not at all, before they were checked up front.
+    BadInput(
+        "beta2-above-one",
+        "train.py",
+        lambda t, e: ["optim.beta2=1.5"],
+        ["optim.beta2=1.5 must be a number >= 0 and < 1"],
+    ),
+    BadInput(
+        "infinite-lr", "train.py", lambda t, e: ["optim.lr=inf"], ["optim.lr=inf must be a finite number > 0"]
+    ),
+    BadInput(
+        "zero-val-check-interval",
+        "train.py",
+        lambda t, e: ["trainer.val_check_interval=0"],
+        ["trainer.val_check_interval=0 must be a positive whole number"],
+    ),
+    BadInput("text-seed", "train.py", lambda t, e: ["seed=abc"], ["seed='abc' must be a whole number >= 0"]),
+    BadInput(
+        "negative-threads",
+        "train.py",
+        lambda t, e: ["threads=-1"],
+        ["threads=-1 must be a positive whole number"],
+    ),
+    BadInput(
+        "zero-sample-temperature",
+        "train.py",
+        lambda t, e: ["sample.temperature=0"],
+        ["sample.temperature=0 must be a number > 0"],
+    ),
+    BadInput(
+        "sample-prompt-outside-the-corpus",
+        "train.py",
+        lambda t, e: ['sample.prompt="ROMEO€"'],
+        ["sample.prompt has characters the corpus does not: '€'"],
+    ),
+    BadInput(
+        "corpus-is-a-directory",
+        "train.py",
+        lambda t, e: ["data=text", f"data.files={t}"],
+        ["is a directory; give a text file, or its files with a glob"],
+        small_corpus=False,
+    ),
+    BadInput(
+        "mistyped-resume-in-place",
+        "train.py",
+        lambda t, e: [f"hydra.run.dir={e.run}", "ckpt_path=last", "optim.lr=-1"],
+        ["optim.lr=-1 must be a number > 0"],
+    ),
+    BadInput(
+        "sample-text-seed",
+        "sample.py",
+        lambda t, e: [f"ckpt={e.run}", "seed=abc"],
+        ["seed='abc' must be a whole number >= 0"],
+    ),
+    BadInput(
+        "sample-too-many-chars",
+        "sample.py",
+        lambda t, e: [f"ckpt={e.run}", "chars=5000000000"],
+        ["chars=5000000000 is more than 1,000,000"],
+    ),
+    BadInput(
+        "probe-too-deep",
+        "probe.py",
+        lambda t, e: ["depth=100000"],
+        ["depth=100000", "the probe would need about", "GB available; lower depth, seq_len or batch_size"],
+    ),
+    BadInput(
+        "probe-too-long",
+        "probe.py",
+        lambda t, e: ["seq_len=100000"],
+        ["seq_len=100000", "the probe would need about"],
+    ),
     # Sweep reports.
     BadInput(
         "report-missing-directory",
@@ -404,7 +479,10 @@ def command_line(row: BadInput, tmp: Path, existing: SimpleNamespace) -> list[st
     if row.script == "train.py":
         # Shrunk and on the small corpus, so that a check that failed to fire costs seconds, not a real run.
         corpus = ["data=text", f"data.files={existing.corpus}"] if row.small_corpus else []
-        return [*SHRINK, *corpus, f"hydra.run.dir={tmp / 'run'}", *args]
+        run_dir = (
+            [] if any(a.startswith("hydra.run.dir=") for a in args) else [f"hydra.run.dir={tmp / 'run'}"]
+        )
+        return [*SHRINK, *corpus, *run_dir, *args]
     return args
 
 
@@ -467,29 +545,89 @@ def test_bad_input_from_a_fresh_interpreter(row, tmp_path, existing):
     assert snapshot(existing.run) == before
 
 
-def test_a_failed_resume_in_place_touches_only_hydras_record_of_the_command(
-    tmp_path, existing, quiet_datasets
-):
-    """Pointing hydra.run.dir at an existing run (to resume in place) with a bad setting: Hydra itself
-    records the command in .hydra/ and its log before tinylm runs; everything else stays as it was."""
+def test_a_refused_resume_in_place_leaves_a_cli_made_run_exactly_as_it_was(tmp_path, existing):
+    """A run made by the script (with Hydra's record of its command and its log file), then a resume in place
+    that is refused: every file and directory keeps its bytes and its modification time."""
+    run_dir = tmp_path / "run"
+    made = run_script_in_process(
+        "train.py", *SHRINK, "data=text", f"data.files={existing.corpus}", f"hydra.run.dir={run_dir}"
+    )
+    assert made.returncode == 0, made.stderr[-3000:]
+    assert {".hydra", "train.log", "metrics.json", "config.yaml"} <= {p.name for p in run_dir.iterdir()}
+    before = snapshot(run_dir)
+    for refused in (["model.d_model=64"], ["optim.lr=-1"], ["trainer.max_steps=6"]):
+        result = run_script_in_process(
+            "train.py", *SHRINK, "data=text", f"data.files={existing.corpus}", f"hydra.run.dir={run_dir}",
+            "ckpt_path=last", *refused,
+        )  # fmt: skip
+        assert result.returncode == 2 and result.stderr.startswith("error: "), result.stderr
+        assert snapshot(run_dir) == before, refused
+
+
+def test_hydra_run_dir_on_an_existing_file_is_one_line(tmp_path):
+    file = tmp_path / "in_the_way"
+    file.write_text("not a directory\n", encoding="utf-8")
+    result = run_script_in_process("train.py", *SHRINK, f"hydra.run.dir={file}")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert (
+        result.stderr.startswith(f"error: cannot write {str(file)!r}")
+        and "choose another hydra.run.dir" in result.stderr
+    )
+    assert file.read_text(encoding="utf-8") == "not a directory\n"
+
+
+def test_a_checkpoint_that_cannot_be_written_is_one_line_and_the_previous_one_is_intact(tmp_path, existing):
+    """A full disk, as `ulimit -f` makes it: a write past the limit fails with EFBIG (File too large)."""
+    run_dir = tmp_path / "run"  # trained here, not copied: a moved run directory earns a warning of its own
+    run(compose_train(run_dir, ["data=text", f"data.files={existing.corpus}", "sample.chars=0"]))
+    last = run_dir / "checkpoints" / "last.ckpt"
+    before = {path: path.read_bytes() for path in (run_dir / "checkpoints").glob("*.ckpt")}
+    limit = len(before[last]) - 1  # the event files stay far below it; the next checkpoint does not fit
+
+    def limit_file_size() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a killed process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "train.py"), *SHRINK, "data=text", f"data.files={existing.corpus}",
+         f"hydra.run.dir={run_dir}", "ckpt_path=last", "trainer.max_steps=9"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, preexec_fn=limit_file_size,
+        env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = result.stderr.strip().splitlines()
+    # best.ckpt or last.ckpt, whichever the run writes first
+    assert len(lines) == 1 and re.match(
+        r"error: could not write checkpoint '.*/(best|last)\.ckpt'", lines[0]
+    ), result.stderr
+    assert "File too large" in lines[0] and "the previous one is intact" in lines[0]
+    assert {path: path.read_bytes() for path in (run_dir / "checkpoints").glob("*.ckpt")} == before
+    assert not list(run_dir.rglob("*.tmp"))
+
+
+def test_a_read_only_run_directory_is_one_line_and_stays_as_it_was(tmp_path, existing):
+    """The run directory bind-mounted read-only in a mount namespace of the run's own (needs root, as in CI)."""
+    if (
+        shutil.which("unshare") is None
+        or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode
+    ):
+        pytest.skip("needs `unshare -m` (mount namespaces) to make a read-only directory as root")
     run_dir = tmp_path / "run"
     shutil.copytree(existing.run, run_dir)
     before = snapshot(run_dir)
-    result = run_script_in_process(
-        "train.py", *SHRINK, "data=text", f"data.files={existing.corpus}", f"hydra.run.dir={run_dir}",
-        "ckpt_path=last", "trainer.max_steps=9", "model.d_model=64",
+    command = [sys.executable, str(REPO / "scripts" / "train.py"), *SHRINK, "data=text",
+               f"data.files={existing.corpus}", f"hydra.run.dir={run_dir}", "ckpt_path=last", "trainer.max_steps=9"]  # fmt: skip
+    script = f'mount --bind -o ro "{run_dir}" "{run_dir}" && exec "$@"'
+    result = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *command],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "HYDRA_FULL_ERROR": "0"},
     )  # fmt: skip
-    assert result.returncode == 2 and "was trained with another model" in result.stderr
-    after = snapshot(run_dir)
-    hydras = {key for key in before.keys() | after.keys() if key.startswith(".hydra") or key.endswith(".log")}
-    assert {k: v for k, v in after.items() if k not in hydras} == {
-        k: v for k, v in before.items() if k not in hydras
-    }
-    assert (
-        "config.yaml" in after
-        and "checkpoints/last.ckpt" in after
-        and any(k.startswith("tb/") for k in after)
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = result.stderr.strip().splitlines()
+    assert lines == [f"error: cannot write into {str(run_dir)!r}; choose a writable hydra.run.dir"], (
+        result.stderr
     )
+    assert snapshot(run_dir) == before
 
 
 # --- the full error stays reachable -------------------------------------------------------------------------

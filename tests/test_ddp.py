@@ -36,6 +36,7 @@ from tinylm.training.distributed import (
 from tinylm.training.module import CharLM, unwrapped_name, weight_decay_groups
 from tinylm.training.precision import resolve_precision
 from tinylm.training.run import run, with_resolved_precision
+from tinylm.training.run_record import read_run_record
 
 
 def _tokens(n: int = 5000) -> np.ndarray:
@@ -155,11 +156,12 @@ def test_single_process_run_records_its_effective_batch(tmp_path, caplog):
     assert "effective batch 8 windows (256 chars) per optimizer step = 1 process(es) x 4 windows x 2" in (
         caplog.text
     )
-    reader = tbparse.SummaryReader(str(tmp_path / "tb"))
-    hparams = dict(zip(reader.hparams.tag, reader.hparams.value, strict=True))
-    assert float(hparams["world_size"]) == 1
-    assert float(hparams["accumulate_grad_batches"]) == 2
-    assert float(hparams["effective_batch_size"]) == 8
+    record = read_run_record(tmp_path)
+    assert (record["world_size"], record["accumulate_grad_batches"], record["effective_batch_size"]) == (
+        1,
+        2,
+        8,
+    )
 
 
 # --- FSDP (GPU only: composed and unit-checked here, not run) ------------------------------------------
@@ -465,16 +467,15 @@ def test_ddp_run_writes_one_run_directory(ddp_run):
 def test_ddp_run_logs_a_decreasing_loss_and_its_effective_batch(ddp_run):
     (tb_run,) = (ddp_run.run_dir / "tb").iterdir()
     reader = tbparse.SummaryReader(str(tb_run))
-    train, val = _values(reader.scalars, "train/loss"), _values(reader.scalars, "val/loss")
+    train, val = _values(reader.scalars, "loss/train"), _values(reader.scalars, "loss/val")
     assert sorted(train) == list(range(DDP_STEPS))
-    assert sorted(val) == [9, 19, 29]
-    assert val[9] > val[19] > val[29]
+    assert sorted(val) == [10, 20, 30]
+    assert val[10] > val[20] > val[30]
     first, last = [sum(train[s] for s in steps) / 5 for steps in (range(5), range(DDP_STEPS - 5, DDP_STEPS))]
     assert last < first - 0.3
 
-    hparams = dict(zip(reader.hparams.tag, reader.hparams.value, strict=True))
-    assert float(hparams["world_size"]) == 2
-    assert float(hparams["effective_batch_size"]) == 8
+    record = read_run_record(ddp_run.run_dir)
+    assert record["world_size"] == 2 and record["effective_batch_size"] == 8
 
 
 @pytest.mark.slow
@@ -506,7 +507,7 @@ def test_ddp_trains_at_the_default_precision(tmp_path):
     assert OmegaConf.load(run_dir / "config.yaml").trainer.precision == resolve_precision("auto", "cpu")
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["status"] == "completed" and metrics["step"] == 4
-    assert math.isfinite(metrics["train/loss"]) and math.isfinite(metrics["val/loss"])
+    assert math.isfinite(metrics["loss/train"]) and math.isfinite(metrics["loss/val"])
 
 
 @pytest.mark.slow
@@ -524,7 +525,7 @@ def test_ddp_val_loss_is_the_mean_over_every_window_once(ddp_run):
         _, single_process_loss = module.model(inputs, targets)
 
     (tb_run,) = (ddp_run.run_dir / "tb").iterdir()
-    logged = _values(tbparse.SummaryReader(str(tb_run)).scalars, "val/loss")[DDP_STEPS - 1]
+    logged = _values(tbparse.SummaryReader(str(tb_run)).scalars, "loss/val")[DDP_STEPS]
     assert logged == pytest.approx(float(single_process_loss), rel=1e-5)
 
 

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 import tbparse
 import torch
-from conftest import REPO, SHRINK, compose_train
+from conftest import REPO, SHRINK, compose_train, run_script
 from omegaconf import OmegaConf
 from script_runner import run_script_in_process
 
@@ -59,7 +59,7 @@ def settings(corpus: Path, *extra: str) -> list[str]:
 def train_losses(run_dir: Path) -> dict[int, float]:
     """train/loss by step, read back from every TensorBoard event file of the run."""
     scalars = tbparse.SummaryReader(str(run_dir / "tb")).scalars
-    rows = scalars[scalars.tag == "train/loss"]
+    rows = scalars[scalars.tag == "loss/train"]
     steps = [int(s) for s in rows.step]
     assert len(steps) == len(set(steps)), f"a step was logged twice: {sorted(steps)}"
     return dict(zip(steps, (float(v) for v in rows.value), strict=True))
@@ -307,11 +307,11 @@ def test_a_diverging_job_of_a_real_sweep_is_recorded_and_the_sweep_goes_on(tmp_p
 
 
 def test_a_signal_stops_a_sweep_and_its_job_is_recorded_interrupted(tmp_path, monkeypatch):
-    def stopped(cfg):
+    def stopped():
         raise TrainingInterrupted("stopped by SIGINT after step 3; saved ...", signum=signal.SIGINT, step=3)
 
-    monkeypatch.setattr(tinylm.training.sweep, "run", stopped)
-    cfg = OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "val/loss"})
+    monkeypatch.setattr(tinylm.training.sweep, "prepare", lambda cfg: SimpleNamespace(fit=stopped))
+    cfg = OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "loss/val"})
     with pytest.raises(TrainingInterrupted):
         run_job(cfg, keep_going=True)  # a sweep that goes on after failures still stops here
     assert read_run_record(tmp_path)["status"] == "interrupted"
@@ -323,11 +323,74 @@ def test_bad_input_never_replaces_the_record_of_a_run_already_there(tmp_path, mo
     def mistyped(cfg):
         raise ConfigError("model.d_model=30 must be divisible by n_head=4")
 
-    monkeypatch.setattr(tinylm.training.sweep, "run", mistyped)
-    cfg = OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "val/loss"})
+    monkeypatch.setattr(tinylm.training.sweep, "prepare", mistyped)  # refused by the checks
+    cfg = OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "loss/val"})
     with pytest.raises(ConfigError):
         run_job(cfg)
     assert read_run_record(tmp_path) == {"status": "completed", "step": 6}
+
+
+def test_a_refused_command_records_nothing_in_a_killed_run(tmp_path, monkeypatch):
+    # A run killed mid-training has its config and checkpoints but no metrics.json; a mistyped resume into it
+    # must not add one saying "failed" (the sweep report would then show the killed run as failed).
+    (tmp_path / "config.yaml").write_text("seed: 1337\n", encoding="utf-8")
+
+    def mistyped(cfg):
+        raise ConfigError("optim.lr=-1 must be a number > 0")
+
+    monkeypatch.setattr(tinylm.training.sweep, "prepare", mistyped)  # refused by the checks
+    cfg = OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "loss/val"})
+    with pytest.raises(ConfigError):
+        run_job(cfg)
+    assert read_run_record(tmp_path) is None and sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
+
+
+def test_divergence_right_before_a_validation_ends_as_a_divergence(tmp_path, corpus):
+    # lr=1e6 breaks the weights at the first step; losses are checked every 10 steps, and the validation
+    # after step 10 comes before that check: the weights must be checked before it samples from them.
+    cfg = compose_train(
+        tmp_path / "run",
+        settings(corpus, "optim.lr=1e6", "trainer.log_every_n_steps=10", "trainer.val_check_interval=10",
+                 "trainer.max_steps=20", "sample.chars=20"),
+    )  # fmt: skip
+    with pytest.raises(TrainingDiverged, match="became non-finite"):
+        run_job(cfg)
+    assert read_run_record(tmp_path / "run")["status"] == "diverged"
+    assert not (tmp_path / "run" / "checkpoints" / "last.ckpt").exists()
+
+
+def test_a_second_run_into_a_busy_run_directory_is_refused_and_the_first_is_unharmed(tmp_path, corpus):
+    run_dir = tmp_path / "run"
+    first = subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / "train.py"), *settings(corpus, "trainer.max_steps=100000",
+         "trainer.val_check_interval=1000"), f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (run_dir / "config.yaml").exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert first.poll() is None, "the first run ended before the second could start"
+    second = run_script("train.py", *settings(corpus), f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert second.returncode == 2
+    assert second.stderr.strip() == (
+        f"error: another run is training in {str(run_dir)!r}; wait for it to end, or choose another hydra.run.dir"
+    )
+    # The first run trains on undisturbed; stopped (Ctrl-C), it saves and releases the directory...
+    assert first.poll() is None
+    first.send_signal(signal.SIGINT)
+    _, stderr = first.communicate(timeout=120)
+    assert first.returncode == 130, stderr[-3000:]
+    record = read_run_record(run_dir)
+    assert record["status"] == "interrupted" and record["step"] > 0
+    assert len(list((run_dir / "tb").rglob("events.out.tfevents.*"))) == 1  # one run's events, not two
+    # ...so that a resume, the next run into it, is let in and continues from where it stopped.
+    resumed = run_script(
+        "train.py", *settings(corpus, f"trainer.max_steps={record['step'] + 2}"), f"hydra.run.dir={run_dir}",
+        "ckpt_path=last", cwd=tmp_path,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert read_run_record(run_dir)["step"] == record["step"] + 2
 
 
 # --- checkpoint files ----------------------------------------------------------------------------------------

@@ -45,8 +45,8 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[dict, object]:
 def test_health_scalars_reach_tensorboard(tmp_path):
     # SHRINK: 2 blocks, 6 steps, context 32; logging every 2 steps gives steps 0, 2 and 4.
     _, scalars = _train(tmp_path, "callbacks.health.every_n_steps=2")
-    health = scalars[scalars.tag.str.startswith("health/")]
-    expected = {f"health/{quantity}/block_{k}" for quantity in QUANTITIES for k in (1, 2)}
+    health = scalars[scalars.tag.str.startswith("training_health/")]
+    expected = {f"training_health/{quantity}/block_{k}" for quantity in QUANTITIES for k in (1, 2)}
     assert set(health.tag) == expected
     for tag in expected:
         assert sorted(health[health.tag == tag].step) == [0, 2, 4], tag
@@ -56,13 +56,18 @@ def test_health_scalars_reach_tensorboard(tmp_path):
     assert all(math.isfinite(value) for value in values.values())
     for k in (1, 2):
         for step in (0, 2, 4):
-            assert all(values[(f"health/grad_{w}/block_{k}", step)] > 0 for w in ("w_q", "w_k", "w_v", "w_o"))
-            assert 0 < values[(f"health/token_spread/block_{k}", step)] <= 1
+            assert all(
+                values[(f"training_health/grad_{w}/block_{k}", step)] > 0
+                for w in ("w_q", "w_k", "w_v", "w_o")
+            )
+            assert 0 < values[(f"training_health/token_spread/block_{k}", step)] <= 1
             # Causal attention over 32 positions: query t has t + 1 keys, so entropy <= mean log(t + 1).
             mean_max_entropy = sum(math.log(t + 1) for t in range(32)) / 32
-            assert 0 < values[(f"health/attn_entropy/block_{k}", step)] <= mean_max_entropy + 1e-6
+            assert 0 < values[(f"training_health/attn_entropy/block_{k}", step)] <= mean_max_entropy + 1e-6
     # The stream of a pre-norm model is the sum of its branches, so it grows from block to block.
-    assert values[("health/stream_rms/block_2", 4)] > values[("health/stream_rms/block_1", 4)]
+    assert (
+        values[("training_health/stream_rms/block_2", 4)] > values[("training_health/stream_rms/block_1", 4)]
+    )
 
 
 def test_health_off_logs_nothing_and_training_is_unchanged(tmp_path):
@@ -71,11 +76,11 @@ def test_health_off_logs_nothing_and_training_is_unchanged(tmp_path):
     common = ["model.dropout=0.1"]
     _, logged = _train(tmp_path / "on", *common, "callbacks.health.every_n_steps=1")
     _, silent = _train(tmp_path / "off", *common, "callbacks.health.every_n_steps=0")
-    assert not silent.tag.str.startswith("health/").any()
-    assert sorted(set(logged[logged.tag.str.startswith("health/")].step)) == list(range(6))
+    assert not silent.tag.str.startswith("training_health/").any()
+    assert sorted(set(logged[logged.tag.str.startswith("training_health/")].step)) == list(range(6))
 
     def losses(scalars):
-        rows = scalars[scalars.tag == "train/loss"]
+        rows = scalars[scalars.tag == "loss/train"]
         return dict(zip(rows.step, rows.value, strict=True))
 
     assert losses(logged) == losses(silent)
@@ -85,7 +90,7 @@ def test_health_can_be_removed_from_the_config(tmp_path):
     cfg = compose_train(tmp_path, ["~callbacks.health"])
     assert "health" not in cfg.callbacks
     run(cfg)
-    assert not _scalars(tmp_path).tag.str.startswith("health/").any()
+    assert not _scalars(tmp_path).tag.str.startswith("training_health/").any()
 
 
 def _module_after_backward(**model) -> tuple[CharLM, torch.Tensor]:
@@ -112,12 +117,20 @@ def test_measure_matches_a_hand_computation_block_by_block():
             attention = block.attn.sublayer
             logits = attention.attention_logits(block.attn.before_branch(x))
             x = block(x)
-            assert values[f"health/stream_rms/block_{k}"].item() == pytest.approx(stream_rms(x).item())
-            assert values[f"health/token_spread/block_{k}"].item() == pytest.approx(token_spread(x).item())
-            assert values[f"health/attn_max_logit/block_{k}"].item() == pytest.approx(logits.max().item())
+            assert values[f"training_health/stream_rms/block_{k}"].item() == pytest.approx(
+                stream_rms(x).item()
+            )
+            assert values[f"training_health/token_spread/block_{k}"].item() == pytest.approx(
+                token_spread(x).item()
+            )
+            assert values[f"training_health/attn_max_logit/block_{k}"].item() == pytest.approx(
+                logits.max().item()
+            )
             grad = attention.qkv.weight.grad
-            assert values[f"health/grad_w_k/block_{k}"].item() == pytest.approx(grad[d : 2 * d].norm().item())
-            assert values[f"health/grad_ffn_down/block_{k}"].item() == pytest.approx(
+            assert values[f"training_health/grad_w_k/block_{k}"].item() == pytest.approx(
+                grad[d : 2 * d].norm().item()
+            )
+            assert values[f"training_health/grad_ffn_down/block_{k}"].item() == pytest.approx(
                 block.ffn.sublayer.down.weight.grad.norm().item()
             )
 
@@ -139,7 +152,7 @@ def test_block_numbers_are_padded_for_deep_models():
     callback = TrainingHealth()
     callback.setup(None, module, "fit")
     tags = callback.measure(module, inputs)
-    assert "health/stream_rms/block_01" in tags and "health/stream_rms/block_10" in tags
+    assert "training_health/stream_rms/block_01" in tags and "training_health/stream_rms/block_10" in tags
 
 
 @pytest.mark.parametrize("every_n_steps", [-1, 2.5, True])
@@ -174,4 +187,7 @@ def test_overhead_measurement_runs_both_variants(tmp_path):
     assert all(math.isfinite(result[key]) for key in ("amortised_overhead", "direct_overhead"))
     assert json.loads((tmp_path / "health_overhead.json").read_text())["every_n_steps"] == 4
     on, off = _scalars(tmp_path / "0_on"), _scalars(tmp_path / "0_off")
-    assert on.tag.str.startswith("health/").any() and not off.tag.str.startswith("health/").any()
+    assert (
+        on.tag.str.startswith("training_health/").any()
+        and not off.tag.str.startswith("training_health/").any()
+    )

@@ -200,10 +200,10 @@ def test_train_metrics_are_written_every_n_steps_and_at_the_last(tmp_path):
     )
     metrics = run(cfg)
     scalars = tbparse.SummaryReader(str(tmp_path / "run" / "tb")).scalars
-    for tag in ("train/loss", "lr"):
+    for tag in ("loss/train", "lr"):
         assert sorted(int(s) for s in scalars[scalars.tag == tag].step) == [2, 5, 6], tag
-    last_loss = scalars[(scalars.tag == "train/loss") & (scalars.step == 6)].value.item()
-    assert metrics["train/loss"] == pytest.approx(last_loss, rel=1e-6)  # the final step's, not a stale one
+    last_loss = scalars[(scalars.tag == "loss/train") & (scalars.step == 6)].value.item()
+    assert metrics["loss/train"] == pytest.approx(last_loss, rel=1e-6)  # the final step's, not a stale one
 
 
 class _ProfilerSeen(L.Callback):
@@ -231,7 +231,7 @@ def test_a_run_writes_throughput_where_it_writes_the_loss(tmp_path):
     )
     run(cfg)
     scalars = tbparse.SummaryReader(str(tmp_path / "run" / "tb")).scalars
-    loss_steps = sorted(int(s) for s in scalars[scalars.tag == "train/loss"].step)
+    loss_steps = sorted(int(s) for s in scalars[scalars.tag == "loss/train"].step)
     assert loss_steps == [1, 3, 5, 6]
     lengths = scalars[scalars.tag == "train/lengths"].sort_values("step")
     tokens_per_step = cfg.data.batch_size * cfg.model.block_size

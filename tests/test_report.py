@@ -106,8 +106,8 @@ def test_report_ranks_the_four_runs_of_a_grid_and_plots_them(sweep_copy, capsys)
     for row in rows:
         (run_dir,) = sweep_copy.glob(f"{row['run']}_*")
         record = read_run_record(run_dir)
-        assert float(row["final val loss"]) == pytest.approx(record["val/loss"], abs=1e-4)
-        assert float(row["bits/char"]) == pytest.approx(record["val/loss"] / math.log(2), abs=1e-3)
+        assert float(row["final val loss"]) == pytest.approx(record["loss/val"], abs=1e-4)
+        assert float(row["bits/char"]) == pytest.approx(record["loss/val"] / math.log(2), abs=1e-3)
         assert float(row["best val loss"]) <= float(row["final val loss"]) + 1e-9
         assert int(row["params"].replace(",", "")) == record["params"]
         assert float(row["tokens/s"].replace(",", "")) > 0

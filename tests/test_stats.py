@@ -107,7 +107,7 @@ def fake_run(sweep: Path, number: int, status: str, loss: float | None, **choice
         "trainer": {"max_steps": 600},
     }  # fmt: skip
     (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    fields = {"val/loss": loss, "step": 600, "params": 801_664} if loss is not None else {"error": "boom"}
+    fields = {"loss/val": loss, "step": 600, "params": 801_664} if loss is not None else {"error": "boom"}
     write_run_record(run, status, **fields)
     return run
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import optuna
 import pytest
@@ -20,8 +21,9 @@ from omegaconf import OmegaConf
 import tinylm.training.sweep
 from tinylm.model import GPT, ModelConfig
 from tinylm.training.distributed import ScaleOutError
+from tinylm.training.resolvers import threads_per_job
 from tinylm.training.run_record import read_run_record
-from tinylm.training.sweep import run_job, threads_per_job
+from tinylm.training.sweep import run_job
 
 
 def _run_dirs(sweep_dir: Path) -> list[Path]:
@@ -47,16 +49,18 @@ def test_grid_multirun_gives_every_combination_its_own_run_dir_and_tensorboard_r
     names = []
     for run_dir in run_dirs:
         config = OmegaConf.load(run_dir / "config.yaml")
-        (tb_run,) = _tensorboard_runs(run_dir)
-        names.append(tb_run.name)
-        assert f"norm={config.model.norm}" in tb_run.name.split(",")
-        assert f"act={config.model.act}" in tb_run.name.split(",")
-        assert list(tb_run.glob("events.out.tfevents.*"))
+        # The job directory carries the run's name; its events go straight into <job>/tb, so that
+        # TensorBoard's run names (and HParams' trial ids) over the sweep say it once.
+        names.append(run_dir.name)
+        assert f"norm={config.model.norm}" in run_dir.name.split("_", 1)[1].split(",")
+        assert f"act={config.model.act}" in run_dir.name.split(",")
+        tb_run = run_dir / "tb"
+        assert list(tb_run.glob("events.out.tfevents.*")) and not _tensorboard_runs(run_dir)
         scalars = tbparse.SummaryReader(str(tb_run)).scalars
-        assert set(scalars[scalars.tag == "val/loss"].step) == {2, 5}
+        assert set(scalars[scalars.tag == "loss/val"].step) == {3, 6}
         record = read_run_record(run_dir)
         assert record["status"] == "completed" and record["step"] == 6
-        assert record["val/loss"] == pytest.approx(float(scalars[scalars.tag == "val/loss"].value.iloc[-1]))
+        assert record["loss/val"] == pytest.approx(float(scalars[scalars.tag == "loss/val"].value.iloc[-1]))
     assert len(set(names)) == 4
     # Hydra's job number keeps directory names apart even if two labels were cut to the same prefix.
     assert sorted(int(d.name.split("_")[0]) for d in run_dirs) == [0, 1, 2, 3]
@@ -72,7 +76,7 @@ def test_failing_jobs_are_recorded_and_the_sweep_goes_on(tmp_path):
     assert "the sweep goes on" in result.stdout + result.stderr
     assert "Traceback" in result.stdout + result.stderr  # logged with its traceback, not swallowed
     # the job after the failure still ran
-    assert math.isfinite(records["completed"]["val/loss"])
+    assert math.isfinite(records["completed"]["loss/val"])
 
 
 # --- run_job: what a sweeper gets back ----------------------------------------------------------------
@@ -80,25 +84,26 @@ def test_failing_jobs_are_recorded_and_the_sweep_goes_on(tmp_path):
 
 @pytest.fixture
 def fake_run(monkeypatch):
-    """Replace training in tinylm.sweep with a function that raises or returns what the test says."""
+    """Replace training in tinylm.training.sweep with a run that passes its checks, then raises or returns
+    what the test says."""
 
     def install(outcome):
-        def fake(cfg):
+        def fit():
             if isinstance(outcome, BaseException):
                 raise outcome
             return outcome
 
-        monkeypatch.setattr(tinylm.training.sweep, "run", fake)
+        monkeypatch.setattr(tinylm.training.sweep, "prepare", lambda cfg: SimpleNamespace(fit=fit))
 
     return install
 
 
 def _job_cfg(tmp_path: Path):
-    return OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "val/loss"})
+    return OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "loss/val"})
 
 
 def test_run_job_returns_the_optimized_metric(tmp_path, fake_run):
-    fake_run({"val/loss": 1.25, "train/loss": 1.0})
+    fake_run({"loss/val": 1.25, "loss/train": 1.0})
     assert run_job(_job_cfg(tmp_path)) == 1.25
 
 
@@ -133,10 +138,10 @@ def test_run_job_stops_the_sweep_on_an_error_every_job_would_hit(tmp_path, fake_
 
 
 def test_run_job_treats_a_non_finite_objective_as_divergence(tmp_path, fake_run):
-    fake_run({"val/loss": math.nan, "step": 6})
+    fake_run({"loss/val": math.nan, "step": 6})
     assert run_job(_job_cfg(tmp_path), keep_going=True) == math.inf
     record = read_run_record(tmp_path)
-    assert record["status"] == "diverged" and math.isnan(record["val/loss"])
+    assert record["status"] == "diverged" and math.isnan(record["loss/val"])
 
 
 def test_run_job_outside_hydra_is_a_single_run(tmp_path, fake_run):
@@ -177,7 +182,7 @@ def test_optuna_search_with_sqlite_storage_resumes_the_same_study(tmp_path):
     # Each trial's value is the final val/loss its own run recorded; every run has its own directory.
     run_dirs = _run_dirs(first_dir) + _run_dirs(second_dir)
     assert len(run_dirs) == len(set(run_dirs)) == 4
-    recorded = sorted(read_run_record(d)["val/loss"] for d in run_dirs)
+    recorded = sorted(read_run_record(d)["loss/val"] for d in run_dirs)
     assert sorted(t.value for t in study.trials) == pytest.approx(recorded)
     # The preset's search space was sampled, except what the command line fixed (SHRINK's warmup_steps=2).
     for trial in study.trials:
@@ -230,8 +235,7 @@ def test_joblib_launcher_runs_jobs_side_by_side_without_sharing_a_write_path(tmp
         assert read_run_record(run_dir)["status"] == "completed"
         # every job has its own checkpoints and TensorBoard run, inside its own directory
         assert (run_dir / "checkpoints" / "last.ckpt").is_file()
-        (tb_run,) = _tensorboard_runs(run_dir)
-        (events,) = tb_run.glob("events.out.tfevents.*")
+        (events,) = (run_dir / "tb").glob("events.out.tfevents.*")
         writers.add(events.name.split(".")[-2])  # events.out.tfevents.<time>.<host>.<pid>.<n>
         assert OmegaConf.load(run_dir / "config.yaml").threads == threads_per_job(2)
     assert len(writers) == 2  # two worker processes, one per job
@@ -242,10 +246,17 @@ def _compose_with_hydra(overrides: list[str]):
         return compose("train", overrides=overrides, return_hydra_config=True)
 
 
-def test_joblib_preset_shares_the_cores_out():
+@pytest.fixture
+def hydra_runtime():
+    """Hydra's runtime config, set as @hydra.main sets it, and cleared after: later tests run outside Hydra."""
+    yield HydraConfig.instance().set_config
+    HydraConfig.instance().cfg = None
+
+
+def test_joblib_preset_shares_the_cores_out(hydra_runtime):
     cfg = _compose_with_hydra(["launcher=joblib", "hydra.launcher.n_jobs=2"])
     assert cfg.hydra.launcher._target_.endswith("JoblibLauncher")
-    HydraConfig.instance().set_config(cfg)
+    hydra_runtime(cfg)
     assert cfg.threads == threads_per_job(2) >= 1
 
 
@@ -254,7 +265,7 @@ def test_threads_per_job_divides_the_cores(monkeypatch):
     assert [threads_per_job(n) for n in (1, 2, 3, 8, 16, -1, None)] == [8, 4, 2, 1, 1, 1, 1]
 
 
-def test_slurm_preset_composes_with_sensible_parameters():
+def test_slurm_preset_composes_with_sensible_parameters(hydra_runtime):
     # tests/test_ddp.py checks the sbatch parameters it generates, multi-node DDP included.
     cfg = _compose_with_hydra(
         ["launcher=slurm", "hydra.launcher.partition=cpu", "hydra.sweep.dir=/scratch/sweep", "norm=post"]
@@ -265,7 +276,7 @@ def test_slurm_preset_composes_with_sensible_parameters():
     assert (launcher.nodes, launcher.tasks_per_node, launcher.gpus_per_node) == (1, 1, None)  # trainer=cpu
     assert launcher.cpus_per_task >= 1 and launcher.timeout_min >= 1
     assert launcher.submitit_folder == "/scratch/sweep/.submitit/%j"
-    HydraConfig.instance().set_config(cfg)
+    hydra_runtime(cfg)
     assert cfg.threads == launcher.cpus_per_task  # one torch thread per CPU SLURM grants
     assert cfg.model.norm == "post"
 
@@ -274,7 +285,7 @@ def test_optuna_preset_composes_a_minimising_persistent_search():
     cfg = _compose_with_hydra(["hparams_search=optuna"])
     sweeper = cfg.hydra.sweeper
     assert sweeper._target_.endswith("OptunaSweeper")
-    assert sweeper.direction == "minimize" and cfg.optimized_metric == "val/loss"
+    assert sweeper.direction == "minimize" and cfg.optimized_metric == "loss/val"
     assert sweeper.storage == "sqlite:///runs/optuna/tinylm/optuna.db"
     assert cfg.hydra.sweep.dir.startswith("runs/optuna/tinylm/")
     assert set(sweeper.params) == {"optim.lr", "optim.warmup_steps", "optim.weight_decay", "norm", "act"}

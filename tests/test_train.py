@@ -3,9 +3,13 @@ shrunk Hydra config. What a run writes (config, tokenizer, checkpoints, TensorBo
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -78,12 +82,12 @@ def test_every_norm_and_act_trains(tmp_path, norm, act):
     metrics = run(compose_train(tmp_path, overrides))
 
     assert metrics["step"] == 2
-    assert math.isfinite(metrics["val/loss"]) and math.isfinite(metrics["train/loss"])
+    assert math.isfinite(metrics["loss/val"]) and math.isfinite(metrics["loss/train"])
     # An untrained char model is near ln(vocab): anything far off means the loss or the model is broken.
     vocab = CharTokenizer.load(tmp_path / "tokenizer.json").vocab_size
-    assert 0.5 * math.log(vocab) < metrics["val/loss"] < 1.5 * math.log(vocab)
-    assert metrics["val/bpc"] == pytest.approx(metrics["val/loss"] / math.log(2), rel=1e-5)
-    assert metrics["best/val_loss"] == pytest.approx(metrics["val/loss"])
+    assert 0.5 * math.log(vocab) < metrics["loss/val"] < 1.5 * math.log(vocab)
+    assert metrics["loss/val_bpc"] == pytest.approx(metrics["loss/val"] / math.log(2), rel=1e-5)
+    assert metrics["loss/val_best"] == pytest.approx(metrics["loss/val"])
     _assert_run_dir_complete(tmp_path, norm, act)
 
 
@@ -113,9 +117,9 @@ def test_run_returns_final_metrics(trained):
     metrics = trained.metrics
     assert metrics["step"] == 6
     assert metrics["run_dir"] == str(trained.run_dir)
-    for key in ("val/loss", "val/bpc", "train/loss", "best/val_loss", "lr"):
+    for key in ("loss/val", "loss/val_bpc", "loss/train", "loss/val_best", "lr"):
         assert math.isfinite(metrics[key]), key
-    assert metrics["best/val_loss"] <= metrics["val/loss"] + 1e-6
+    assert metrics["loss/val_best"] <= metrics["loss/val"] + 1e-6
     assert isinstance(metrics["sample"], str) and len(metrics["sample"]) == 20  # sample.chars=20
     assert metrics["params"] == trained.module.model.num_params()
 
@@ -136,37 +140,38 @@ def test_tensorboard_scalars(trained):
     scalars = _scalars(trained.run_dir / "tb" / trained.run_name)
 
     # log_every_n_steps=1: one train/loss and one lr per optimizer step, at steps 0..max_steps-1.
-    assert _steps(scalars, "train/loss") == list(range(6))
+    assert _steps(scalars, "loss/train") == list(range(6))
     assert _steps(scalars, "lr") == list(range(6))
     # The rate each step used follows the schedule (warmup 2, cosine to min_lr at decay_steps=max_steps=6).
     for step, value in _values(scalars, "lr").items():
         assert value == pytest.approx(learning_rate(step, 1e-3, 1e-4, 2, 6), rel=1e-5), step
 
-    # val_check_interval=3: validations after steps 3 and 6, logged by Lightning at global_step-1.
-    val_loss = _values(scalars, "val/loss")
-    val_bpc = _values(scalars, "val/bpc")
-    assert sorted(val_loss) == sorted(val_bpc) == [2, 5]
+    # val_check_interval=3: validations after steps 3 and 6, logged at the steps the weights have taken.
+    val_loss = _values(scalars, "loss/val")
+    val_bpc = _values(scalars, "loss/val_bpc")
+    assert sorted(val_loss) == sorted(val_bpc) == [3, 6]
     for step, loss in val_loss.items():
         assert val_bpc[step] == pytest.approx(loss / math.log(2), rel=1e-5)
-    assert val_loss[5] == pytest.approx(trained.metrics["val/loss"], rel=1e-6)
+    assert val_loss[6] == pytest.approx(trained.metrics["loss/val"], rel=1e-6)
     assert "hp_metric" not in set(scalars.tag)  # no placeholder metric (default_hp_metric: false)
+    assert "epoch" not in set(scalars.tag)  # an endless stream has no epochs to plot
+    # What TensorBoard opens on: its groups sorted by name, the first two expanded.
+    groups = sorted({tag.split("/")[0] for tag in scalars.tag})
+    assert groups[:2] == ["loss", "lr"] and "training_health" in groups
 
 
 def test_tensorboard_sample_text_and_hparams(trained):
     reader = tbparse.SummaryReader(str(trained.run_dir / "tb" / trained.run_name))
 
     text = reader.text[reader.text.tag == "sample"]
-    # One sample per validation; the module logs it at global_step (3, 6), one past the val scalars (2, 5).
+    # One sample per validation, at the same steps as the validation scalars.
     assert sorted(int(s) for s in text.step) == [3, 6]
     for value in text.value:
         assert value.startswith("    ") and len(value.strip()) > 0
 
+    # The comparison axes and the seed: few enough that TensorBoard shows them all (it shows five).
     hparams = dict(zip(reader.hparams.tag, reader.hparams.value, strict=True))
-    assert hparams["norm"] == "sandwich"
-    assert hparams["act"] == "geglu"
-    assert hparams["norm_type"] == "layer"
-    assert float(hparams["n_layer"]) == 2 and float(hparams["max_steps"]) == 6
-    assert hparams["data"] == "shakespeare"
+    assert hparams == {"norm": "sandwich", "norm_type": "layer", "act": "geglu", "seed": 1337.0}
 
 
 def _logits(module: CharLM, idx: torch.Tensor) -> torch.Tensor:
@@ -220,20 +225,20 @@ def test_resume_continues_exactly_where_the_first_run_stopped(tmp_path):
 
     first_scalars = _scalars(tmp_path / "first" / "tb")
     resumed_scalars = _scalars(tmp_path / "resumed" / "tb")
-    assert _steps(first_scalars, "train/loss") == [0, 1, 2, 3, 4, 5]  # the first run's logs are untouched
-    assert _steps(resumed_scalars, "train/loss") == [6, 7, 8]
-    assert _steps(resumed_scalars, "val/loss") == [8]
+    assert _steps(first_scalars, "loss/train") == [0, 1, 2, 3, 4, 5]  # the first run's logs are untouched
+    assert _steps(resumed_scalars, "loss/train") == [6, 7, 8]
+    assert _steps(resumed_scalars, "loss/val") == [9]  # after step 9, at 9
 
     # Same weights, optimizer state, schedule and batch stream as the run that never stopped.
     straight_scalars = _scalars(tmp_path / "straight" / "tb")
     resumed_loss, straight_loss = (
-        _values(resumed_scalars, "train/loss"),
-        _values(straight_scalars, "train/loss"),
+        _values(resumed_scalars, "loss/train"),
+        _values(straight_scalars, "loss/train"),
     )
     for step in (6, 7, 8):
         assert resumed_loss[step] == pytest.approx(straight_loss[step], rel=1e-5), step
     assert _values(resumed_scalars, "lr")[6] == pytest.approx(_values(straight_scalars, "lr")[6], rel=1e-6)
-    assert resumed["val/loss"] == pytest.approx(straight["val/loss"], rel=1e-5)
+    assert resumed["loss/val"] == pytest.approx(straight["loss/val"], rel=1e-5)
     assert (tmp_path / "resumed" / "tokenizer.json").read_text() == (
         tmp_path / "first" / "tokenizer.json"
     ).read_text()
@@ -250,7 +255,7 @@ def test_last_checkpoint_holds_the_final_step_between_validations(tmp_path):
 
 def test_last_checkpoint_is_written_without_any_validation(tmp_path):
     metrics = run(compose_train(tmp_path, ["trainer.max_steps=2", "trainer.val_check_interval=5"]))
-    assert metrics["step"] == 2 and math.isfinite(metrics["val/loss"])  # run() validates the final model
+    assert metrics["step"] == 2 and math.isfinite(metrics["loss/val"])  # run() validates the final model
     assert read_checkpoint(tmp_path / "checkpoints" / "last.ckpt")["global_step"] == 2
 
 
@@ -262,8 +267,8 @@ def test_last_checkpoint_is_written_without_any_validation(tmp_path):
 def test_best_checkpoint_accounts_for_the_final_validation(tmp_path, overrides):
     metrics = run(compose_train(tmp_path, overrides))
     assert (tmp_path / "checkpoints" / "best.ckpt").is_file()
-    assert "best/val_loss" in metrics
-    assert metrics["best/val_loss"] <= metrics["val/loss"] + 1e-6
+    assert "loss/val_best" in metrics
+    assert metrics["loss/val_best"] <= metrics["loss/val"] + 1e-6
 
 
 # --- scripts/sample.py and scripts/eval.py --------------------------------------------------------------
@@ -347,7 +352,7 @@ def test_data_text_trains_on_a_local_file(tmp_path):
     file = tmp_path / "notes.txt"
     file.write_text(text, encoding="utf-8")
     metrics = run(compose_train(tmp_path / "run", ["data=text", f"data.files={file}"]))
-    assert metrics["step"] == 6 and math.isfinite(metrics["val/loss"])
+    assert metrics["step"] == 6 and math.isfinite(metrics["loss/val"])
     assert CharTokenizer.load(tmp_path / "run" / "tokenizer.json").chars == sorted(set(text))
     assert OmegaConf.load(tmp_path / "run" / "config.yaml").data.source == "text"
 
@@ -355,7 +360,7 @@ def test_data_text_trains_on_a_local_file(tmp_path):
 @pytest.mark.skipif(not TINYSHAKESPEARE.is_file(), reason=f"{TINYSHAKESPEARE} is absent")
 def test_data_tinyshakespeare_trains_from_a_local_path(tmp_path):
     metrics = run(compose_train(tmp_path, ["data=tinyshakespeare", f"data.path={TINYSHAKESPEARE}"]))
-    assert metrics["step"] == 6 and math.isfinite(metrics["val/loss"])
+    assert metrics["step"] == 6 and math.isfinite(metrics["loss/val"])
     assert CharTokenizer.load(tmp_path / "tokenizer.json").vocab_size == 65
 
 
@@ -400,7 +405,7 @@ def _check_mission_run(result: subprocess.CompletedProcess, run_dir: Path) -> No
     name = tb_runs[0].name
     assert "norm=pre" in name.split(",") and "act=swiglu" in name.split(",")
     assert list(tb_runs[0].glob("events.out.tfevents.*"))
-    assert _steps(_scalars(tb_runs[0]), "train/loss") == list(range(6))
+    assert _steps(_scalars(tb_runs[0]), "loss/train") == list(range(6))
     _assert_run_dir_complete(run_dir, "pre", "swiglu")
 
 
@@ -479,3 +484,81 @@ def test_wheel_ships_every_config(tmp_path):
         assert shipped == expected
         for name in expected:
             assert archive.read(f"tinylm/conf/{name}") == (conf / name).read_bytes(), name
+
+
+# --- what a user sees ---------------------------------------------------------------------------------------
+
+
+def test_a_run_ends_with_one_summary_line_and_prints_nothing_on_stderr(tmp_path):
+    """The whole run through the script: nothing on stderr (no tips, deprecation warnings or download bars),
+    and stdout ends with one line saying what the run reached, how long it took, and where it is."""
+    result = run_script(
+        "train.py", *SHRINK, "trainer.max_steps=4", "trainer.val_check_interval=2", f"hydra.run.dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr == ""
+    record = json.loads((tmp_path / "run" / "metrics.json").read_text(encoding="utf-8"))
+    summary = result.stdout.strip().splitlines()[-1]
+    loss = record["loss/val"]
+    assert summary.startswith("done: 4 steps in 0m")
+    assert f"val loss {loss:.4f} nats/char = {loss / math.log(2):.3f} bits/char" in summary
+    assert (
+        f"best {record['loss/val_best']:.4f}" in summary
+        and f"{record['chars_per_s']:,.0f} chars/s" in summary
+    )
+    assert f"checkpoint {tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}" in summary
+    assert f"tensorboard --logdir {tmp_path / 'run' / 'tb'}" in summary
+    assert (
+        "precision: 32-true (auto: this CPU" in result.stdout
+        or "precision: bf16-mixed (auto: this CPU" in result.stdout
+    )
+
+
+def test_runs_latest_points_at_the_newest_run_and_sample_py_reads_it(tmp_path):
+    for _ in range(2):
+        result = run_script(
+            "train.py", *SHRINK, "trainer.max_steps=2", "latest_link=runs/latest", cwd=tmp_path
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+    runs = sorted(p for p in (tmp_path / "runs").glob("*/*") if p.is_dir() and p.parent.name != "latest")
+    latest = tmp_path / "runs" / "latest"
+    assert latest.is_symlink() and latest.resolve() == runs[-1].resolve()
+    sampled = run_script("sample.py", "ckpt=runs/latest", "chars=10", cwd=tmp_path)
+    assert sampled.returncode == 0 and sampled.stderr == "", sampled.stderr
+    assert len(sampled.stdout) == len("\n") + 10 + len("\n")  # the default prompt, 10 characters, a newline
+
+
+def test_a_corpus_without_line_breaks_trains_and_samples_from_its_own_characters(tmp_path):
+    corpus = tmp_path / "one_line.txt"
+    corpus.write_text("to be or not to be that is the question " * 200, encoding="utf-8")
+    metrics = run(compose_train(tmp_path / "run", ["data=text", f"data.files={corpus}"]))
+    assert metrics["step"] == 6 and metrics["sample"]
+    assert set(metrics["sample"]) <= set(corpus.read_text(encoding="utf-8"))
+    assert CharTokenizer.load(tmp_path / "run" / "tokenizer.json").default_prompt == " "
+
+
+def test_sampling_streams_and_ctrl_c_keeps_what_was_printed(trained, tmp_path):
+    process = subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / "sample.py"), f"ckpt={trained.run_dir}", "chars=1000000"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+    )  # fmt: skip
+    first, deadline = "", time.monotonic() + 60
+    while len(first) < 50 and time.monotonic() < deadline:  # characters arrive while they are being drawn
+        if select.select([process.stdout], [], [], 1.0)[0]:
+            first += os.read(process.stdout.fileno(), 1024).decode()
+    assert len(first) >= 50, "no streamed output within a minute"
+    process.send_signal(signal.SIGINT)
+    rest, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130
+    printed = len(first + rest) - 2  # less the prompt (a line break) and the final line break
+    assert stderr.strip() == f"error: sampling stopped by Ctrl-C after {printed} characters (printed above)"
+
+
+def test_eval_shows_its_progress_on_a_terminal_only_and_batches_windows(trained, tmp_path):
+    file = tmp_path / "heldout.txt"
+    file.write_text(_shakespeare_text(5000), encoding="utf-8")
+    result = run_script("eval.py", f"ckpt={trained.run_dir}", f"file={file}", "batch_size=7", cwd=tmp_path)
+    assert result.returncode == 0 and result.stderr == "", result.stderr  # no bar when stderr is no terminal
+    assert f"({(5000 - 1) // 32} windows of 32)" in result.stdout

@@ -64,3 +64,20 @@ def boolean(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"{name}={value!r} must be true or false")
     return value
+
+
+def sampling(settings: Any, prefix: str = "") -> None:
+    """The settings of a sample (`chars`, `temperature`, `top_k`, `seed`, `prompt`), as sample.py takes them
+    and as train.py's `sample.` group does (`prefix` names them on the command line)."""
+    whole_number(f"{prefix}chars", settings.get("chars"), minimum=0)
+    number(
+        f"{prefix}temperature",
+        settings.get("temperature"),
+        above=0,
+        hint="1 samples as trained, lower is safer",
+    )
+    if settings.get("top_k") is not None:
+        whole_number(f"{prefix}top_k", settings.get("top_k"), hint="or null for no cut-off")
+    whole_number(f"{prefix}seed", settings.get("seed"), minimum=0)
+    if settings.get("prompt") is not None and str(settings.get("prompt")) == "":
+        raise ConfigError(f"{prefix}prompt= must hold at least one character, or be left unset (null)")

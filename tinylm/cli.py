@@ -19,10 +19,12 @@ signal N (130 for Ctrl-C, 143 for SIGTERM) after saving a checkpoint.
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -33,6 +35,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from tinylm import checks
 from tinylm.errors import ReportedError
+from tinylm.training import resolvers  # noqa: F401  (registers the configs' resolvers)
 
 CONFIG_MODULE = "pkg://tinylm.conf"
 USAGE_EXIT_CODE = 2
@@ -48,12 +51,21 @@ _FULL_ERROR_SET_BY_TINYLM = "TINYLM_SET_HYDRA_FULL_ERROR"
 TaskFunction = Callable[[DictConfig], Any]
 
 
-def hydra_entry_point(config_name: str) -> Callable[[TaskFunction], Callable[[], Any]]:
-    """Use instead of `@hydra.main(version_base="1.3", config_path="pkg://tinylm.conf", config_name=...)`."""
+def hydra_entry_point(
+    config_name: str, uses_lightning: bool = True
+) -> Callable[[TaskFunction], Callable[[], Any]]:
+    """Use instead of `@hydra.main(version_base="1.3", config_path="pkg://tinylm.conf", config_name=...)`.
+
+    Scripts import their task's modules inside the task, so that `--help` and Hydra's own errors come
+    without importing torch; `uses_lightning` imports Lightning before the task, to route its log lines.
+    """
 
     def decorate(task: TaskFunction) -> Callable[[], Any]:
         @functools.wraps(task)  # Hydra unwraps this to find the script's name and module
         def task_reporting_user_errors(cfg: DictConfig) -> Any:
+            quiet_known_noise()
+            if uses_lightning:
+                import lightning.pytorch  # noqa: F401  (adds its console handlers, which the next line routes)
             route_lightning_logs_through_hydra()
             if full_error_requested():
                 set_threads(cfg.get("threads"))
@@ -63,10 +75,14 @@ def hydra_entry_point(config_name: str) -> Callable[[TaskFunction], Callable[[],
                 return task(cfg)
             except ReportedError as err:
                 exit_with(str(err), err.exit_code)
+            except OSError as err:
+                if err.errno not in ENVIRONMENT_ERRNOS:
+                    raise
+                exit_with(describe_os_error(err), USAGE_EXIT_CODE)
             except (OmegaConfBaseException, HydraException) as err:
                 exit_with(f"bad config: {one_line(str(err))}", USAGE_EXIT_CODE)
             except KeyboardInterrupt:
-                exit_with("interrupted (Ctrl-C) before training started; nothing was saved", SIGINT_EXIT_CODE)
+                exit_with("interrupted (Ctrl-C) before anything was saved", SIGINT_EXIT_CODE)
             except SystemExit as err:
                 # Lightning ends a run that gets SIGTERM outside tinylm's handler (during set-up) with a
                 # SystemExit of its own, whose code None would exit 0. (Imported here: only a run that
@@ -93,6 +109,11 @@ def hydra_entry_point(config_name: str) -> Callable[[TaskFunction], Callable[[],
                 return hydra_main()
             except (HydraException, OmegaConfBaseException) as err:
                 exit_with(describe_hydra_error(err), USAGE_EXIT_CODE)
+            except OSError as err:
+                # Hydra could not create or write its run directory (a file in the way, no permission).
+                if err.errno not in ENVIRONMENT_ERRNOS:
+                    raise
+                exit_with(describe_os_error(err), USAGE_EXIT_CODE)
             finally:
                 for name, value in saved.items():
                     if value is None:
@@ -103,6 +124,40 @@ def hydra_entry_point(config_name: str) -> Callable[[TaskFunction], Callable[[],
         return main
 
     return decorate
+
+
+# Errors of the machine, not of tinylm: a path in the way or missing, no permission, a full disk.
+ENVIRONMENT_ERRNOS = {
+    errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG,
+    errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENOENT, errno.ENAMETOOLONG,
+}  # fmt: skip
+
+
+def describe_os_error(err: OSError) -> str:
+    where = f" {err.filename!r}" if err.filename else ""
+    fixes = {
+        errno.EEXIST: "a file is in the way of a directory: choose another hydra.run.dir",
+        errno.ENOTDIR: "a file is in the way of a directory: choose another hydra.run.dir",
+        errno.ENOSPC: "free some space, or choose another hydra.run.dir",
+        errno.EFBIG: "free some space, or choose another hydra.run.dir",
+    }
+    fix = fixes.get(err.errno, "choose a writable hydra.run.dir")
+    return f"cannot write{where}: {err.strerror or err}; {fix}"
+
+
+def quiet_known_noise() -> None:
+    """Silence what every run would print and no user can act on, and nothing else: Lightning's tip to install
+    its cloud logger, a deprecation inside Lightning's own pytree code, `datasets`' progress bars for files
+    it only reads (tinylm shows its own while tokenising)."""
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoCloudLoggerTip())
+    # Read by `datasets` when it is imported (later, and only by the scripts that need it); set, it is kept.
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+
+
+class _NoCloudLoggerTip(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in record.getMessage()
 
 
 def set_threads(threads: int | None) -> None:

@@ -1,7 +1,8 @@
 """Training-time health: per-block curves in TensorBoard that show *why* a run trains well or badly.
 
 Every `every_n_steps` optimizer steps (and at step 0), `TrainingHealth` logs, for each block k = 1..n_layer
-(block k's output, numbered like the depth probe's k), under `health/<quantity>/block_<k>`:
+(block k's output, numbered like the depth probe's k), under `training_health/<quantity>/block_<k>`
+(sorted after the losses and the learning rate in TensorBoard):
 
 | quantity          | what                                                                              |
 |-------------------|-----------------------------------------------------------------------------------|
@@ -43,7 +44,7 @@ class TrainingHealth(L.Callback):
     batch's first element (as `CharLM` does); the blocks are found as the module's `tinylm.model.Block`s.
     """
 
-    def __init__(self, every_n_steps: int = 100, prefix: str = "health") -> None:
+    def __init__(self, every_n_steps: int = 100, prefix: str = "training_health") -> None:
         self.every_n_steps = checks.whole_number(
             "callbacks.health.every_n_steps", every_n_steps, minimum=0, hint="0 turns it off"
         )

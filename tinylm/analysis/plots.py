@@ -46,10 +46,10 @@ def _band(values: Sequence[float], band: str, confidence: float) -> tuple[float,
 def setting_curve(
     setting: Setting, x_axis: str, band: str, confidence: float = 0.95
 ) -> list[tuple[float, float, float, float, int]]:
-    """(x, mean, band low, band high, seeds) at every step some run of the setting logged a finite val/loss."""
+    """(x, mean, band low, band high, seeds) at every step some run of the setting logged a finite value."""
     by_step: dict[int, list[tuple[float, float]]] = {}
     for run in setting.runs:
-        for step, value, seconds in run.val_curve:
+        for step, value, seconds in run.curve:
             if not math.isfinite(value):
                 continue
             if x_axis == "chars":
@@ -67,10 +67,12 @@ def setting_curve(
     return points
 
 
-def plot_curves(report: SweepReport, path: Path, x_axis: str = "step", band: str = "minmax") -> Path:
-    """Validation loss against `x_axis`, one colour per setting: the mean over its seeds, a band (min-max
-    over seeds, or the confidence interval), the seed count in the legend. Settings without a result are
-    dashed and faded."""
+def plot_curves(
+    report: SweepReport, path: Path, x_axis: str = "step", band: str = "minmax", curve: str | None = None
+) -> Path:
+    """The validation loss (or the scalar `curve` names) against `x_axis`, one colour per setting: the mean
+    over its seeds, a band (min-max over seeds, or the confidence interval), the seed count in the legend.
+    Settings without a result are dashed and faded."""
     columns = report.setting_columns
     labels = [s.label(columns) for s in report.settings]
     figure, axes, legend_columns = _figure(len(labels), labels)
@@ -81,7 +83,7 @@ def plot_curves(report: SweepReport, path: Path, x_axis: str = "step", band: str
         seeds = max((p[4] for p in points), default=0)
         label = f"{label} (n={seeds})" + ("" if setting.results else ", no result")
         if not points:
-            axes.plot([], [], label=f"{label}, no val/loss", **style)
+            axes.plot([], [], label=f"{label}, nothing logged", **style)
             continue
         xs, means, lows, highs, _ = zip(*points, strict=True)
         axes.plot(xs, means, label=label, marker=".", markersize=3, **style)
@@ -89,7 +91,7 @@ def plot_curves(report: SweepReport, path: Path, x_axis: str = "step", band: str
             axes.fill_between(xs, lows, highs, color=colour, alpha=0.15, linewidth=0)
     band_name = "min-max over seeds" if band == "minmax" else f"{report.confidence:.0%} CI over seeds"
     axes.set_xlabel(X_AXES[x_axis])
-    axes.set_ylabel("validation loss (nats / char)")
+    axes.set_ylabel(curve or "validation loss (nats / char)")
     axes.set_title(f"{report.sweep_dir.name}: mean over seeds, band {band_name}")
     axes.grid(alpha=0.3)
     figure.legend(fontsize="small", loc="outside lower center", ncols=legend_columns, frameon=False)

@@ -26,6 +26,7 @@ import csv
 import dataclasses
 import json
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from tinylm import checks
 from tinylm.analysis.diagnostics import block_weight_grad_norms, stream_rms, token_spread
 from tinylm.errors import ConfigError
 from tinylm.model import PLACEMENTS, Block, ModelConfig
+from tinylm.model.config import GATED_ACTIVATIONS
 from tinylm.model.gpt import init_linear
 
 INPUTS = ("random", "text")
@@ -251,9 +253,19 @@ def _settings(cfg: DictConfig) -> dict[str, Any]:
         "n_layer": cfg.depth,
         "block_size": cfg.seq_len,
     }
+    config = ModelConfig.from_dict(model)
+    needed = probe_memory_bytes(config, cfg.batch_size, cfg.seq_len, DTYPES[cfg.dtype].itemsize)
+    available = available_memory_bytes()
+    if needed > available:
+        raise ConfigError(
+            f"depth={cfg.depth}, seq_len={cfg.seq_len}, batch_size={cfg.batch_size}, d_model={config.d_model}: "
+            f"the probe would need about {needed / 1e9:,.1f} GB (weights, their gradients and the activations "
+            f"kept for the backward pass, in {cfg.dtype}), and this machine has "
+            f"{available / 1e9:,.1f} GB available; lower depth, seq_len or batch_size"
+        )
     return {
         "norms": norms,
-        "model": ModelConfig.from_dict(model).to_dict(),
+        "model": config.to_dict(),
         "depth": cfg.depth,
         "batch_size": cfg.batch_size,
         "seq_len": cfg.seq_len,
@@ -263,6 +275,29 @@ def _settings(cfg: DictConfig) -> dict[str, Any]:
         "seed": cfg.seed,
         "dtype": cfg.dtype,
     }
+
+
+def probe_memory_bytes(config: ModelConfig, batch_size: int, seq_len: int, itemsize: int) -> int:
+    """An estimate of what one probe of `config.n_layer` blocks holds at its peak, beyond the process itself:
+    each block's weights and gradients, and the activations its backward pass keeps, about 12·d + 3·d_ff
+    values per token (the fused attention kernel keeps no seq_len × seq_len weights; docs/probe.md)."""
+    d, d_ff = config.d_model, config.d_ff or 4 * config.d_model
+    matrices = 3 if config.act in GATED_ACTIVATIONS else 2
+    weights = 4 * d * d + matrices * d * d_ff
+    activations = batch_size * seq_len * (12 * d + (matrices + 1) * d_ff)
+    return itemsize * config.n_layer * (2 * weights + activations)
+
+
+def available_memory_bytes() -> int:
+    """Memory the kernel could give this process now (`MemAvailable`), else all of the machine's."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _load_text(text_file: str | None) -> str:

@@ -99,9 +99,11 @@ def parse_choices(text: str) -> dict[str, str]:
     return {o.get_key_element(): display_value(o.get_value_element_as_str()) for o in parsed}
 
 
-def build_report(sweep_dir: str | Path, baseline: str | None = None, confidence: float = 0.95) -> SweepReport:
+def build_report(
+    sweep_dir: str | Path, baseline: str | None = None, confidence: float = 0.95, curve: str | None = None
+) -> SweepReport:
     sweep_dir = Path(sweep_dir)
-    runs = read_runs(sweep_dir)
+    runs = read_runs(sweep_dir, curve)
     keys = list(DESIGN_CHOICES) + sorted({k for r in runs for k in r.choices} - set(DESIGN_CHOICES))
     varying = [k for k in keys if len({r.choices.get(k) for r in runs}) > 1]
     columns = list(DESIGN_CHOICES) + [k for k in varying if k not in DESIGN_CHOICES]
@@ -419,18 +421,29 @@ def to_json(report: SweepReport) -> dict[str, Any]:
 
 
 def write_report(
-    sweep_dir: str | Path, baseline: str | None = None, x_axis: str = "step", band: str = "minmax"
+    sweep_dir: str | Path,
+    baseline: str | None = None,
+    x_axis: str = "step",
+    band: str = "minmax",
+    curve: str | None = None,
 ) -> tuple[str, list[Path]]:
-    """Build the report and write report.md, report.json, report.png (and lr_sensitivity.png) into the sweep
+    """Build the report and write report.md, report.json and report.png (or `report_<curve>.png` for another
+    scalar than the validation loss), and lr_sensitivity.png when the learning rate varies, into the sweep
     directory; returns the markdown and the paths written."""
     from tinylm.analysis.plots import plot_curves, plot_lr_sensitivity
 
-    report = build_report(sweep_dir, baseline)
+    report = build_report(sweep_dir, baseline, curve=curve)
+    if curve and not any(run.curve for run in report.runs):
+        raise ReportError(
+            f"--curve {curve}: no run of this sweep logged it; try loss/train, lr, or "
+            "training_health/<quantity>/block_<k> (docs/probe.md lists them)"
+        )
     text = markdown(report)
-    written = [report.sweep_dir / REPORT_MD, report.sweep_dir / REPORT_JSON, report.sweep_dir / REPORT_PNG]
+    figure = f"report_{curve.replace('/', '_')}.png" if curve else REPORT_PNG
+    written = [report.sweep_dir / REPORT_MD, report.sweep_dir / REPORT_JSON, report.sweep_dir / figure]
     written[0].write_text(text, encoding="utf-8")
     written[1].write_text(json.dumps(to_json(report), indent=2) + "\n", encoding="utf-8")
-    plot_curves(report, written[2], x_axis, band)
+    plot_curves(report, written[2], x_axis, band, curve)
     if report.lr_varies:
         written.append(plot_lr_sensitivity(report, report.sweep_dir / SENSITIVITY_PNG))
     return text, written

@@ -19,13 +19,17 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from tinylm.errors import UserError
+from tinylm.training.resolvers import NOT_IN_RUN_LABEL
 from tinylm.training.run_record import read_run_record
 
 # Always shown: the design choices tinylm exists to compare.
 DESIGN_CHOICES = ("norm", "norm_type", "act")
-# Overrides that name where a run writes, not what it is.
-_NOT_CHOICES = ("run_dir", "run_name", "hydra.", "threads")
 _THROUGHPUT_TAGS = ("train/device/items_per_sec", "train/items_per_sec")
+# Each metric's name, then what runs logged before the losses were grouped under loss/ (still read).
+_VAL_LOSS = ("loss/val", "val/loss")
+_VAL_BPC = ("loss/val_bpc", "val/bpc")
+_TRAIN_LOSS = ("loss/train", "train/loss")
+_BEST_VAL_LOSS = ("loss/val_best", "best/val_loss")
 
 
 class ReportError(UserError, ValueError):
@@ -51,8 +55,10 @@ class RunSummary:
     tokens_per_s: float | None = None
     wall_time_s: float | None = None
     error: str | None = None
-    # (step, val/loss, seconds since the run's first logged scalar)
+    # (step, value, seconds since the run's first logged scalar) of the validation loss, and of the tag the
+    # report plots (the validation loss unless asked for another)
     val_curve: list[tuple[int, float, float]] = field(default_factory=list)
+    curve: list[tuple[int, float, float]] = field(default_factory=list)
 
     @property
     def result(self) -> float | None:
@@ -107,7 +113,7 @@ def read_overrides(run_dir: Path) -> dict[str, str]:
     overrides = {}
     for override in parsed:
         key = override.get_key_element()
-        if not key.lstrip("+~").startswith(_NOT_CHOICES):
+        if not key.lstrip("+~").startswith(NOT_IN_RUN_LABEL):
             overrides[key] = display_value(override.get_value_element_as_str())
     return overrides
 
@@ -164,8 +170,11 @@ def read_scalars(sweep_dir: Path, run_dirs: Sequence[Path]) -> dict[Path, Any]:
     return {owner: pd.concat(frames, ignore_index=True) for owner, frames in parts.items()}
 
 
-def _series(scalars: Any, tag: str) -> list[tuple[int, float, float]]:
-    """One tag's (step, value, wall time) by step; a step logged twice (a resumed run) keeps its latest."""
+def _series(scalars: Any, tags: str | Sequence[str]) -> list[tuple[int, float, float]]:
+    """The first of `tags` that was logged, as (step, value, wall time) by step; a step logged twice (a
+    resumed run) keeps its latest value."""
+    names = [tags] if isinstance(tags, str) else list(tags)
+    tag = next((t for t in names if (scalars.tag == t).any()), names[0])
     rows = scalars[scalars.tag == tag].sort_values(["step", "wall_time"])
     latest = rows.drop_duplicates("step", keep="last")
     return [
@@ -187,7 +196,9 @@ def _tokens_per_second(scalars: Any) -> float | None:
     return None
 
 
-def summarize_run(run_dir: Path, sweep_dir: Path, scalars: Any | None) -> RunSummary:
+def summarize_run(
+    run_dir: Path, sweep_dir: Path, scalars: Any | None, curve_tag: str | None = None
+) -> RunSummary:
     config = _from_config(run_dir)
     record = read_run_record(run_dir)
     run = RunSummary(
@@ -205,20 +216,23 @@ def summarize_run(run_dir: Path, sweep_dir: Path, scalars: Any | None) -> RunSum
         run.error = record.get("error")
     if scalars is not None and not scalars.empty:
         start = float(scalars.wall_time.min())
-        run.val_curve = [(s, v, w - start) for s, v, w in _series(scalars, "val/loss")]
+        run.val_curve = [(s, v, w - start) for s, v, w in _series(scalars, _VAL_LOSS)]
+        run.curve = (
+            [(s, v, w - start) for s, v, w in _series(scalars, curve_tag)] if curve_tag else run.val_curve
+        )
         finite = [v for _, v, _ in run.val_curve if math.isfinite(v)]
         if run.val_curve:
             run.final_val_loss = run.val_curve[-1][1]
         run.best_val_loss = min(finite) if finite else None
-        bpc = _series(scalars, "val/bpc")
+        bpc = _series(scalars, _VAL_BPC)
         run.final_bpc = bpc[-1][1] if bpc else None
         run.tokens_per_s = _tokens_per_second(scalars)
-        train = _series(scalars, "train/loss")
+        train = _series(scalars, _TRAIN_LOSS)
         run.steps = train[-1][0] + 1 if train else None
     if record and run.final_val_loss is None:  # a run logged without TensorBoard still has its record
-        run.final_val_loss = _number(record.get("val/loss"))
-        run.best_val_loss = _number(record.get("best/val_loss"))
-        run.final_bpc = _number(record.get("val/bpc"))
+        run.final_val_loss = _recorded(record, _VAL_LOSS)
+        run.best_val_loss = _recorded(record, _BEST_VAL_LOSS)
+        run.final_bpc = _recorded(record, _VAL_BPC)
     if record and isinstance(record.get("step"), int):
         run.steps = record["step"]
     return run
@@ -228,9 +242,13 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def read_runs(sweep_dir: str | Path) -> list[RunSummary]:
-    """Every run of the sweep, in job order."""
+def _recorded(record: dict[str, Any], names: Sequence[str]) -> float | None:
+    return next((_number(record[n]) for n in names if n in record), None)
+
+
+def read_runs(sweep_dir: str | Path, curve_tag: str | None = None) -> list[RunSummary]:
+    """Every run of the sweep, in job order; `curve_tag` picks the scalar kept as each run's `curve`."""
     sweep_dir = Path(sweep_dir)
     run_dirs = find_run_dirs(sweep_dir)
     scalars = read_scalars(sweep_dir, run_dirs)
-    return [summarize_run(run_dir, sweep_dir, scalars.get(run_dir)) for run_dir in run_dirs]
+    return [summarize_run(run_dir, sweep_dir, scalars.get(run_dir), curve_tag) for run_dir in run_dirs]

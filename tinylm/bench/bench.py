@@ -41,6 +41,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from tinylm.bench.step_profile import StepProfile
 from tinylm.data import CharDataModule, RandomWindows
+from tinylm.errors import ConfigError
 from tinylm.model import GPT, ModelConfig
 from tinylm.training.module import OptimConfig, weight_decay_groups
 from tinylm.training.precision import compute_dtype
@@ -114,7 +115,7 @@ class PairedStepTimer(L.Callback):
 def _median_difference(ours: list[float], theirs: list[float], warmup: int) -> float:
     pairs = list(zip(ours, theirs, strict=True))
     if not pairs:
-        raise ValueError(f"no steps left to pair after {warmup} warm-up steps; raise bench.steps")
+        raise ConfigError(f"no steps left to pair after {warmup} warm-up steps; raise bench.steps")
     return statistics.median(a - b for a, b in pairs)
 
 
@@ -128,7 +129,7 @@ class PathResult:
 def _median_result(step_times: list[float], warmup: int, tokens_per_step: int) -> PathResult:
     timed = step_times[warmup:]
     if not timed:
-        raise ValueError(f"no steps left to time after {warmup} warm-up steps; raise bench.steps")
+        raise ConfigError(f"no steps left to time after {warmup} warm-up steps; raise bench.steps")
     median = statistics.median(timed)
     return PathResult(median, tokens_per_step / median, len(timed))
 
@@ -144,6 +145,7 @@ def tinylm_run(cfg: DictConfig, steps: int, *observers: L.Callback) -> None:
             cfg.run_name = "bench"
             cfg.trainer.max_steps = steps
             cfg.sample.chars = 0
+            cfg.latest_link = None  # a benchmark leaves no trace, runs/latest included
         run(cfg, extra_callbacks=list(observers))
 
 
@@ -197,7 +199,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     bench = cfg.bench
     steps, warmup, repeats = int(bench.steps), int(bench.warmup), int(bench.repeats)
     if steps - warmup < 50 and not bench.get("allow_few_steps", False):
-        raise ValueError(f"bench.steps - bench.warmup = {steps - warmup}: at least 50 timed steps are needed")
+        raise ConfigError(
+            f"bench.steps - bench.warmup = {steps - warmup}: at least 50 timed steps are needed"
+        )
     from tinylm.training.run import with_resolved_precision  # late, like tinylm_run's import of run
 
     cfg = with_resolved_precision(cfg)  # the precision run(cfg) will use, for the report and the peak

@@ -25,6 +25,7 @@ from typing import Any
 import lightning.pytorch as L
 from omegaconf import DictConfig, open_dict
 
+from tinylm.errors import ConfigError
 from tinylm.training.run import run as train
 
 # Steps before this one are warm-up (allocator, caches) and are left out of every statistic.
@@ -59,7 +60,7 @@ def summarise(
     on = [(s, t) for s, t in on if s >= WARMUP_STEPS]
     logging = [t for s, t in on if s % every_n_steps == 0]
     if not logging:
-        raise ValueError(f"no logging step after warm-up: train for more than {every_n_steps} steps")
+        raise ConfigError(f"no logging step after warm-up: train for more than {every_n_steps} steps")
     median_step = statistics.median(t for s, t in on if s % every_n_steps != 0)
     extra = statistics.fmean(logging) - median_step
     all_off, all_on = [t for _, t in off], [t for _, t in on]
@@ -80,7 +81,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     repeats = int(cfg.get("repeats", 2))
     every_n_steps = int(cfg.callbacks.health.every_n_steps) if cfg.callbacks.get("health") else 0
     if every_n_steps <= 0:
-        raise ValueError("the health callback must be on to measure it: callbacks.health.every_n_steps > 0")
+        raise ConfigError("the health callback must be on to measure it: callbacks.health.every_n_steps > 0")
     base = Path(cfg.run_dir)
     times: dict[str, list[tuple[int, float]]] = {"off": [], "on": []}
     order = [("off", "on") if repeat % 2 == 0 else ("on", "off") for repeat in range(repeats)]
@@ -92,6 +93,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                 job.run_dir = str(run_dir)
                 job.run_name = f"health_{variant}_{repeat}"
                 job.sample.chars = 0
+                job.latest_link = None
                 job.callbacks.health.every_n_steps = every_n_steps if variant == "on" else 0
                 job.callbacks.step_timer = {
                     "_target_": f"{__name__}.StepTimer",

@@ -1,9 +1,20 @@
-"""Text to batches: corpora through HF `datasets`, a character tokenizer, windows, and the datamodule."""
+"""Text to batches: corpora through HF `datasets`, a character tokenizer, the token cache, windows, and the
+datamodule (imported on first use: it pulls in Lightning, which reading a corpus does not need)."""
+
+from typing import Any
 
 from tinylm.data.corpora import SOURCES, CorpusError, load_corpus
-from tinylm.data.datamodule import CharDataModule
 from tinylm.data.tokenizer import CharTokenizer, VocabularyError
 from tinylm.data.windows import FixedWindows, RandomWindows, UnpaddedDistributedSampler, WindowsError
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CharDataModule":
+        from tinylm.data.datamodule import CharDataModule
+
+        return CharDataModule
+    raise AttributeError(f"module 'tinylm.data' has no attribute {name!r}")
+
 
 __all__ = [
     "SOURCES",

@@ -142,7 +142,11 @@ def scan_characters(corpus: Corpus, progress: Callable[[int], Any] | None = None
     for file in corpus.files:
         decoder = codecs.getincrementaldecoder("utf-8")()
         offset = 0
-        with open(file, "rb") as handle:
+        try:
+            handle = open(file, "rb")  # noqa: SIM115 (closed below; an error names the file)
+        except OSError as err:
+            raise CorpusError(f"cannot read text file {str(file)!r}: {err.strerror or err}") from None
+        with handle:
             while chunk := handle.read(_READ_CHUNK):
                 pending = len(decoder.getstate()[0])
                 try:

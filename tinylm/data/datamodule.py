@@ -76,6 +76,14 @@ class CharDataModule(L.LightningDataModule):
         self.train_tokens, self.val_tokens = splits["training"], splits["validation"]
         return tokenizer
 
+    def check_validation_shards(self, world_size: int) -> None:
+        """Refuse, before a run writes anything, a validation set too small to give every rank a window."""
+        if world_size > 1:
+            assert self.val_tokens is not None
+            UnpaddedDistributedSampler(
+                FixedWindows(self.val_tokens, self.block_size, self.val_windows), world_size, 0
+            )
+
     def setup(self, stage: str) -> None:
         self.prepare()
 
@@ -93,7 +101,7 @@ class CharDataModule(L.LightningDataModule):
         assert self.val_tokens is not None
         windows = FixedWindows(self.val_tokens, self.block_size, self.val_windows)
         trainer = self.trainer
-        # Each rank validates its own share of the windows, none repeated, so `val/loss` (averaged over
+        # Each rank validates its own share of the windows, none repeated, so the validation loss (averaged over
         # ranks) is the mean over exactly the windows a single process would see.
         sampler = (
             UnpaddedDistributedSampler(windows, trainer.world_size, trainer.global_rank)

@@ -13,20 +13,19 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import datasets
 import numpy as np
 
 from tinylm.data.corpora import Corpus, CorpusError, scan_characters
 from tinylm.data.tokenizer import CharTokenizer, VocabularyError
+from tinylm.files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +73,16 @@ def corpus_tokens(corpus: Corpus, tokenizer: CharTokenizer | None = None) -> tup
     return np.memmap(tokens, dtype=dtype, mode="r"), tokenizer
 
 
+def _cache_write(target: Path, write: Callable[[IO[bytes]], Any]) -> None:
+    try:
+        write_atomically(target, write)
+    except OSError as err:
+        raise CorpusError(
+            f"cannot write the token cache {str(target.parent)!r} ({err.strerror or err}); free some space, or "
+            "point HF_HOME at a writable directory with room for the corpus"
+        ) from None
+
+
 def _vocabulary(corpus: Corpus, directory: Path) -> list[str]:
     path = directory / VOCABULARY
     try:
@@ -82,34 +91,20 @@ def _vocabulary(corpus: Corpus, directory: Path) -> list[str]:
         pass
     with _announce(corpus, "reading the characters of") as progress:
         chars = sorted(scan_characters(corpus, progress))
-    _write_atomically(
-        path, json.dumps({"chars": chars, "corpus": corpus.identity}, ensure_ascii=False).encode()
-    )
+    text = json.dumps({"chars": chars, "corpus": corpus.identity}, ensure_ascii=False)
+    _cache_write(path, lambda file: file.write(text.encode("utf-8")))
     return chars
 
 
 def _encode(corpus: Corpus, tokenizer: CharTokenizer, dtype: np.dtype, target: Path) -> None:
-    temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with _announce(corpus, "tokenising") as progress, open(temporary, "wb") as out:
+    def write(out: IO[bytes]) -> None:
+        with _announce(corpus, "tokenising") as progress:
             for chunk in corpus.stream():
                 out.write(tokenizer.encode_array(chunk).astype(dtype).tobytes())
                 if progress is not None:
                     progress(len(chunk.encode("utf-8")))
-        os.replace(temporary, target)
-    finally:
-        temporary.unlink(missing_ok=True)
 
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
-    try:
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    _cache_write(target, write)
 
 
 @contextmanager

@@ -40,6 +40,12 @@ class CharTokenizer:
     def vocab_size(self) -> int:
         return len(self.chars)
 
+    @property
+    def default_prompt(self) -> str:
+        """What a sample starts from when no prompt is given: a line break (a new speech, in verse), or the
+        vocabulary's first character for a corpus without line breaks."""
+        return "\n" if "\n" in self.chars else self.chars[0]
+
     def encode_array(self, text: str) -> np.ndarray:
         codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
         ids = np.where(codes < len(self._table), self._table[np.minimum(codes, len(self._table) - 1)], -1)

@@ -96,7 +96,7 @@ class UnpaddedDistributedSampler(DistributedSampler):
     """Rank r of W takes items r, r+W, r+2W, …: every item exactly once over all ranks, in a fixed order.
 
     torch's DistributedSampler pads the shards to equal length by repeating items, so with 5 validation
-    windows on 2 ranks one window would count twice in `val/loss`. Unpadded, the shards differ in length by
+    windows on 2 ranks one window would count twice in the validation loss. Unpadded, the shards differ in length by
     at most one, and the validation mean (weighted by windows, summed over ranks) is exactly the
     single-process mean. Every rank needs at least one item, or it would never join the final all-reduce.
     Uneven shards are safe because tinylm's model has no buffers for DDP to broadcast in `forward`.

@@ -1,40 +1,56 @@
-"""Sampling from a trained checkpoint: `python scripts/sample.py ckpt=runs/.../ prompt="ROMEO:"`."""
+"""Sampling from a trained checkpoint: `python scripts/sample.py ckpt=runs/latest prompt="ROMEO:"`."""
 
 from __future__ import annotations
+
+import sys
 
 from omegaconf import DictConfig
 
 from tinylm import checks
 from tinylm.data import VocabularyError
-from tinylm.errors import ConfigError
+from tinylm.errors import ConfigError, TrainingInterrupted
 from tinylm.training.checkpoints import CheckpointError, load_module
+
+# Generation streams, so any length works; a bound still catches a typo that would run for days.
+MAX_CHARS = 1_000_000
 
 
 def check_sampling_settings(cfg: DictConfig) -> None:
     if not cfg.get("ckpt"):
         raise CheckpointError("say which model to sample: ckpt=<checkpoint.ckpt or run directory>")
-    checks.whole_number("chars", cfg.chars, minimum=0)
-    checks.number("temperature", cfg.temperature, above=0, hint="1 samples as trained, lower is safer")
-    if cfg.get("top_k") is not None:
-        checks.whole_number("top_k", cfg.top_k, hint="or null for no cut-off")
-    checks.whole_number("seed", cfg.get("seed"), minimum=0)
-    if cfg.prompt is None or str(cfg.prompt) == "":
-        raise ConfigError(
-            "prompt= must hold at least one character, e.g. prompt='ROMEO:' (the default is a newline)"
-        )
+    checks.sampling(cfg)
+    if cfg.chars > MAX_CHARS:
+        raise ConfigError(f"chars={cfg.chars} is more than {MAX_CHARS:,}; sample in parts, with other seeds")
 
 
 def run(cfg: DictConfig) -> str:
+    """Print the prompt and then each character as it is drawn; Ctrl-C stops, keeping what was printed."""
     check_sampling_settings(cfg)
     module = load_module(cfg.ckpt)
     assert module.tokenizer is not None
+    prompt = module.tokenizer.default_prompt if cfg.prompt is None else str(cfg.prompt)
     try:
-        module.tokenizer.encode(str(cfg.prompt))
+        module.tokenizer.encode(prompt)
     except VocabularyError as err:
         raise ConfigError(
             f"the prompt has characters the model never saw: {err.unknown!r}; use only characters of its "
             f"training corpus ({module.tokenizer.vocab_size} characters)"
         ) from None
-    text = module.sample(int(cfg.chars), str(cfg.prompt), float(cfg.temperature), cfg.top_k, int(cfg.seed))
-    print(f"{cfg.prompt}{text}")
-    return text
+    out = sys.stdout
+    out.write(prompt)
+    drawn: list[str] = []
+
+    def show(char: str) -> None:
+        drawn.append(char)
+        out.write(char)
+        out.flush()
+
+    try:
+        module.sample(int(cfg.chars), prompt, float(cfg.temperature), cfg.top_k, int(cfg.seed), on_char=show)
+    except KeyboardInterrupt:
+        out.write("\n")
+        raise TrainingInterrupted(
+            f"sampling stopped by Ctrl-C after {len(drawn)} characters (printed above)", signum=2, step=0
+        ) from None
+    out.write("\n")
+    return "".join(drawn)

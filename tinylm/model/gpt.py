@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -94,8 +96,10 @@ class GPT(nn.Module):
         temperature: float = 1.0,
         top_k: int | None = None,
         generator: torch.Generator | None = None,
+        on_token: Callable[[torch.Tensor], Any] | None = None,
     ) -> torch.Tensor:
-        """Append `max_new_tokens` sampled tokens to `idx` (batch, time), feeding at most `block_size`."""
+        """Append `max_new_tokens` sampled tokens to `idx` (batch, time), feeding at most `block_size`;
+        `on_token` sees each new (batch, 1) column as it is drawn, e.g. to stream text."""
         if temperature <= 0:
             raise ValueError(f"temperature={temperature} must be > 0")
         if top_k is not None and top_k <= 0:
@@ -109,4 +113,6 @@ class GPT(nn.Module):
                 logits = logits.masked_fill(logits < kth_largest, float("-inf"))
             next_token = torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=generator)
             idx = torch.cat((idx, next_token), dim=1)
+            if on_token is not None:
+                on_token(next_token)
         return idx

@@ -1,5 +1,5 @@
-"""Small Lightning callbacks for tinylm's training runs, and what Lightning's ThroughputMonitor needs to know
-about a batch."""
+"""Small Lightning callbacks for tinylm's training runs, its TensorBoard logger, and what Lightning's
+ThroughputMonitor needs to know about a batch."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch.utils.tensorboard.summary import hparams
+
+from tinylm.training.module import VAL_BPC, VAL_LOSS
 
 
 def windows_in_batch(batch: tuple[torch.Tensor, torch.Tensor]) -> int:
@@ -57,14 +59,22 @@ class ValidateOnLastStep(L.Callback):
             trainer.should_stop = True
 
 
-class TensorBoardHParams(L.Callback):
-    """Registers the run's choices in TensorBoard's HParams tab, with `val/loss` as the metric to compare.
+class StepTensorBoardLogger(TensorBoardLogger):
+    """Lightning's TensorBoard logger without the `epoch` scalar, which Lightning adds to every write: the
+    training windows are one endless epoch, so it would be a flat 0 sorted first in TensorBoard."""
 
-    Only the metric's tag is registered here; TensorBoard reads its values from the `val/loss` scalars the
-    run logs, and shows the latest, so the tab compares runs by their final val/loss without placeholders.
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        super().log_metrics({k: v for k, v in metrics.items() if k != "epoch"}, step)
+
+
+class TensorBoardHParams(L.Callback):
+    """Registers the run's choices in TensorBoard's HParams tab, with the validation loss as the metric.
+
+    Only the metric's tag is registered here; TensorBoard reads its values from the scalars the run logs, and
+    shows the latest, so the tab compares runs by their final validation loss without placeholders.
     """
 
-    def __init__(self, params: dict[str, Any], metrics: tuple[str, ...] = ("val/loss", "val/bpc")) -> None:
+    def __init__(self, params: dict[str, Any], metrics: tuple[str, ...] = (VAL_LOSS, VAL_BPC)) -> None:
         self.params = params
         self.metrics = metrics
 

@@ -3,12 +3,8 @@ code), and how a trained model is rebuilt from one alone."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 import re
-import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +16,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from tinylm.data import CharTokenizer
 from tinylm.errors import UserError
+from tinylm.files import write_atomically
 from tinylm.model import ModelConfig
+from tinylm.training.module import VAL_LOSS
 
 if TYPE_CHECKING:
     from tinylm.training.module import CharLM
@@ -32,6 +30,10 @@ _FREE_ON_RESUME = {"fused_norms"}
 
 class CheckpointError(UserError, ValueError):
     """A checkpoint path is missing, unreadable, or not a tinylm checkpoint."""
+
+
+class CheckpointWriteError(UserError, OSError):
+    """A checkpoint could not be written (a full disk, a read-only directory); the previous one is intact."""
 
 
 # --- where a run keeps its checkpoints ---------------------------------------------------------------------
@@ -47,14 +49,14 @@ def last_checkpoint(run_dir: str | Path) -> Path:
 
 
 def checkpoint_callbacks(run_dir: str | Path) -> list[ModelCheckpoint]:
-    """`best.ckpt` (lowest val/loss so far) and `last.ckpt` (the latest state), both rewritten in place.
+    """`best.ckpt` (lowest validation loss so far) and `last.ckpt` (the latest state), both rewritten in place.
 
     Not `save_last`: Lightning then writes last.ckpt only at validations that improve best.ckpt, so it would
     lag behind the run. No version counter: a resumed run must not start a best-v1.ckpt.
     """
     directory = str(checkpoint_dir(run_dir))
     best = ModelCheckpoint(
-        dirpath=directory, filename="best", monitor="val/loss", mode="min", save_top_k=1,
+        dirpath=directory, filename="best", monitor=VAL_LOSS, mode="min", save_top_k=1,
         auto_insert_metric_name=False, enable_version_counter=False,
     )  # fmt: skip
     last = ModelCheckpoint(dirpath=directory, filename=LAST, monitor=None, enable_version_counter=False)
@@ -83,7 +85,15 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             # Remote stores (s3://, gs://...) publish an object only once it is complete.
             super().save_checkpoint(checkpoint, path, storage_options)
             return
-        write_atomically(Path(path), lambda file: torch.save(checkpoint, file))
+        try:
+            # Only this run writes its checkpoints (it holds the run directory): stale temporaries are its own.
+            write_atomically(Path(path), lambda file: torch.save(checkpoint, file), remove_stale=True)
+        except OSError as err:
+            previous = "the previous one is intact" if Path(path).is_file() else "there was none before"
+            raise CheckpointWriteError(
+                f"could not write checkpoint {str(path)!r} ({err.strerror or err}); {previous}; free space (or "
+                f"choose a writable hydra.run.dir) and resume with ckpt_path={Path(path).parent.parent}"
+            ) from None
 
     def load_checkpoint(
         self,
@@ -92,38 +102,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         weights_only: bool | None = None,
     ) -> dict[str, Any]:
         return super().load_checkpoint(path, map_location=map_location, weights_only=True)
-
-
-def temporary_sibling(target: Path) -> Path:
-    """A unique hidden name in the target's directory; the suffix keeps it out of `*.ckpt` globs."""
-    return target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
-
-
-def write_atomically(target: Path, write: Callable[[Any], None]) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = temporary_sibling(target)
-    try:
-        with open(temporary, "xb") as file:  # "x": never clobber; mode 0o666 less the umask, like any file
-            write(file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, target)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    _fsync_directory(target.parent)  # makes the rename itself durable
-    # Files left by writers that were killed mid-write; only one process writes a given checkpoint.
-    for stale in target.parent.glob(f".{target.name}.*.tmp"):
-        stale.unlink(missing_ok=True)
-
-
-def _fsync_directory(directory: Path) -> None:
-    with contextlib.suppress(OSError):  # not every filesystem lets a directory be opened and synced
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 # --- reading ---------------------------------------------------------------------------------------------

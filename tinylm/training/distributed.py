@@ -88,11 +88,6 @@ def refuse_relaunch_in_sweep(trainer: L.Trainer) -> None:
         )
 
 
-def slurm_gpus_per_node(accelerator: str, devices: int | str) -> int | None:
-    """GPUs to ask SLURM for on each node: one per rank (device) on a GPU accelerator, none otherwise."""
-    return int(devices) if str(accelerator) in ("gpu", "cuda") else None
-
-
 def shards_parameters(strategy: Strategy) -> bool:
     """Whether no single rank holds the whole model between steps (FSDP, tensor parallel): one rank
     alone then cannot run the model, e.g. to generate a sample."""

@@ -81,7 +81,7 @@ class LoggingStepFollowsGlobalStep(L.Callback):
     every batch of an uninterrupted run. A checkpoint written during a validation stores it one short (the
     loop adds one after validating), and on restart Lightning only makes up for that when the checkpoint's
     step is a regular `val_check_interval` step. A checkpoint from the validation that ends a run early
-    (`ValidateOnLastStep`, or max_steps not a multiple of the interval) then resumes with every train/loss
+    (`ValidateOnLastStep`, or max_steps not a multiple of the interval) then resumes with every training loss
     logged one step too early. Restoring the invariant before each batch fixes that and nothing else.
     """
 
@@ -177,10 +177,10 @@ class StopOnNonFiniteLoss(L.Callback):
 
     Cost: no host-device synchronisation of its own. Each step's loss is kept as a tensor; they are checked
     together (one small reduction and one transfer) every `check_every_n_steps` steps (by default
-    Lightning's `log_every_n_steps`, where logging synchronises anyway), before every checkpoint save
-    (which also checks the weights: one reduction over the parameters) and at the end of training. So a
-    divergence is caught before the next step when checking every step, at most `check_every_n_steps - 1`
-    steps later otherwise, and always before a checkpoint is written.
+    Lightning's `log_every_n_steps`, where logging synchronises anyway), before every validation and
+    checkpoint save (both also check the weights: one reduction over the parameters) and at the end of
+    training. So a divergence is caught at most `check_every_n_steps - 1` steps later, and always before a
+    validation, a sample or a checkpoint sees the broken weights.
     """
 
     def __init__(self, check_every_n_steps: int | None = None) -> None:
@@ -193,7 +193,7 @@ class StopOnNonFiniteLoss(L.Callback):
     ) -> None:
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         if isinstance(loss, torch.Tensor):
-            # The step's index as TensorBoard shows it: train/loss of step k is logged at k.
+            # The step's index as TensorBoard shows it: the training loss of step k is logged at k.
             self._losses.append((trainer.global_step - 1, loss.detach()))
 
     def on_train_batch_start(self, trainer: L.Trainer, *_: Any) -> None:
@@ -205,15 +205,25 @@ class StopOnNonFiniteLoss(L.Callback):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._check_losses(trainer)
 
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Before validation computes anything from the weights (and samples from them), so that a divergence
+        # right before it ends as a divergence, not as a failed validation.
+        if not trainer.sanity_checking:
+            self._check_losses(trainer)
+            self._check_weights(trainer, pl_module)
+
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: Any) -> None:
         self._check_losses(trainer)
+        self._check_weights(trainer, pl_module)
+        self._last_good_save = trainer.global_step
+
+    def _check_weights(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         params = [p.detach() for p in pl_module.parameters()]
         finite = (
             torch.stack([torch.isfinite(p).all() for p in params]).all() if params else torch.tensor(True)
         )
         if not trainer.strategy.reduce_boolean_decision(bool(finite), all=True):
             self._stop(trainer, trainer.global_step - 1, "the weights")
-        self._last_good_save = trainer.global_step
 
     def _check_losses(self, trainer: L.Trainer) -> None:
         if not self._losses:

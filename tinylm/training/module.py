@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,13 @@ from tinylm.data import CharTokenizer
 from tinylm.errors import ConfigError
 from tinylm.model import GPT, ModelConfig
 from tinylm.training.distributed import shards_parameters
+
+# What a run logs. TensorBoard sorts its groups by name and opens the first two: the losses, then the rate.
+TRAIN_LOSS = "loss/train"
+VAL_LOSS = "loss/val"
+VAL_BPC = "loss/val_bpc"  # bits per character: VAL_LOSS / ln 2
+BEST_VAL_LOSS = "loss/val_best"  # in metrics.json: the lowest VAL_LOSS of the run
+LEARNING_RATE = "lr"
 
 ADAMW_IMPLEMENTATIONS = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
 
@@ -124,7 +131,7 @@ class CharLM(L.LightningModule):
         self.compile = compile
         # Validation means as torchmetrics, which sum values and window counts over the ranks. Lightning's own
         # `self.log(..., sync_dist=True)` averages an integer count and floors it when the ranks hold unequal
-        # numbers of windows, inflating val/loss (Lightning issue #21859).
+        # numbers of windows, inflating the validation loss (Lightning issue #21859).
         self.val_loss = MeanMetric()
         self.val_bpc = MeanMetric()
         self.tokenizer: CharTokenizer | None = None
@@ -153,12 +160,12 @@ class CharLM(L.LightningModule):
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         inputs, targets = batch
         _, loss = self.model(inputs, targets)
-        # Only on the steps the logger writes: `self.log` costs ~2% of a baby-model step on CPU even on the
-        # steps whose values Lightning then drops (docs/performance.md). The values written are the same.
+        # Only on the steps the logger writes: `self.log` costs time even on steps whose values Lightning then
+        # drops, enough to matter on a small CPU model (docs/performance.md). The values written are the same.
         if logger_writes_this_step(self.trainer):
-            self.log("train/loss", loss, prog_bar=True)
+            self.log(TRAIN_LOSS, loss, prog_bar=True)
             # Both parameter groups share the rate; LearningRateMonitor would log it twice.
-            self.log("lr", self.optimizers().param_groups[0]["lr"])
+            self.log(LEARNING_RATE, self.optimizers().param_groups[0]["lr"])
         return loss
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
@@ -168,19 +175,28 @@ class CharLM(L.LightningModule):
         windows = inputs.shape[0]
         self.val_loss.update(loss, weight=windows)
         self.val_bpc.update(loss / math.log(2), weight=windows)
-        self.log("val/loss", self.val_loss, prog_bar=True)
-        self.log("val/bpc", self.val_bpc)
+        # For checkpointing and the progress bar; the loggers get them at the right step below.
+        self.log(VAL_LOSS, self.val_loss, prog_bar=True, logger=False)
+        self.log(VAL_BPC, self.val_bpc, logger=False)
 
     def on_validation_epoch_end(self) -> None:
-        if self.trainer.sanity_checking or self.tokenizer is None or self.sample_chars <= 0:
+        if self.trainer.sanity_checking:
             return
+        # Every metric is logged at the optimizer steps the measured weights have taken: a validation after
+        # step N at N (Lightning would log it at N - 1, with the training loss of the last batch).
+        values = {VAL_LOSS: self.val_loss.compute(), VAL_BPC: self.val_bpc.compute()}  # all ranks: a sync
+        for logger in self.loggers:
+            logger.log_metrics({name: float(value) for name, value in values.items()}, step=self.global_step)
         # One rank alone cannot run a sharded (FSDP) model; those runs get their sample from the checkpoint.
         if (
-            self.trainer.is_global_zero
+            self.sample_chars > 0
+            and self.tokenizer is not None
+            and self.trainer.is_global_zero
             and self.logger is not None
             and not shards_parameters(self.trainer.strategy)
         ):
-            text = self.sample(self.sample_chars, prompt="\n", seed=0)
+            text = self.sample(self.sample_chars, prompt=self.tokenizer.default_prompt, seed=0)
+            text = text[: text.rfind("\n") + 1] or text  # end on a line break when there is one
             experiment = getattr(self.logger, "experiment", None)
             if hasattr(experiment, "add_text"):
                 # Markdown would reflow the verse: indent it as a code block to keep the line breaks.
@@ -189,22 +205,30 @@ class CharLM(L.LightningModule):
     def sample(
         self,
         max_new_chars: int,
-        prompt: str = "\n",
+        prompt: str | None = None,
         temperature: float = 0.8,
         top_k: int | None = None,
         seed: int = 0,
+        on_char: Callable[[str], Any] | None = None,
     ) -> str:
+        """`max_new_chars` characters after `prompt` (default: the tokenizer's `default_prompt`); `on_char` is
+        called with each one as it is drawn."""
         if self.tokenizer is None:
             raise RuntimeError("no tokenizer attached to this model")
+        tokenizer = self.tokenizer
+        prompt = tokenizer.default_prompt if prompt is None else prompt
         if not prompt:
             raise ConfigError("the prompt must hold at least one character (e.g. a newline)")
         generator = torch.Generator(device=self.device).manual_seed(seed)
-        context = torch.tensor([self.tokenizer.encode(prompt)], dtype=torch.long, device=self.device)
+        context = torch.tensor([tokenizer.encode(prompt)], dtype=torch.long, device=self.device)
+        on_token = None if on_char is None else (lambda token: on_char(tokenizer.decode(token[0])))
         was_training = self.model.training
         self.model.eval()
-        out = self.model.generate(context, max_new_chars, temperature, top_k, generator=generator)
-        self.model.train(was_training)
-        return self.tokenizer.decode(out[0, context.shape[1] :])
+        try:
+            out = self.model.generate(context, max_new_chars, temperature, top_k, generator, on_token)
+        finally:
+            self.model.train(was_training)
+        return tokenizer.decode(out[0, context.shape[1] :])
 
     def configure_gradient_clipping(
         self,

@@ -54,6 +54,21 @@ def resolve_precision(precision: str | int, accelerator: str) -> str | int:
     return MIXED_BF16 if multiplies_bf16_natively(_device_type(str(accelerator))) else FULL_FP32
 
 
+def describe_precision(requested: str | int, resolved: str | int, accelerator: str) -> str:
+    """The precision a run uses, and why: for the run's log."""
+    if requested != AUTO:
+        return f"{resolved} (set by trainer.precision)"
+    device = _device_type(str(accelerator))
+    if resolved == MIXED_BF16:
+        return f"{resolved} (auto: this {device.upper()} multiplies bf16 natively)"
+    if device == "cpu":
+        return (
+            f"{resolved} (auto: this CPU has no native bf16 matmul (AVX512-BF16 or AMX), so bf16 would be "
+            "emulated and slower; trainer.precision=bf16-mixed forces it)"
+        )
+    return f"{resolved} (auto: this {device} does not multiply bf16 natively)"
+
+
 def compute_dtype(precision: str) -> torch.dtype:
     """The dtype a resolved Trainer `precision` setting multiplies in, which decides the peak FLOP/s to
     compare with."""

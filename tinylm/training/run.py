@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
+import math
 import resource
 import time
+import warnings
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +18,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from tinylm import checks
-from tinylm.data import CharDataModule, VocabularyError
+from tinylm.data import CharDataModule, CharTokenizer, VocabularyError
 from tinylm.errors import ConfigError
 from tinylm.model import ModelConfig
 from tinylm.training.callbacks import TensorBoardHParams, ValidateOnLastStep
@@ -38,7 +42,6 @@ from tinylm.training.distributed import (
     EffectiveBatch,
     refuse_relaunch_in_sweep,
     shards_parameters,
-    slurm_gpus_per_node,
 )
 from tinylm.training.fault_tolerance import (
     LoggingStepFollowsGlobalStep,
@@ -46,51 +49,113 @@ from tinylm.training.fault_tolerance import (
     StopOnSignal,
     TrainingRandomState,
 )
-from tinylm.training.module import CharLM, OptimConfig
-from tinylm.training.precision import resolve_precision
+from tinylm.training.module import (
+    BEST_VAL_LOSS,
+    LEARNING_RATE,
+    TRAIN_LOSS,
+    VAL_BPC,
+    VAL_LOSS,
+    CharLM,
+    OptimConfig,
+)
+from tinylm.training.precision import describe_precision, resolve_precision
+from tinylm.training.resolvers import NOT_IN_RUN_LABEL
+from tinylm.training.run_dir import exclusive, point_latest_at, save_hydra_record
 from tinylm.training.run_record import write_run_record
 
 log = logging.getLogger(__name__)
 
 
-_NOT_IN_RUN_LABEL = ("ckpt_path", "run_dir", "run_name", "threads", "hydra.")
-
-
-def run_label(overrides: Sequence[str], max_chars: int = 100) -> str:
-    """A run's name from its command-line overrides, e.g. `norm=pre,act=swiglu`, safe as a directory name.
-
-    Group choices (`norm=`, `act=`, `data=`...) come first, in the order given, as they say what the run
-    is; dotted keys follow, sorted. Path separators become `_`, and a long name is cut, keeping a hash of
-    the whole so that names stay unique.
-    """
-    kept = [o for o in overrides if not o.lstrip("+~").startswith(_NOT_IN_RUN_LABEL)]
-    choices = [o for o in kept if "." not in o.split("=", 1)[0]]
-    label = ",".join(choices + sorted(o for o in kept if o not in choices))
-    label = label.replace("/", "_").replace("\\", "_") or "default"
-    if len(label) > max_chars:
-        digest = hashlib.sha1(label.encode()).hexdigest()[:8]
-        label = f"{label[: max_chars - 9]}~{digest}"
-    return label
-
-
-# Lets conf/train.yaml name runs and sweep directories with ${run_label:...}.
-OmegaConf.register_new_resolver("run_label", run_label, replace=True)
-# Lets conf/launcher/slurm.yaml ask for one GPU per rank on GPU runs only.
-OmegaConf.register_new_resolver("slurm_gpus_per_node", slurm_gpus_per_node, replace=True)
-
-
 def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str, Any]:
     """Train as `cfg` says; returns the final metrics (floats), the run directory and the sample text.
 
-    `extra_callbacks` lets tools that drive a real run (benchmarks) observe it without changing it.
-    Every input is checked before anything is written: a bad setting, corpus or checkpoint raises a
-    `UserError` and leaves the run directory (and every other) as it was. A run that diverges raises
-    `TrainingDiverged`; one stopped by SIGINT/SIGTERM saves last.ckpt and raises `TrainingInterrupted`.
+    `extra_callbacks` lets tools that drive a real run (benchmarks) observe it without changing it. The run
+    directory is held for the whole run (a second run into it is refused), and every input is checked
+    before anything is written: a bad setting, corpus or checkpoint raises a `UserError` and leaves the run
+    directory (and every other) as it was. A run that diverges raises `TrainingDiverged`; one stopped by
+    SIGINT/SIGTERM saves last.ckpt and raises `TrainingInterrupted`.
     """
-    started = time.perf_counter()
+    with holding(cfg.run_dir):
+        return prepare(cfg, extra_callbacks).fit()
+
+
+def holding(run_dir: str | Path) -> AbstractContextManager[None]:
+    """Hold the run directory for this run (`tinylm.training.run_dir.exclusive`). Only rank 0 writes the run's
+    files; the ranks Lightning starts share its directory."""
+    return exclusive(run_dir) if rank_zero_only.rank == 0 else nullcontext()
+
+
+@dataclass
+class PreparedRun:
+    """A run that has passed every check and written nothing yet."""
+
+    cfg: DictConfig  # precision resolved
+    run_dir: Path
+    datamodule: CharDataModule
+    module: CharLM
+    trainer: L.Trainer
+    ckpt_path: Path | None
+    precision_reason: str
+    start_step: int  # the checkpoint's step on a resume
+
+    def fit(self) -> dict[str, Any]:
+        cfg, run_dir, module, trainer = self.cfg, self.run_dir, self.module, self.trainer
+        started = time.perf_counter()
+        batch = EffectiveBatch.of(trainer, self.datamodule.batch_size, self.datamodule.block_size)
+        if trainer.is_global_zero:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            save_hydra_record(run_dir, cfg)
+            OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+            module.tokenizer.save(run_dir / "tokenizer.json")
+            if cfg.get("latest_link") and not in_multirun():
+                point_latest_at(cfg.latest_link, run_dir)
+            log.info("model: %s parameters (%s without embeddings)", f"{module.model.num_params(False):,}",
+                     f"{module.model.num_params():,}")  # fmt: skip
+            log.info(batch.describe(module.optim_config.lr))
+            log.info("precision: %s; seed %s", self.precision_reason, cfg.seed)
+
+        with warnings.catch_warnings():
+            if self.ckpt_path is not None:
+                # Resuming continues in the run's own checkpoint directory, by design: not worth a warning.
+                warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+            trainer.fit(module, datamodule=self.datamodule, ckpt_path=self.ckpt_path, weights_only=True)
+
+        metrics: dict[str, Any] = {k: float(v) for k, v in trainer.callback_metrics.items()}
+        best = trainer.checkpoint_callback
+        if best is not None and best.best_model_score is not None:
+            metrics[BEST_VAL_LOSS] = float(best.best_model_score)
+        metrics["step"] = trainer.global_step
+        metrics["params"] = module.model.num_params()
+        metrics.update(batch.hparams())  # world_size, accumulate_grad_batches, effective_batch_size
+        metrics["wall_time_s"] = time.perf_counter() - started
+        steps_now = trainer.global_step - self.start_step
+        metrics["chars_per_s"] = steps_now * batch.chars / metrics["wall_time_s"]
+        metrics["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+        if trainer.is_global_zero:
+            write_run_record(run_dir, "completed", **metrics)
+        metrics["run_dir"] = str(run_dir)
+        sampler = _whole_model(trainer, module)
+        if trainer.is_global_zero and cfg.sample.chars > 0 and sampler is not None:
+            prompt = sample_prompt(cfg, module.tokenizer)
+            metrics["sample"] = sampler.sample(
+                int(cfg.sample.chars), prompt, cfg.sample.temperature, cfg.sample.top_k, cfg.sample.seed
+            )
+            print(f"\n--- sample after {trainer.global_step} steps ---\n{prompt}{metrics['sample']}\n---")
+        if trainer.is_global_zero:
+            print(summary_line(metrics, run_dir, cfg), flush=True)
+        return metrics
+
+
+def prepare(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> PreparedRun:
+    """Check every setting, read the corpus and the checkpoint, build the model and the Trainer: everything
+    that can refuse the run, and nothing that writes into it."""
     check_settings(cfg)
+    requested = cfg.trainer.get("precision", "32-true")
     cfg = with_resolved_precision(cfg)
-    L.seed_everything(cfg.seed, workers=True)
+    precision_reason = describe_precision(
+        requested, cfg.trainer.precision, cfg.trainer.get("accelerator", "auto")
+    )
+    L.seed_everything(cfg.seed, workers=True, verbose=False)  # logged once the run may write its log
     run_dir = Path(cfg.run_dir)
 
     ckpt_path = resume_checkpoint(cfg.get("ckpt_path"), run_dir)
@@ -107,6 +172,7 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
             f"the corpus has characters {err.unknown!r} that the vocabulary of checkpoint {str(ckpt_path)!r} "
             "lacks; resume on the corpus it was trained on, or drop ckpt_path to train from scratch"
         ) from None
+    sample_prompt(cfg, tokenizer)  # a prompt the model cannot read is refused now, not after training
 
     model_config = {**OmegaConf.to_container(cfg.model, resolve=True), "vocab_size": tokenizer.vocab_size}
     module = CharLM(
@@ -116,20 +182,23 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
         compile=bool(cfg.get("compile", False)),
     )
     module.tokenizer = tokenizer
+    start_step = 0
     if checkpoint is not None:
         check_resumable(checkpoint, ckpt_path, module.model_config, int(cfg.trainer.max_steps))
+        start_step = int(checkpoint.get("global_step", 0))
         del checkpoint  # Lightning reads it again to restore everything
 
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     if not cfg.trainer.get("enable_progress_bar", True):
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
-    hparams = hparams_for_tensorboard(cfg)
-    callbacks += [*checkpoint_callbacks(run_dir), TensorBoardHParams(hparams)]
+    callbacks += [*checkpoint_callbacks(run_dir), TensorBoardHParams(hparams_for_tensorboard(cfg))]
     # First in line: the steps' random stream is stored before StopOnSignal saves a checkpoint, and the last
     # step is known to be the last (should_stop) before the other callbacks decide whether to log.
     callbacks = [TrainingRandomState(), LoggingStepFollowsGlobalStep(), ValidateOnLastStep(), *callbacks]
     callbacks += [*extra_callbacks, StopOnNonFiniteLoss(), StopOnSignal()]
-    logger = instantiate(cfg.logger, version=cfg.run_name or "default") if cfg.get("logger") else False
+    # A sweep's job directories already carry the run's name: its events go straight into <job>/tb.
+    version = "" if in_multirun() else (cfg.run_name or "default")
+    logger = instantiate(cfg.logger, version=version) if cfg.get("logger") else False
     try:
         trainer = L.Trainer(
             **cfg.trainer,
@@ -142,46 +211,38 @@ def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str
         raise ConfigError(f"Lightning rejects the trainer settings: {err}") from None
     if in_multirun():
         refuse_relaunch_in_sweep(trainer)
-    batch = EffectiveBatch.of(trainer, datamodule.batch_size, datamodule.block_size)
-    hparams.update(batch.hparams())
-    # Only now, with every input checked, does the run directory get written. The Trainer knows each
-    # process's rank before it starts the others: only rank 0 writes the run's files (Lightning's logger
-    # and checkpoints are rank-0-only themselves).
-    if trainer.is_global_zero:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
-        tokenizer.save(run_dir / "tokenizer.json")
-        log.info("model: %s parameters (%s without embeddings)", f"{module.model.num_params(False):,}",
-                 f"{module.model.num_params():,}")  # fmt: skip
-        log.info(batch.describe(module.optim_config.lr))
-        log.info("precision: %s", cfg.trainer.precision)
+    datamodule.check_validation_shards(trainer.world_size)
+    return PreparedRun(cfg, run_dir, datamodule, module, trainer, ckpt_path, precision_reason, start_step)
 
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
 
-    metrics: dict[str, Any] = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    best = trainer.checkpoint_callback
-    if best is not None and best.best_model_score is not None:
-        metrics["best/val_loss"] = float(best.best_model_score)
-    metrics["step"] = trainer.global_step
-    metrics["params"] = module.model.num_params()
-    metrics["wall_time_s"] = time.perf_counter() - started
-    metrics["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-    if trainer.is_global_zero:
-        write_run_record(run_dir, "completed", **metrics)
-    metrics["run_dir"] = str(run_dir)
-    sampler = _whole_model(trainer, module)
-    if trainer.is_global_zero and cfg.sample.chars > 0 and sampler is not None:
-        metrics["sample"] = sampler.sample(
-            int(cfg.sample.chars),
-            cfg.sample.prompt,
-            cfg.sample.temperature,
-            cfg.sample.top_k,
-            cfg.sample.seed,
-        )
-        print(
-            f"\n--- sample after {trainer.global_step} steps ---\n{cfg.sample.prompt}{metrics['sample']}\n---"
-        )
-    return metrics
+def sample_prompt(cfg: DictConfig, tokenizer: CharTokenizer) -> str:
+    """The prompt of the sample printed after training: `sample.prompt`, or the tokenizer's default."""
+    prompt = cfg.sample.get("prompt")
+    if prompt is None:
+        return tokenizer.default_prompt
+    try:
+        tokenizer.encode(str(prompt))
+    except VocabularyError as err:
+        raise ConfigError(
+            f"sample.prompt has characters the corpus does not: {err.unknown!r}; use only characters of the "
+            f"corpus ({tokenizer.vocab_size} characters), or leave sample.prompt unset"
+        ) from None
+    return str(prompt)
+
+
+def summary_line(metrics: dict[str, Any], run_dir: Path, cfg: DictConfig) -> str:
+    """How the run ended, in one line: what it reached, how long it took, and where it is."""
+    loss, best = metrics.get(VAL_LOSS), metrics.get(BEST_VAL_LOSS)
+    minutes, seconds = divmod(round(metrics["wall_time_s"]), 60)
+    parts = [f"{metrics['step']} steps in {minutes}m{seconds:02d}s ({metrics['chars_per_s']:,.0f} chars/s)"]
+    if loss is not None:
+        parts.append(f"val loss {loss:.4f} nats/char = {loss / math.log(2):.3f} bits/char")
+    if best is not None:
+        parts.append(f"best {best:.4f}")
+    parts.append(f"checkpoint {last_checkpoint(run_dir)}")
+    if cfg.get("logger"):
+        parts.append(f"tensorboard --logdir {run_dir / 'tb'}")
+    return "done: " + "; ".join(parts)
 
 
 def in_multirun() -> bool:
@@ -198,6 +259,15 @@ def check_settings(cfg: DictConfig) -> None:
         hint="training windows are an endless stream: max_steps is what ends a run",
     )
     checks.whole_number("seed", cfg.get("seed"), minimum=0)
+    # In optimizer steps: an endless stream has no epochs to take a fraction of.
+    checks.whole_number("trainer.val_check_interval", trainer.get("val_check_interval"))
+    checks.whole_number("trainer.log_every_n_steps", trainer.get("log_every_n_steps"))
+    checks.sampling(cfg.sample, prefix="sample.")
+    metric = cfg.get("optimized_metric")
+    if metric is not None:
+        checks.choice(
+            "optimized_metric", metric, (VAL_LOSS, TRAIN_LOSS, VAL_BPC, BEST_VAL_LOSS, LEARNING_RATE)
+        )
     try:
         ModelConfig.from_dict({**OmegaConf.to_container(cfg.model, resolve=True), "vocab_size": 1})
     except ConfigError as err:
@@ -227,25 +297,23 @@ def _whole_model(trainer: L.Trainer, module: CharLM) -> CharLM | None:
 
 
 def hparams_for_tensorboard(cfg: DictConfig) -> dict[str, Any]:
-    """The choices that tell runs apart, flat, for TensorBoard's HParams tab."""
-    model = cfg.model
-    return {
-        "norm": model.norm,
-        "norm_type": model.norm_type,
-        "act": model.act,
-        "n_layer": model.n_layer,
-        "n_head": model.n_head,
-        "d_model": model.d_model,
-        "d_ff": model.d_ff if model.d_ff is not None else "auto",
-        "block_size": model.block_size,
-        "qk_norm": model.qk_norm,
-        "dropout": model.dropout,
-        "lr": cfg.optim.lr,
-        "warmup_steps": cfg.optim.warmup_steps,
-        "weight_decay": cfg.optim.weight_decay,
-        "batch_size": cfg.data.batch_size,
-        "max_steps": cfg.trainer.max_steps,
-        "precision": str(cfg.trainer.precision),
-        "data": cfg.data.source,
+    """The choices that tell runs apart, for TensorBoard's HParams tab: the design axes, every setting given on
+    the command line, and the seed. TensorBoard sorts them by name and shows the first five; the full config
+    is the run's config.yaml."""
+    values = {
+        "norm": cfg.model.norm,
+        "norm_type": cfg.model.norm_type,
+        "act": cfg.model.act,
         "seed": cfg.seed,
     }
+    if HydraConfig.initialized():
+        hydra = HydraConfig.get()
+        for override in hydra.overrides.task:
+            key = override.split("=", 1)[0].lstrip("+~")
+            if key.startswith(NOT_IN_RUN_LABEL):
+                continue
+            # A group's choice (model=small) or a setting (optim.lr=3e-3, compile=true).
+            value = hydra.runtime.choices[key] if key in hydra.runtime.choices else OmegaConf.select(cfg, key)
+            if isinstance(value, str | int | float | bool):
+                values[key] = value
+    return values

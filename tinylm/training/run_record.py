@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
+
+from tinylm.files import write_atomically
 
 RECORD_FILE = "metrics.json"
 STATUSES = ("completed", "failed", "diverged", "interrupted")
@@ -25,15 +26,14 @@ def _plain(value: Any) -> Any:
 
 
 def write_run_record(run_dir: str | Path, status: str, **fields: Any) -> Path:
-    """Write `run_dir/metrics.json` atomically (temp file + rename), so a reader never sees half of it."""
+    """Write `run_dir/metrics.json` atomically, so a reader never sees half of it."""
     if status not in STATUSES:
         raise ValueError(f"status {status!r} is not one of {STATUSES}")
     run_dir = Path(run_dir)
     record = {"status": status, **{key: _plain(value) for key, value in fields.items()}}
     path = run_dir / RECORD_FILE
-    temporary = path.with_suffix(f".json.tmp{os.getpid()}")
-    temporary.write_text(json.dumps(record, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    temporary.replace(path)
+    text = json.dumps(record, indent=2, sort_keys=False) + "\n"
+    write_atomically(path, lambda file: file.write(text.encode("utf-8")))
     return path
 
 

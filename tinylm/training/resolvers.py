@@ -1,0 +1,77 @@
+"""The resolvers tinylm's configs use (`${run_label:...}`, `${threads_per_job:...}`, `${times:...}`,
+`${slurm_gpus_per_node:...}`): light functions, registered when this module is imported, which every entry
+point does before Hydra composes a config."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from omegaconf import OmegaConf
+
+NOT_IN_RUN_LABEL = ("ckpt_path", "run_dir", "run_name", "threads", "latest_link", "hydra.")
+
+
+def run_label(overrides: Sequence[str], max_chars: int = 100) -> str:
+    """A run's name from its command-line overrides, e.g. `norm=pre,act=swiglu`, safe as a directory name.
+
+    Group choices (`norm=`, `act=`, `data=`...) come first, in the order given, as they say what the run
+    is; dotted keys follow, sorted. Path separators become `_`, and a long name is cut, keeping a hash of
+    the whole so that names stay unique.
+    """
+    kept = [o for o in overrides if not o.lstrip("+~").startswith(NOT_IN_RUN_LABEL)]
+    choices = [o for o in kept if "." not in o.split("=", 1)[0]]
+    label = ",".join(choices + sorted(o for o in kept if o not in choices))
+    label = label.replace("/", "_").replace("\\", "_") or "default"
+    if len(label) > max_chars:
+        digest = hashlib.sha1(label.encode()).hexdigest()[:8]
+        label = f"{label[: max_chars - 9]}~{digest}"
+    return label
+
+
+def threads_per_job(n_jobs: int | str | None) -> int:
+    """Torch threads for each of `n_jobs` jobs running side by side: this machine's cores, shared out.
+
+    Jobs that together ask for more threads than there are cores collapse (OpenMP threads spin while they
+    wait for a core). `n_jobs` <= 0 or None means one job per core, as in joblib.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    jobs = int(n_jobs) if n_jobs not in (None, "") else -1
+    if jobs <= 0:
+        return 1
+    return max(1, cores // jobs)
+
+
+# conf/launcher/joblib.yaml: threads: ${threads_per_job:${hydra:launcher.n_jobs}}
+
+
+def slurm_gpus_per_node(accelerator: str, devices: int | str) -> int | None:
+    """GPUs to ask SLURM for on each node: one per rank (device) on a GPU accelerator, none otherwise."""
+    return int(devices) if str(accelerator) in ("gpu", "cuda") else None
+
+
+def times(value: Any, factor: float) -> Any:
+    """`${times:${optim.lr},0.1}`: a setting that follows another, e.g. min_lr = lr / 10.
+
+    A value that is not a number passes through unchanged, so that the check of the setting the user typed
+    (`optim.lr='fast' must be a number`) reports it rather than an error about this one.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    return value * factor
+
+
+def register_resolvers() -> None:
+    # conf/train.yaml names runs and sweep directories with ${run_label:...}.
+    OmegaConf.register_new_resolver("run_label", run_label, replace=True)
+    # conf/launcher/joblib.yaml shares the cores out: threads: ${threads_per_job:${hydra:launcher.n_jobs}}.
+    OmegaConf.register_new_resolver("threads_per_job", threads_per_job, replace=True)
+    # conf/optim/adamw.yaml: min_lr follows lr.
+    OmegaConf.register_new_resolver("times", times, replace=True)
+    # conf/launcher/slurm.yaml asks for one GPU per rank on GPU runs only.
+    OmegaConf.register_new_resolver("slurm_gpus_per_node", slurm_gpus_per_node, replace=True)
+
+
+register_resolvers()

@@ -1,0 +1,87 @@
+"""A run's directory: held by one run at a time, written only once every input is checked, and pointed at by
+`runs/latest` so that the run just trained is easy to name."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from tinylm.errors import UserError
+
+# What a run writes into its directory; a directory holding any of them holds a run.
+RUN_FILES = ("config.yaml", "checkpoints", "metrics.json", ".hydra", "tb")
+
+
+class RunDirectoryError(UserError):
+    """The run directory cannot be used: another run holds it, or it cannot be written. The command is
+    refused before it writes or logs anything there."""
+
+
+def holds_a_run(run_dir: str | Path) -> bool:
+    """Whether a run has written into `run_dir` (not just Hydra's log file of the command now starting)."""
+    return any((Path(run_dir) / name).exists() for name in RUN_FILES)
+
+
+@contextmanager
+def exclusive(run_dir: str | Path) -> Iterator[None]:
+    """Hold the run directory for this process: a second run into it is refused, not interleaved, and so is
+    a directory this process cannot write.
+
+    An advisory lock (flock) on the directory itself: nothing is written to take it, the kernel drops it when
+    the process ends however it ends, and a directory that does not exist yet has nobody in it.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        yield
+        return
+    if not os.access(run_dir, os.W_OK):  # a read-only file system or no permission: refuse before logging
+        raise RunDirectoryError(f"cannot write into {str(run_dir)!r}; choose a writable hydra.run.dir")
+    descriptor = os.open(run_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirectoryError(
+                f"another run is training in {str(run_dir)!r}; wait for it to end, or choose another "
+                "hydra.run.dir"
+            ) from None
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+def save_hydra_record(run_dir: str | Path, cfg: DictConfig) -> None:
+    """Hydra's record of the command in `.hydra/` (config, Hydra's own settings, the overrides), written by
+    tinylm once the run has passed its checks (`hydra.output_subdir` is null, so Hydra writes nothing before
+    the run may have been refused). No record outside a Hydra app."""
+    if not HydraConfig.initialized():
+        return
+    hydra = HydraConfig.get()
+    directory = Path(run_dir) / ".hydra"
+    directory.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, directory / "config.yaml")
+    OmegaConf.save(OmegaConf.create({"hydra": hydra}), directory / "hydra.yaml")
+    OmegaConf.save(OmegaConf.create(list(hydra.overrides.task)), directory / "overrides.yaml")
+
+
+def point_latest_at(link: str | Path, run_dir: str | Path) -> None:
+    """Make `link` (e.g. runs/latest) a symlink to `run_dir`, replaced atomically."""
+    link, target = Path(link), Path(run_dir).resolve()
+    link.parent.mkdir(parents=True, exist_ok=True)
+    temporary = link.with_name(f".{link.name}.{uuid.uuid4().hex[:12]}")
+    os.symlink(os.path.relpath(target, link.parent.resolve()), temporary)
+    try:
+        os.replace(temporary, link)
+    except OSError as err:
+        temporary.unlink()
+        raise UserError(
+            f"cannot point latest_link={str(link)!r} at the run ({err.strerror or err}): something that is not a "
+            "link is in the way; move it, or set latest_link to another path (or null)"
+        ) from None
