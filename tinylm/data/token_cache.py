@@ -125,4 +125,4 @@ def _announce(corpus: Corpus, what: str) -> Iterator[Callable[[int], Any] | None
     finally:
         if bar is not None:
             bar.close()
-    log.info("%s done in %.0f s", what, time.perf_counter() - started)
+    log.info("%s %s: done in %.0f s", what, corpus.description, time.perf_counter() - started)
