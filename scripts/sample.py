@@ -1,4 +1,4 @@
-"""Sample text from a trained tinylm checkpoint or run directory: `python scripts/sample.py ckpt=runs/latest`."""
+"""Sample text from a trained tinylm checkpoint or run directory: `python scripts/sample.py ckpt=latest`."""
 
 from omegaconf import DictConfig
 

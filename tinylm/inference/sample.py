@@ -1,4 +1,4 @@
-"""Sampling from a trained checkpoint: `python scripts/sample.py ckpt=runs/latest prompt="ROMEO:"`."""
+"""Sampling from a trained checkpoint: `python scripts/sample.py ckpt=latest prompt="ROMEO:"`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A run's directory: held by one run at a time, written only once every input is checked, and pointed at by
-`runs/latest` so that the run just trained is easy to name."""
+`latest` so that the run just trained is easy to name."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def save_hydra_record(run_dir: str | Path, cfg: DictConfig) -> None:
 
 
 def point_latest_at(link: str | Path, run_dir: str | Path) -> None:
-    """Make `link` (e.g. runs/latest) a symlink to `run_dir`, replaced atomically."""
+    """Make `link` (e.g. latest) a symlink to `run_dir`, replaced atomically."""
     link, target = Path(link), Path(run_dir).resolve()
     link.parent.mkdir(parents=True, exist_ok=True)
     temporary = link.with_name(f".{link.name}.{uuid.uuid4().hex[:12]}")
