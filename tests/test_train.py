@@ -542,6 +542,8 @@ def test_sampling_streams_and_ctrl_c_keeps_what_was_printed(trained, tmp_path):
         [sys.executable, str(REPO / "scripts" / "sample.py"), f"ckpt={trained.run_dir}", "chars=1000000"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+        # as from a terminal: a shell's background job (nohup, `&`) inherits Ctrl-C ignored, and sampling keeps that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     first, deadline = "", time.monotonic() + 60
     while len(first) < 50 and time.monotonic() < deadline:  # characters arrive while they are being drawn
