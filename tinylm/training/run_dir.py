@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.errors import UserError
+from tinylm.files import temporary_sibling
 
 # What a run writes into its directory; a directory holding any of them holds a run.
 RUN_FILES = ("config.yaml", "checkpoints", "metrics.json", ".hydra", "tb")
@@ -75,7 +75,7 @@ def point_latest_at(link: str | Path, run_dir: str | Path) -> None:
     """Make `link` (e.g. latest) a symlink to `run_dir`, replaced atomically."""
     link, target = Path(link), Path(run_dir).resolve()
     link.parent.mkdir(parents=True, exist_ok=True)
-    temporary = link.with_name(f".{link.name}.{uuid.uuid4().hex[:12]}")
+    temporary = temporary_sibling(link)
     os.symlink(os.path.relpath(target, link.parent.resolve()), temporary)
     try:
         os.replace(temporary, link)
