@@ -138,7 +138,7 @@ def test_text_input_and_gpt2_init_run():
 
 
 def test_unknown_placement_is_named():
-    with pytest.raises(ValueError, match=r"unknown norm placement\(s\) \['nope'\]"):
+    with pytest.raises(ValueError, match=r"unknown placement\(s\) \['nope'\]"):
         depth_probe(SMALL, ["pre", "nope"])
 
 

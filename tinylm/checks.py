@@ -1,13 +1,12 @@
-"""Checks of settings, in one place: each returns the value or raises `ConfigError` naming the setting, the
-value it got and what it must be, e.g. `optim.beta2=1.5 must be a number >= 0 and < 1`.
-
-Plain Python (the pure-PyTorch model uses them too). Booleans are refused where numbers are expected: YAML
-reads `true` as a bool, and Python would silently count it as 1.
+"""Checks of settings: each returns the value or raises `ConfigError` naming the setting, the value and what
+it must be (`optim.beta2=1.5 must be a number >= 0 and < 1`). Plain Python, for the pure-PyTorch model too.
+Booleans are refused as numbers: YAML reads `true` as a bool, which Python would count as 1.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,24 +31,15 @@ def number(
     hint: str = "",
 ) -> float:
     """A finite int or float within the bounds given (`above`/`below` exclusive, `at_least`/`at_most` not)."""
-    bounds = [
-        f"{sign} {bound:g}"
-        for sign, bound in ((">", above), (">=", at_least), ("<", below), ("<=", at_most))
-        if bound is not None
-    ]
+    limits = [(">", above, operator.gt), (">=", at_least, operator.ge), ("<", below, operator.lt),
+              ("<=", at_most, operator.le)]  # fmt: skip
     numeric = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
-    within = numeric and (
-        (above is None or value > above)
-        and (at_least is None or value >= at_least)
-        and (below is None or value < below)
-        and (at_most is None or value <= at_most)
-    )
-    if not within:
-        infinite = isinstance(value, float) and not math.isfinite(value)
-        what = ("a finite number" if infinite else "a number") + "".join(
-            f" {b}" for b in [" and ".join(bounds)] if b
+    if not (numeric and all(test(value, bound) for _, bound, test in limits if bound is not None)):
+        what = "a finite number" if isinstance(value, float) and not math.isfinite(value) else "a number"
+        bounds = " and ".join(f"{sign} {bound:g}" for sign, bound, _ in limits if bound is not None)
+        raise ConfigError(
+            f"{name}={value!r} must be {what} {bounds}".rstrip() + (f" ({hint})" if hint else "")
         )
-        raise ConfigError(f"{name}={value!r} must be {what}" + (f" ({hint})" if hint else ""))
     return value
 
 

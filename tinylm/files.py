@@ -5,6 +5,9 @@ atomic). Checkpoints, the token cache and run records all go through here."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
+import math
 import os
 import uuid
 from collections.abc import Callable
@@ -40,3 +43,25 @@ def write_atomically(target: Path, write: Callable[[IO[bytes]], Any], remove_sta
     if remove_stale:
         for stale in target.parent.glob(f".{target.name}.*.tmp"):
             stale.unlink(missing_ok=True)
+
+
+def plain(value: Any) -> Any:
+    """`value` as JSON can hold it: dataclasses as dicts, paths as text, and non-finite floats as the
+    strings "inf", "-inf" and "nan" (JSON has no such numbers; `float()` reads the strings back)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = vars(value)
+    if isinstance(value, dict):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def write_json(target: Path, value: Any) -> None:
+    """Write `plain(value)` as indented JSON, atomically."""
+    text = json.dumps(plain(value), indent=2) + "\n"
+    write_atomically(target, lambda file: file.write(text.encode("utf-8")))

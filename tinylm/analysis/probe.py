@@ -1,30 +1,14 @@
-"""The depth probe: measure a stack of freshly initialised blocks before training anything.
+"""The depth probe: measure a stack of freshly initialised blocks (the model's own `Block`) before training.
 
-`python scripts/probe.py norms=[pre,post,sandwich,on_branch]` builds, for each norm placement, a stack of
-`depth` blocks (`tinylm.model.Block`, the same class the language model trains), pushes one batch through
-it, backpropagates a scalar loss, and reports for every depth k (the output of block k, k = 1..depth):
-
-- `stream_rms`: the residual stream's root mean square (`analysis.diagnostics.stream_rms`);
-- `token_spread`: the RMS of each token's distance from its sequence's mean token, divided by the stream
-  RMS (`analysis.diagnostics.token_spread` has the exact formula): 1 for independent tokens, 0 for tokens
-  that have collapsed onto one vector;
-- `grad_w_q`, `grad_w_k`, `grad_w_v`, `grad_w_o`, `grad_ffn_up`, `grad_ffn_down` (`grad_ffn_gate` for
-  gated FFNs): the Frobenius norms of block k's weight gradients (`analysis.diagnostics.block_weight_grad_norms`).
-
-The protocol (docs/probe.md): no attention mask, no dropout, no final norm, the
-input `randn` (or real text through a fresh N(0, 1) embedding), and the loss a fixed random projection of the
-last block's output, `(out * r).mean()`. Every placement sees the same input, the same projection `r` and
-the same weight matrices (one seed draws them in that order; norms draw nothing), so the placements differ
-in nothing but where their norms sit.
-
-Everything but `run(cfg)` is plain PyTorch; `run(cfg)` reads the Hydra config `conf/probe.yaml`.
+One forward and backward pass per norm placement, on the same input, weights and loss; per depth k the
+stream RMS, the token spread and block k's weight-gradient norms (`analysis.diagnostics`). The protocol and
+how to read the numbers: docs/probe.md. Everything but `run(cfg)` is plain PyTorch.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import math
 import os
 from collections.abc import Sequence
@@ -38,6 +22,7 @@ from torch import nn
 from tinylm import checks
 from tinylm.analysis.diagnostics import block_weight_grad_norms, stream_rms, token_spread
 from tinylm.errors import ConfigError
+from tinylm.files import write_json
 from tinylm.model import PLACEMENTS, Block, ModelConfig
 from tinylm.model.config import GATED_ACTIVATIONS
 from tinylm.model.gpt import init_linear
@@ -89,12 +74,8 @@ def probe_stack(
 ) -> list[dict[str, Any]]:
     """One forward and backward pass through `blocks`; the measurements after each block, k = 1, 2, ...
 
-    The loss is `(out * projection).mean()`, a fixed random projection of the last output. Not `out.sum()`
-    or `out.pow(2).mean()`: a post-norm stack ends in a LayerNorm, whose output sums to exactly 0 over the
-    features and has mean square ≈ 1 whatever its input, so those losses are (nearly) constant and send
-    (almost) no gradient back. That would be an artefact of the measurement, not a property of the
-    placement. A random projection has a gradient, `projection / numel`, of the same size for every
-    placement, so gradient norms compare across placements and depths.
+    The loss is a fixed random projection of the last output: its gradient has the same size for every
+    placement, where `out.sum()` would be ~0 after post-norm's final LayerNorm (docs/probe.md).
     """
     blocks.zero_grad(set_to_none=True)
     x = inputs
@@ -121,19 +102,17 @@ def depth_probe(
     text: str | None = None,
     dtype: torch.dtype = torch.float64,
 ) -> list[dict[str, Any]]:
-    """Probe a stack of `config.n_layer` blocks for each placement in `norms` (default: `config.norm`).
-
-    Returns one row per (placement, k): `norm`, `k` and the quantities in this module's docstring.
-    `text` switches the input from `randn` to windows of that text (`text_batch`). Deterministic: `seed`
-    draws the input, then the projection, then the weights, from one stream that leaves the global RNG
-    as it was; every placement gets the same weights. The default float64 matters only for the smallest
-    numbers: post-norm's top-block W_q/W_k gradients (≈1e-10 at depth 32, d=256) need a double
-    cancellation that float32 cannot resolve, and read ≈1e-8 there; everything else agrees to ~1e-3.
+    """Probe a stack of `config.n_layer` blocks for each placement in `norms` (default: `config.norm`); one
+    row per (placement, k). `text` switches the input from `randn` to windows of that text. `seed` draws the
+    input, the projection, then the weights (the same for every placement), leaving the global RNG as it
+    was; float64 resolves post-norm's smallest gradients, which float32 cannot (docs/probe.md).
     """
     norms = list(norms) if norms else [config.norm]
     unknown = [norm for norm in norms if norm not in PLACEMENTS]
     if unknown:
-        raise ConfigError(f"unknown norm placement(s) {unknown}; choose from {', '.join(PLACEMENTS)}")
+        raise ConfigError(
+            f"norms={norms}: unknown placement(s) {unknown}; choose from {', '.join(PLACEMENTS)}"
+        )
     rows: list[dict[str, Any]] = []
     with torch.random.fork_rng(devices=[]):
         generator = torch.manual_seed(seed)
@@ -151,9 +130,6 @@ def depth_probe(
             blocks = build_stack(dataclasses.replace(config, norm=norm), causal).to(dtype)
             rows += [{"norm": norm, **row} for row in probe_stack(blocks, inputs, projection)]
     return rows
-
-
-# --- reporting -----------------------------------------------------------------------------------------
 
 
 def quantity_keys(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -193,15 +169,6 @@ def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
         writer.writerows({key: row.get(key, "") for key in keys} for row in rows)
 
 
-def write_json(rows: Sequence[dict[str, Any]], settings: dict[str, Any], path: Path) -> None:
-    def finite_or_none(value: Any) -> Any:
-        # JSON has no NaN or infinity; null keeps the file readable by strict parsers.
-        return None if isinstance(value, float) and not math.isfinite(value) else value
-
-    clean = [{key: finite_or_none(value) for key, value in row.items()} for row in rows]
-    path.write_text(json.dumps({"settings": settings, "rows": clean}, indent=2) + "\n", encoding="utf-8")
-
-
 def plot(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> None:
     """A PNG with one panel per quantity against depth k, one line per placement; log scale for all but
     the stream RMS, whose growth (≈ sqrt(k) for pre-norm) reads better on a linear axis."""
@@ -232,9 +199,6 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> None:
     figure.savefig(path, dpi=100)
 
 
-# --- Hydra entry point ---------------------------------------------------------------------------------
-
-
 def _settings(cfg: DictConfig) -> dict[str, Any]:
     """The probe's settings from its Hydra config, checked; raises ConfigError naming a bad one."""
     for key in ("depth", "batch_size", "seq_len"):
@@ -243,11 +207,6 @@ def _settings(cfg: DictConfig) -> dict[str, Any]:
     checks.choice("dtype", cfg.dtype, DTYPES)
     checks.whole_number("seed", cfg.get("seed"), minimum=0)
     norms = list(cfg.norms) if cfg.get("norms") else [cfg.model.norm]
-    unknown = [norm for norm in norms if norm not in PLACEMENTS]
-    if unknown:
-        raise ConfigError(
-            f"norms={norms}: unknown placement(s) {unknown}; choose from {', '.join(PLACEMENTS)}"
-        )
     model = {
         **OmegaConf.to_container(cfg.model, resolve=True),
         "n_layer": cfg.depth,
@@ -338,7 +297,7 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "probe.md").write_text(f"{title}\n\n{table}\n", encoding="utf-8")
     write_csv(rows, run_dir / "probe.csv")
-    write_json(rows, settings, run_dir / "probe.json")
+    write_json(run_dir / "probe.json", {"settings": settings, "rows": rows})
     plot(rows, run_dir / "probe.png", title)
     print(f"{title}\n\n{table}\n\nall depths: {run_dir / 'probe.csv'} (and .json, .png)")
     return rows

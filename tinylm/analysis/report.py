@@ -1,23 +1,13 @@
-"""A sweep, compared: which setting is better, by how much, and how sure that is.
+"""A sweep, compared: which setting is better, by how much, and how sure that is (docs/sweeps.md).
 
-`python scripts/report.py SWEEP_DIR` reads every run of the sweep (`tinylm.analysis.runs`) and writes, into
-SWEEP_DIR:
-
-- `report.md` (also printed): each setting (the runs that differ only in their seed) with its mean final
-  validation loss over seeds, standard deviation and 95% confidence interval; each setting against a
-  baseline, paired seed by seed, with a verdict; when the learning rate varies, each setting at its own best
-  learning rate, compared the same way; and every run's row;
-- `report.json`: the same numbers, machine-readable;
-- `report.png`: validation loss against step (or characters, or wall time), each setting's mean over seeds
-  with a band; `lr_sensitivity.png` when the learning rate varies.
-
-A run that diverged counts as a result (+inf, the worst); one that failed or never finished counts as none,
-keeps its row in the runs table, and is reported apart.
+`python scripts/report.py SWEEP_DIR` groups the runs (`tinylm.analysis.runs`) into settings that differ only
+in their seed, estimates each, compares each with a baseline seed by seed (and, when the learning rate
+varies, each at its own best rate), and writes report.md, report.json and the figures into SWEEP_DIR. A
+diverged run counts as a result (+inf, the worst); a failed or unfinished one as none.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,6 +23,7 @@ from tinylm.analysis.runs import (
     read_runs,
 )
 from tinylm.analysis.stats import Comparison, Estimate, best_key, compare, estimate
+from tinylm.files import plain, write_json
 
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
@@ -188,9 +179,6 @@ def compare_all(settings: Sequence[Setting], baseline: Setting | None, confidenc
 def rank_runs(runs: Sequence[RunSummary]) -> list[RunSummary]:
     """Runs with a result by it (diverged ones after every finite result), then the others in job order."""
     return sorted(runs, key=lambda r: (r.result is None, r.result if r.result is not None else 0.0))
-
-
-# --- markdown --------------------------------------------------------------------------------------------
 
 
 def _fmt(value: float | None, digits: int = 4, signed: bool = False) -> str:
@@ -356,68 +344,35 @@ def _runs_table(report: SweepReport) -> list[str]:
     return _table(header, rows)
 
 
-# --- json ------------------------------------------------------------------------------------------------
-
-
-def _number(value: float | None) -> float | str | None:
-    """JSON has no infinity: a diverged mean is written as the string "inf"."""
-    return value if value is None or math.isfinite(value) else str(value)
-
-
-def _estimate_json(e: Estimate | None) -> dict[str, Any] | None:
-    if e is None:
-        return None
-    return {"mean": _number(e.mean), "sd": e.sd, "low": e.low, "high": e.high, "n": e.n}
-
-
-def _setting_json(s: Setting) -> dict[str, Any]:
-    c = s.comparison
-    return {
-        "choices": s.choices,
-        "results": {
-            seed: _number(v) for seed, v in sorted(s.results.items(), key=lambda kv: natural_key(kv[0]))
-        },
-        "final_val_loss": _estimate_json(s.estimate),
-        "diverged": s.diverged,
-        "without_result": s.without_result,
-        "vs_baseline": None
-        if c is None
-        else {"seeds": list(c.seeds), "difference": _estimate_json(c.difference), "verdict": c.verdict},
-    }
-
-
 def to_json(report: SweepReport) -> dict[str, Any]:
-    return {
-        "sweep_dir": str(report.sweep_dir),
-        "confidence": report.confidence,
-        "common": report.common,
-        "setting_columns": report.setting_columns,
-        "baseline": report.baseline.choices if report.baseline else None,
-        "settings": [_setting_json(s) for s in report.settings],
-        "tuned_baseline": report.tuned_baseline.choices if report.tuned_baseline else None,
-        "tuned": [_setting_json(s) for s in report.tuned],
-        "runs": [
-            {
-                "name": r.name,
-                "path": str(r.path),
-                "status": r.status,
-                "choices": r.choices,
-                "seed": r.seed,
-                "final_val_loss": _number(r.final_val_loss),
-                "best_val_loss": _number(r.best_val_loss),
-                "steps": r.steps,
-                "max_steps": r.max_steps,
-                "params": r.params,
-                "wall_time_s": r.wall_time_s,
-                "tokens_per_s": r.tokens_per_s,
-                "error": r.error,
-            }
-            for r in report.runs
-        ],
-    }
+    """The report's numbers as JSON-ready data (non-finite floats as "inf"/"nan" strings)."""
 
+    def setting(s: Setting) -> dict[str, Any]:
+        c = s.comparison
+        return {
+            "choices": s.choices,
+            "results": dict(sorted(s.results.items(), key=lambda kv: natural_key(kv[0]))),
+            "final_val_loss": s.estimate,
+            "diverged": s.diverged,
+            "without_result": s.without_result,
+            "vs_baseline": c and {"seeds": list(c.seeds), "difference": c.difference, "verdict": c.verdict},
+        }
 
-# --- all of it ---------------------------------------------------------------------------------------------
+    return plain(
+        {
+            "sweep_dir": report.sweep_dir,
+            "confidence": report.confidence,
+            "common": report.common,
+            "setting_columns": report.setting_columns,
+            "baseline": report.baseline and report.baseline.choices,
+            "settings": [setting(s) for s in report.settings],
+            "tuned_baseline": report.tuned_baseline and report.tuned_baseline.choices,
+            "tuned": [setting(s) for s in report.tuned],
+            "runs": [
+                {k: v for k, v in vars(r).items() if k not in ("val_curve", "curve")} for r in report.runs
+            ],
+        }
+    )
 
 
 def write_report(
@@ -442,7 +397,7 @@ def write_report(
     figure = f"report_{curve.replace('/', '_')}.png" if curve else REPORT_PNG
     written = [report.sweep_dir / REPORT_MD, report.sweep_dir / REPORT_JSON, report.sweep_dir / figure]
     written[0].write_text(text, encoding="utf-8")
-    written[1].write_text(json.dumps(to_json(report), indent=2) + "\n", encoding="utf-8")
+    write_json(written[1], to_json(report))
     plot_curves(report, written[2], x_axis, band, curve)
     if report.lr_varies:
         written.append(plot_lr_sensitivity(report, report.sweep_dir / SENSITIVITY_PNG))

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import codecs
+import functools
 import glob
 import importlib.metadata
 import os
@@ -45,9 +46,7 @@ class Corpus:
     """A corpus's identity and its text as a stream of chunks which, joined, are the corpus."""
 
     description: str
-    identity: dict[
-        str, Any
-    ]  # everything the text depends on: files with their sizes and times, URL, hub name
+    identity: dict[str, Any]  # all the text depends on: files with sizes and times, URL, hub name
     stream: Callable[[], Iterator[str]]
     files: list[Path] = field(default_factory=list)  # local files whose concatenation is the text
 
@@ -106,19 +105,21 @@ def text_files(patterns: Sequence[str]) -> Corpus:
         if file.stat().st_size == 0:
             raise CorpusError(f"text file {str(file)!r} is empty; give a file with some text in it")
 
-    def stream() -> Iterator[str]:
-        # By line, line breaks kept: the chunks join to the files' exact text, and no row is a whole file.
-        lines = datasets.load_dataset(
-            "text", data_files=[str(p) for p in paths], sample_by="line", keep_linebreaks=True,
-            streaming=True, split="train",
-        )  # fmt: skip
-        for batch in lines.iter(batch_size=STREAM_ROWS):
-            yield "".join(batch["text"])
-
     described = ", ".join(str(p) for p in paths[:3]) + (
         f" and {len(paths) - 3} more" if len(paths) > 3 else ""
     )
+    stream = functools.partial(_text_lines, [str(p) for p in paths])
     return Corpus(f"text file(s) {described}", {"source": "text", **_file_stamps(paths)}, stream, paths)
+
+
+def _text_lines(data_files: list[str]) -> Iterator[str]:
+    """The files' text in chunks of lines, line breaks kept: the chunks join to the exact text, and no row is
+    a whole file."""
+    lines = datasets.load_dataset(
+        "text", data_files=data_files, sample_by="line", keep_linebreaks=True, streaming=True, split="train"
+    )
+    for batch in lines.iter(batch_size=STREAM_ROWS):
+        yield "".join(batch["text"])
 
 
 def _file_stamps(paths: Sequence[Path]) -> dict[str, Any]:
@@ -190,16 +191,7 @@ def _url_text(url: str, path_option: str) -> Corpus:
     def stream() -> Iterator[str]:
         _check_reachable(url, url, fix)
         try:
-            lines = datasets.load_dataset(
-                "text",
-                data_files=[url],
-                sample_by="line",
-                keep_linebreaks=True,
-                streaming=True,
-                split="train",
-            )
-            for batch in lines.iter(batch_size=STREAM_ROWS):
-                yield "".join(batch["text"])
+            yield from _text_lines([url])
         except (OSError, ConnectionError) as err:
             raise CorpusError(f"could not download {url}: {err}; {fix}") from None
 
