@@ -1,20 +1,8 @@
 """`@hydra_entry_point`: `@hydra.main` for tinylm's scripts, with errors the user can fix reported as one line.
 
-Two kinds of mistakes reach a script:
-
-- Hydra's own, found while it composes the config, before the task function runs: an unknown group
-  choice (`norm=nope`), an unknown key, an override it cannot parse. Hydra prints several lines for these
-  (the search path, a hint about HYDRA_FULL_ERROR); here they become one line, e.g.
-  `error: unknown norm=nope; choose one of: on_branch, post, pre, sandwich`.
-- tinylm's, raised by the task as a `tinylm.errors.ReportedError` (bad values, files, checkpoints, a
-  diverged or interrupted run), or an OmegaConf/Hydra error while the task reads its config: printed as
-  `error: <message>`, with the error's exit code, and without Hydra's "Error executing job" banner.
-
-Everything else is a bug in tinylm or a library, and keeps its full traceback (exit code 1).
-`HYDRA_FULL_ERROR=1` turns all of this off: every error is raised with its complete traceback.
-
-Exit codes: 0 success, 1 a bug (traceback), 2 bad input or config, 3 training diverged, 128+N stopped by
-signal N (130 for Ctrl-C, 143 for SIGTERM) after saving a checkpoint.
+Hydra's composition errors (an unknown choice or key, an unparsable override), which it prints over several
+lines, and the task's `ReportedError`s become `error: <message>` and the error's exit code; anything else is
+a bug and keeps its traceback. `HYDRA_FULL_ERROR=1` raises everything. Exit codes: docs/errors.md.
 """
 
 from __future__ import annotations
@@ -42,9 +30,8 @@ USAGE_EXIT_CODE = 2
 SIGINT_EXIT_CODE = 130
 SIGTERM_EXIT_CODE = 143
 
-# Hydra prints its own errors, over several lines, unless HYDRA_FULL_ERROR is set; then it raises them.
-# The entry point sets it for the duration of the call so that it can catch them, and marks that it
-# did so, so a child process started meanwhile (DDP re-runs the script) still tells the two cases apart.
+# Hydra raises its errors (instead of printing them) only under HYDRA_FULL_ERROR: the entry point sets it to
+# catch them, and marks that it did, so a child process (DDP re-runs the script) tells it from the user's.
 _FULL_ERROR = "HYDRA_FULL_ERROR"
 _FULL_ERROR_SET_BY_TINYLM = "TINYLM_SET_HYDRA_FULL_ERROR"
 
@@ -84,9 +71,8 @@ def hydra_entry_point(
             except KeyboardInterrupt:
                 exit_with("interrupted (Ctrl-C) before anything was saved", SIGINT_EXIT_CODE)
             except SystemExit as err:
-                # Lightning ends a run that gets SIGTERM outside tinylm's handler (during set-up) with a
-                # SystemExit of its own, whose code None would exit 0. (Imported here: only a run that
-                # imported Lightning can raise it, and other scripts start faster without it.)
+                # Lightning ends a run that gets SIGTERM during set-up with a SystemExit whose code None would
+                # exit 0. Imported here: only a run that imported Lightning can raise it.
                 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
                 if isinstance(err, SIGTERMException):
@@ -176,12 +162,8 @@ def set_threads(threads: int | None) -> None:
 
 def route_lightning_logs_through_hydra() -> None:
     """Send Lightning's log lines where Hydra sends the job's: the console (stdout) and the run's log file.
-
-    Lightning gives its loggers stderr handlers of their own when it is imported before logging is set
-    up (as it is here, before Hydra configures the job), and keeps them after the root logger gets
-    handlers. Its "Seed set to ..." and "GPU available ..." lines then land on stderr, mixed with errors,
-    and never reach the run's log file. Once Hydra has configured logging, let them propagate instead.
-    """
+    Imported before logging is set up, Lightning keeps stderr handlers of its own, so its lines would mix
+    with errors and never reach the log file."""
     root = logging.getLogger()
     if not root.handlers:
         return

@@ -1,15 +1,6 @@
-"""The errors tinylm reports to the user as one line instead of a traceback.
-
-A `ReportedError` ends a script with `error: <message>` on stderr and the error's `exit_code` (through
-`tinylm.cli.hydra_entry_point`); every other exception is a bug and keeps its traceback. Two kinds:
-
-- `UserError`: something the user can act on (a bad setting, a missing or unreadable file, an incompatible
-  checkpoint, a run that diverged). The message names the problem and the fix. A sweep may catch these to
-  mark one job failed and go on with the next.
-- `TrainingInterrupted`: the user or a scheduler stopped the run (Ctrl-C, SIGTERM) after a checkpoint was
-  saved. Deliberately not a `UserError`, so that a sweep catching those still stops on Ctrl-C.
-
-Plain Python, no Lightning or Hydra, so the pure-PyTorch model can raise these too.
+"""The errors tinylm reports as one line, `error: <message>`, with their `exit_code` instead of a traceback
+(through `tinylm.cli.hydra_entry_point`; see docs/errors.md). Plain Python, no Lightning or Hydra, so the
+pure-PyTorch model can raise them too.
 """
 
 from __future__ import annotations
@@ -32,10 +23,8 @@ class ConfigError(UserError, ValueError):
 
 
 class TrainingDiverged(UserError, FloatingPointError):
-    """The training loss became NaN or infinite; no checkpoint was written from the broken weights.
-
-    A sweep wrapper catches this type to mark one job failed and go on with the others.
-    """
+    """The training loss became NaN or infinite; no checkpoint was written from the broken weights. A sweep
+    records the job as diverged and goes on."""
 
     exit_code = 3
 
@@ -45,10 +34,8 @@ class TrainingDiverged(UserError, FloatingPointError):
 
 
 class TrainingInterrupted(ReportedError):
-    """SIGINT or SIGTERM stopped training after a complete step, and a checkpoint to resume from was saved.
-
-    Exits with 128 + the signal's number, as a shell reports a process ended by that signal.
-    """
+    """SIGINT or SIGTERM stopped training after a complete step, and a checkpoint was saved. Exits with 128 +
+    the signal's number, as a shell would; not a `UserError`, so that a sweep catching those still stops."""
 
     def __init__(self, message: str, signum: int, step: int) -> None:
         super().__init__(message)

@@ -1,25 +1,7 @@
-"""Training-time health: per-block curves in TensorBoard that show *why* a run trains well or badly.
-
-Every `every_n_steps` optimizer steps (and at step 0), `TrainingHealth` logs, for each block k = 1..n_layer
-(block k's output, numbered like the depth probe's k), under `training_health/<quantity>/block_<k>`
-(sorted after the losses and the learning rate in TensorBoard):
-
-| quantity          | what                                                                              |
-|-------------------|-----------------------------------------------------------------------------------|
-| `stream_rms`      | RMS of the residual stream after block k                                          |
-| `token_spread`    | token spread after block k, relative to the stream RMS (`analysis.diagnostics`)  |
-| `attn_entropy`    | mean entropy (nats) of block k's attention distributions                          |
-| `attn_max_logit`  | largest attention logit q·k/√head_size in block k (logit growth, what QK-norm caps) |
-| `grad_w_q` ...    | gradient norms of W_q, W_k, W_v, W_o and each FFN matrix (`grad_ffn_up`, ...)      |
-
-Gradient norms are those of the step's real backward pass, read before the optimizer step (and before
-gradient clipping). Activations come from one extra forward pass without gradients over the same batch,
-with the same (not yet updated) weights, in eval mode: so it draws no dropout randomness, and a run with the
-callback trains bit for bit like one without it.
-
-Cost: on a step that does not log, the callback only compares the step number (no hooks exist, no tensor
-is touched, no host sync). A logging step pays one forward pass without gradients, recomputed attention
-weights, a few norms and one device-to-host copy of all values.
+"""Training-time health: per-block curves in TensorBoard, `training_health/<quantity>/block_<k>` (listed in
+docs/probe.md), that show *why* a run trains well or badly. Gradient norms are the step's own, before
+clipping; activations come from one extra no-grad forward pass in eval mode, so the run draws no extra
+randomness and trains bit for bit as without the callback. Other steps only compare the step number.
 """
 
 from __future__ import annotations
@@ -38,11 +20,8 @@ from tinylm.model import Block
 
 
 class TrainingHealth(L.Callback):
-    """Logs per-block health scalars to every logger of the run; see the module docstring.
-
-    `every_n_steps=0` turns it off. The LightningModule's `forward(inputs)` must run the model on the
-    batch's first element (as `CharLM` does); the blocks are found as the module's `tinylm.model.Block`s.
-    """
+    """Logs per-block health scalars to every logger of the run; `every_n_steps=0` turns it off. The module's
+    `forward(inputs)` must run the model on the batch's first element, as `CharLM` does."""
 
     def __init__(self, every_n_steps: int = 100, prefix: str = "training_health") -> None:
         self.every_n_steps = checks.whole_number(

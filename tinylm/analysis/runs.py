@@ -1,9 +1,6 @@
-"""A sweep's runs as the report sees them: found on disk, with their choices, how each ended (metrics.json)
-and their curves (TensorBoard scalars, read in one pass with tbparse).
-
-A run is any directory below the sweep directory with a `.hydra/overrides.yaml`: a grid's
-`runs/multirun/<date>/<time>/<n>_<overrides>/`, or a whole Optuna study directory with one sweep directory per
-invocation. A run without `metrics.json` is `unfinished` (still running, or killed).
+"""A sweep's runs as the report sees them: every directory below the sweep with a `.hydra/overrides.yaml`
+(a grid's jobs, or an Optuna study's), with its choices, how it ended (`metrics.json`; none: `unfinished`)
+and its TensorBoard curves (read in one pass with tbparse).
 """
 
 from __future__ import annotations
@@ -55,15 +52,14 @@ class RunSummary:
     tokens_per_s: float | None = None
     wall_time_s: float | None = None
     error: str | None = None
-    # (step, value, seconds since the run's first logged scalar) of the validation loss, and of the tag the
-    # report plots (the validation loss unless asked for another)
+    # (step, value, seconds since the run's first scalar) of the validation loss, and of the tag plotted
     val_curve: list[tuple[int, float, float]] = field(default_factory=list)
     curve: list[tuple[int, float, float]] = field(default_factory=list)
 
     @property
     def result(self) -> float | None:
         """What a comparison counts: the final val loss of a completed run, +inf for a diverged one, None
-        for a run that failed or never finished (no result)."""
+        for a run that failed or never finished."""
         if self.status == "diverged":
             return math.inf
         if self.status == "completed" and self.final_val_loss is not None:

@@ -1,8 +1,6 @@
 """The statistics behind a comparison: a mean over seeds with its Student-t confidence interval, a paired
-difference against a baseline over matching seeds with a verdict, and the best learning rate of a setting.
-
-Plain Python and scipy (for t quantiles); lower values are better (validation losses). A diverged run counts
-as +inf: it is a result, and the worst one.
+difference against a baseline with a verdict, and the best learning rate of a setting (docs/sweeps.md).
+Lower is better (validation losses); a diverged run counts as +inf: a result, and the worst one.
 """
 
 from __future__ import annotations
@@ -66,12 +64,8 @@ class Comparison:
 def compare(
     values: Mapping[Hashable, float], baseline: Mapping[Hashable, float], confidence: float = 0.95
 ) -> Comparison:
-    """Pair `values` with `baseline` seed by seed (keys are seeds) and judge the mean difference.
-
-    "better" / "worse" when the interval lies entirely below / above 0, "not resolved at this budget" when it
-    crosses 0, "one seed: no interval" with a single matching seed. A seed where one side diverged (+inf)
-    and the other did not decides nothing by size: the verdict says which diverged instead.
-    """
+    """Pair `values` with `baseline` seed by seed (keys are seeds) and judge the mean difference by where its
+    interval lies against 0. Where one side diverged (+inf), size decides nothing: the verdict says which."""
     seeds = tuple(sorted(set(values) & set(baseline), key=str))
     if not seeds:
         return Comparison(None, seeds, "no seeds in common with the baseline")

@@ -1,11 +1,7 @@
 """A corpus tokenised once into a compact array on disk (uint8 while the vocabulary fits, else uint16 or
-uint32), memory-mapped for training, so a corpus far larger than memory trains like a small one.
-
-The cache lives in the `datasets` cache (`$HF_HOME/datasets/tinylm-tokens/`), one directory per corpus,
-named by a hash of the corpus's identity (its files' paths, sizes and modification times; a URL; a hub
-name): an edited file is a new corpus. It holds the vocabulary (`vocab.json`) and one token file per
-tokenizer that encoded it. Every file is written to a temporary name and renamed, so a killed run leaves no
-half-written cache, and two runs tokenising at once each write a complete copy.
+uint32), memory-mapped, so a corpus far larger than memory trains like a small one (docs/cli.md). One
+directory per corpus identity holds `vocab.json` and a token file per tokenizer, each written atomically: a
+killed run leaves no half-written cache, and two runs tokenising at once each write a complete copy.
 """
 
 from __future__ import annotations
@@ -48,11 +44,9 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 
 def corpus_tokens(corpus: Corpus, tokenizer: CharTokenizer | None = None) -> tuple[np.memmap, CharTokenizer]:
-    """The corpus as token ids (read-only, memory-mapped) and the tokenizer that made them.
-
-    Without a tokenizer, the vocabulary is every character of the corpus. With one (a resumed run's, or a
-    trained model's for evaluation), characters it lacks raise `VocabularyError` before anything is encoded.
-    """
+    """The corpus as token ids (read-only, memory-mapped) and the tokenizer that made them: by default every
+    character of the corpus; a given one (a resumed run's, a trained model's) raises `VocabularyError` on
+    characters it lacks, before anything is encoded."""
     directory = cache_root() / _digest(corpus.identity)
     chars = _vocabulary(corpus, directory)
     if not chars:

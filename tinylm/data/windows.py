@@ -23,13 +23,9 @@ def cut_windows(tokens: np.ndarray, starts: np.ndarray, block_size: int) -> tupl
 
 
 class RandomWindows(IterableDataset):
-    """An endless stream of batches of random (input, target) windows.
-
-    Batch i depends only on (seed, rank, i), never on what came before, so a resumed run that starts at batch
-    i sees exactly the batches the uninterrupted run would have, and no two ranks draw the same stream. The
-    stream is defined in groups of `group_batches` consecutive batches whose window starts come from one
-    seeded draw; that definition is kept so earlier runs reproduce and their checkpoints resume exactly.
-    """
+    """An endless stream of batches of random (input, target) windows. Batch i depends only on (seed, rank,
+    i), so a resume continues it exactly and no two ranks share it. Starts are drawn per group of
+    `group_batches` batches: keep that, so earlier runs reproduce and their checkpoints resume exactly."""
 
     def __init__(
         self, tokens: np.ndarray, block_size: int, batch_size: int, seed: int, rank: int = 0
@@ -93,14 +89,9 @@ class FixedWindows(Dataset):
 
 
 class UnpaddedDistributedSampler(DistributedSampler):
-    """Rank r of W takes items r, r+W, r+2W, …: every item exactly once over all ranks, in a fixed order.
-
-    torch's DistributedSampler pads the shards to equal length by repeating items, so with 5 validation
-    windows on 2 ranks one window would count twice in the validation loss. Unpadded, the shards differ in length by
-    at most one, and the validation mean (weighted by windows, summed over ranks) is exactly the
-    single-process mean. Every rank needs at least one item, or it would never join the final all-reduce.
-    Uneven shards are safe because tinylm's model has no buffers for DDP to broadcast in `forward`.
-    """
+    """Rank r of W takes items r, r+W, r+2W, …: every item exactly once, where torch's sampler repeats some
+    (docs/scaling.md). Every rank needs an item, or it never joins the final all-reduce; uneven shards are
+    safe as the model has no buffers for DDP to broadcast in `forward`."""
 
     def __init__(self, dataset: Dataset, num_replicas: int, rank: int) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False, drop_last=False)

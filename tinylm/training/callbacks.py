@@ -49,10 +49,8 @@ class StepProgressBar(TQDMProgressBar):
 
 class ValidateOnLastStep(L.Callback):
     """Ends training on a validation, so the final metrics, `last.ckpt` and `best.ckpt` describe the final
-    model even when `max_steps` is not a multiple of `val_check_interval`.
-
-    Lightning validates on a step where `should_stop` is set; stopping there is what max_steps does anyway.
-    """
+    model even when `max_steps` is not a multiple of `val_check_interval` (Lightning validates on a step
+    where `should_stop` is set)."""
 
     def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
         if 0 < trainer.max_steps <= trainer.global_step:
@@ -68,11 +66,8 @@ class StepTensorBoardLogger(TensorBoardLogger):
 
 
 class TensorBoardHParams(L.Callback):
-    """Registers the run's choices in TensorBoard's HParams tab, with the validation loss as the metric.
-
-    Only the metric's tag is registered here; TensorBoard reads its values from the scalars the run logs, and
-    shows the latest, so the tab compares runs by their final validation loss without placeholders.
-    """
+    """Registers the run's choices in TensorBoard's HParams tab, with the validation loss as the metric: only
+    its tag, as TensorBoard shows the latest value the run logs, i.e. the final validation loss."""
 
     def __init__(self, params: dict[str, Any], metrics: tuple[str, ...] = (VAL_LOSS, VAL_BPC)) -> None:
         self.params = params

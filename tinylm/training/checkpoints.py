@@ -36,9 +36,6 @@ class CheckpointWriteError(UserError, OSError):
     """A checkpoint could not be written (a full disk, a read-only directory); the previous one is intact."""
 
 
-# --- where a run keeps its checkpoints ---------------------------------------------------------------------
-
-
 def checkpoint_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
@@ -50,10 +47,8 @@ def last_checkpoint(run_dir: str | Path) -> Path:
 
 def checkpoint_callbacks(run_dir: str | Path) -> list[ModelCheckpoint]:
     """`best.ckpt` (lowest validation loss so far) and `last.ckpt` (the latest state), both rewritten in place.
-
-    Not `save_last`: Lightning then writes last.ckpt only at validations that improve best.ckpt, so it would
-    lag behind the run. No version counter: a resumed run must not start a best-v1.ckpt.
-    """
+    Not `save_last`, which writes last.ckpt only when best.ckpt improves; no version counter, so a resumed run
+    never starts a best-v1.ckpt."""
     directory = str(checkpoint_dir(run_dir))
     best = ModelCheckpoint(
         dirpath=directory, filename="best", monitor=VAL_LOSS, mode="min", save_top_k=1,
@@ -63,20 +58,10 @@ def checkpoint_callbacks(run_dir: str | Path) -> list[ModelCheckpoint]:
     return [best, last]
 
 
-# --- writing --------------------------------------------------------------------------------------------
-
-
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Writes a checkpoint to a temporary file beside its target, fsyncs it, then renames it over the target.
-
-    A rename within one directory is atomic, so a process killed at any moment (SIGKILL, OOM, power cut
-    after the fsync) leaves either the previous checkpoint or the new one, never a partial file. Lightning's
-    own save goes through an fsspec transaction whose temporary file lives in the system temp directory; when
-    that is another filesystem (a tmpfs /tmp, a network run dir) the final move is a copy into the target,
-    which a kill can cut short.
-
-    Loading always uses `weights_only=True`: a checkpoint can hold tensors and plain data, never code.
-    """
+    """Writes a checkpoint to a temporary file beside it, fsynced and renamed over it, so a kill leaves the
+    old checkpoint or the new one, never a partial file; Lightning's own temporary file may be on another
+    filesystem, where its final move is a copy (docs/errors.md). Loads with `weights_only=True`."""
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
@@ -102,9 +87,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         weights_only: bool | None = None,
     ) -> dict[str, Any]:
         return super().load_checkpoint(path, map_location=map_location, weights_only=True)
-
-
-# --- reading ---------------------------------------------------------------------------------------------
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -211,10 +193,8 @@ def check_resumable(checkpoint: dict[str, Any], path: str | Path, model: ModelCo
 
 
 def load_module(path: str | Path, map_location: str = "cpu") -> CharLM:
-    """Rebuild the trained model and its tokenizer from a checkpoint (or run directory) alone.
-
-    Loading uses `weights_only=True`: a checkpoint can carry tensors and plain data, never code.
-    """
+    """Rebuild the trained model and its tokenizer from a checkpoint (or run directory) alone, loading with
+    `weights_only=True`: tensors and plain data, never code."""
     from tinylm.training.module import CharLM
 
     ckpt = resolve_checkpoint(path)

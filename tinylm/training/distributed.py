@@ -54,14 +54,10 @@ class EffectiveBatch:
 
 
 def relaunches_script(trainer: L.Trainer) -> bool:
-    """Whether `trainer.fit` will start this node's other ranks by running the command line again.
-
-    That is Lightning's default for `strategy=ddp`/`fsdp` when nothing else (SLURM, torchrun, …) has
-    started the processes: rank 0 runs `sys.argv` once more per extra device.
-    """
-    # Private in Lightning, but it is exactly the launcher that starts a node's other ranks by running
-    # `sys.argv` again; no public API tells it apart from the others (docs/internals.md). Imported here, so
-    # that a rename breaks multi-process runs loudly and nothing else.
+    """Whether `trainer.fit` will start this node's other ranks by running `sys.argv` again: Lightning's
+    default for ddp/fsdp when nothing else (SLURM, torchrun, …) started them."""
+    # Private, but exactly the launcher that re-runs `sys.argv`; nothing public tells it apart
+    # (docs/internals.md). Imported here, so that a rename breaks multi-process runs loudly and nothing else.
     from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 
     launcher = trainer.strategy.launcher
@@ -73,12 +69,8 @@ def relaunches_script(trainer: L.Trainer) -> bool:
 
 
 def refuse_relaunch_in_sweep(trainer: L.Trainer) -> None:
-    """Stop a Hydra sweep (`-m`) whose job would be re-run as a whole sweep by every extra rank.
-
-    Lightning re-runs `sys.argv` for ranks > 0; under `-m` that is the entire sweep again: a second sweep
-    directory, and ranks that pair up only if both processes happen to walk the same job list in the same
-    order. SLURM (the submitit launcher) starts the ranks itself and is not affected.
-    """
+    """Stop a Hydra sweep (`-m`) whose job would be re-run as a whole sweep by every extra rank; SLURM (the
+    submitit launcher) starts the ranks itself and is not affected (docs/scaling.md)."""
     if relaunches_script(trainer):
         raise ScaleOutError(
             f"-m (a sweep) with trainer.strategy={type(trainer.strategy).__name__} on "

@@ -1,7 +1,6 @@
-"""What keeps a training run's state safe: a stop on SIGINT/SIGTERM that saves first, a stop on a non-finite
-loss that never saves broken weights, and a random stream for the training steps that a checkpoint restores,
-so that a resumed run repeats the uninterrupted one bit for bit. (Checkpoint files themselves are written
-atomically by `tinylm.training.checkpoints.AtomicCheckpointIO`.)"""
+"""Keeping a run's state safe: a stop on SIGINT/SIGTERM that saves first, a stop on a non-finite loss that
+never saves broken weights, and a random stream of the training steps that checkpoints restore, so that a
+resumed run repeats the uninterrupted one bit for bit (docs/errors.md)."""
 
 from __future__ import annotations
 
@@ -21,19 +20,9 @@ from tinylm.training.checkpoints import last_checkpoint
 log = logging.getLogger(__name__)
 
 
-# --- the training steps' own random stream ------------------------------------------------------------
-
-
 class TrainingRandomState(L.Callback):
-    """Runs every training step on a random stream of its own, and saves that stream in each checkpoint.
-
-    Dropout draws from torch's global generator, and so does everything else: each DataLoader iterator
-    takes a seed from it when it is created, once per validation and again when a resumed run starts. With
-    one shared stream, the masks a step gets depend on how many validations came before and on whether
-    the process was restarted. Here the global state is swapped out around each training batch (forward,
-    backward and optimizer step), so the stream the steps see depends on the seed and the step count only,
-    and a checkpoint carries it to the resumed run. CPU and the module's CUDA device are covered.
-    """
+    """Runs the training steps on a random stream of their own (CPU and the module's CUDA device), saved in
+    each checkpoint: torch's global one also seeds each validation's DataLoader and a resume (docs/cli.md)."""
 
     def __init__(self) -> None:
         self._training: dict[str, torch.Tensor] | None = None
@@ -75,15 +64,9 @@ class TrainingRandomState(L.Callback):
 
 
 class LoggingStepFollowsGlobalStep(L.Callback):
-    """Keeps the step that metrics are logged at equal to the optimizer step after a resume.
-
-    Lightning logs at its loop counter `_batches_that_stepped`, which equals `global_step` at the start of
-    every batch of an uninterrupted run. A checkpoint written during a validation stores it one short (the
-    loop adds one after validating), and on restart Lightning only makes up for that when the checkpoint's
-    step is a regular `val_check_interval` step. A checkpoint from the validation that ends a run early
-    (`ValidateOnLastStep`, or max_steps not a multiple of the interval) then resumes with every training loss
-    logged one step too early. Restoring the invariant before each batch fixes that and nothing else.
-    """
+    """Keeps the step metrics are logged at equal to `global_step` after a resume: a checkpoint from the
+    validation that ends a run early stores it one short, and Lightning corrects that only at regular
+    `val_check_interval` steps (docs/internals.md)."""
 
     def on_train_batch_start(self, trainer: L.Trainer, *_: Any) -> None:
         # Private: nothing public sets the logging step. Lightning's own restore of it (issue #12274, fixed by
@@ -93,18 +76,10 @@ class LoggingStepFollowsGlobalStep(L.Callback):
             loop._batches_that_stepped = trainer.global_step
 
 
-# --- stopping on SIGINT / SIGTERM -----------------------------------------------------------------------
-
-
 class StopOnSignal(L.Callback):
-    """Ctrl-C (SIGINT) or SIGTERM ends training once the current step is complete, saves `last.ckpt` with
-    the state after that step, and raises `TrainingInterrupted` (the scripts exit with 128 + the signal).
-
-    The handlers only note the signal; the save happens between two steps (after a validation that was
-    due), so the checkpoint never holds a half-applied optimizer step. A second Ctrl-C quits at once,
-    without saving. Left to itself, Lightning 2.6 ends a run on SIGTERM after the step with exit status 0
-    and no checkpoint of that step, and on Ctrl-C wherever the KeyboardInterrupt lands, with status 1.
-    """
+    """Ctrl-C (SIGINT) or SIGTERM ends training after the current step, saves `last.ckpt` and raises
+    `TrainingInterrupted`. The handlers only note the signal, so the checkpoint is taken between two steps,
+    never of a half-applied one; a second Ctrl-C quits at once (docs/errors.md)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -134,12 +109,9 @@ class StopOnSignal(L.Callback):
                 launcher.kill(signum)  # DDP: pass it on to the ranks this process started
 
     def on_train_batch_start(self, trainer: L.Trainer, *_: Any) -> None:
-        # Acting before the next step rather than after the last one lets that step finish everything it
-        # does after its batch ends: logging its loss, validating, Lightning's own bookkeeping.
-        # All ranks take the same decision, at the same step, so none waits forever in a collective. That
-        # agreement is a collective with a host sync, which would stall each GPU's queue every step, so
-        # several ranks agree on the logger's steps only: the stop then comes at most
-        # `log_every_n_steps - 1` steps later. A single process decides alone, for free, every step.
+        # Before the next step, so the last one has logged, validated and done Lightning's bookkeeping. All
+        # ranks must stop at the same step or one waits forever in a collective; agreeing costs a host sync,
+        # so several ranks agree on the logger's steps only (docs/errors.md).
         if trainer.world_size > 1 and trainer.global_step % max(1, trainer.log_every_n_steps):
             return
         if not trainer.strategy.reduce_boolean_decision(self.received is not None, all=False):
@@ -168,20 +140,10 @@ class StopOnSignal(L.Callback):
         self._restore()
 
 
-# --- stopping on a non-finite loss ------------------------------------------------------------------------
-
-
 class StopOnNonFiniteLoss(L.Callback):
-    """Stops training with `TrainingDiverged` once the loss is NaN or infinite, and refuses to write a
-    checkpoint from non-finite weights, so `last.ckpt` and `best.ckpt` keep the last good state.
-
-    Cost: no host-device synchronisation of its own. Each step's loss is kept as a tensor; they are checked
-    together (one small reduction and one transfer) every `check_every_n_steps` steps (by default
-    Lightning's `log_every_n_steps`, where logging synchronises anyway), before every validation and
-    checkpoint save (both also check the weights: one reduction over the parameters) and at the end of
-    training. So a divergence is caught at most `check_every_n_steps - 1` steps later, and always before a
-    validation, a sample or a checkpoint sees the broken weights.
-    """
+    """Stops training with `TrainingDiverged` once the loss is NaN or infinite, and refuses to checkpoint
+    non-finite weights. Losses stay tensors, checked together every `check_every_n_steps` (default: the
+    logging interval, which syncs anyway) and before every validation and save: no host sync of its own."""
 
     def __init__(self, check_every_n_steps: int | None = None) -> None:
         self.check_every_n_steps = check_every_n_steps

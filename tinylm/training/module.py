@@ -55,9 +55,7 @@ class OptimConfig:
 
 def learning_rate(step: int, lr: float, min_lr: float, warmup_steps: int, decay_steps: int) -> float:
     """Linear warmup to `lr` over `warmup_steps`, then cosine decay to `min_lr` at `decay_steps`, then flat.
-
-    `step` counts optimizer steps from 0; step 0 already gets a non-zero rate.
-    """
+    `step` counts optimizer steps from 0; step 0 already gets a non-zero rate."""
     if step < warmup_steps:
         return lr * (step + 1) / (warmup_steps + 1)
     if step >= decay_steps:
@@ -80,11 +78,8 @@ def unwrapped_name(name: str) -> str:
 def weight_decay_groups(
     named_params: Iterable[tuple[str, torch.nn.Parameter]], decayed: dict[str, bool], weight_decay: float
 ) -> list[dict[str, Any]]:
-    """AdamW parameter groups: `weight_decay` on the names `decayed` marks True, none on the others.
-
-    Every name must be one of `decayed`'s: a name it does not know means a wrapper renamed the parameters
-    in a way `unwrapped_name` does not undo, and the parameter would silently lose its weight decay.
-    """
+    """AdamW parameter groups: `weight_decay` on the names `decayed` marks True, none on the others. A name
+    it lacks raises: a wrapper renamed it past `unwrapped_name`, and it would silently lose its decay."""
     named = list(named_params)
     unknown = [name for name, _ in named if name not in decayed]
     if unknown:

@@ -1,8 +1,5 @@
-"""`trainer.precision=auto`: bf16 autocast where the hardware multiplies bf16 natively, fp32 everywhere else.
-
-bf16 autocast only pays where bf16 matmuls run at about twice the fp32 rate (docs/performance.md). A CPU
-without bf16 instructions emulates them and trains slower than in fp32, so the choice depends on the machine;
-the resolved value is logged and saved in the run's config.yaml.
+"""`trainer.precision=auto`: bf16 autocast where the hardware multiplies bf16 natively, fp32 everywhere else,
+since a CPU without bf16 instructions emulates them and trains slower (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -30,9 +27,7 @@ def _device_type(accelerator: str) -> str:
 
 def multiplies_bf16_natively(device_type: str) -> bool:
     """Whether `device_type`'s matmuls run bf16 in hardware: AVX512-BF16 or AMX on x86 CPUs, Ampere+ GPUs.
-
-    Arm CPUs and MPS answer False: not measured here, so they keep fp32.
-    """
+    Arm CPUs and MPS answer False: not measured here, so they keep fp32."""
     if device_type == "cpu":
         # Private probes (the ones inductor uses; docs/internals.md); without them the safe answer is fp32.
         probes = [getattr(torch.cpu, name, None) for name in CPU_BF16_PROBES]

@@ -1,6 +1,5 @@
 """The resolvers tinylm's configs use (`${run_label:...}`, `${threads_per_job:...}`, `${times:...}`,
-`${slurm_gpus_per_node:...}`): light functions, registered when this module is imported, which every entry
-point does before Hydra composes a config."""
+`${slurm_gpus_per_node:...}`), registered on import, which every entry point does before Hydra composes."""
 
 from __future__ import annotations
 
@@ -15,12 +14,9 @@ NOT_IN_RUN_LABEL = ("ckpt_path", "run_dir", "run_name", "threads", "latest_link"
 
 
 def run_label(overrides: Sequence[str], max_chars: int = 100) -> str:
-    """A run's name from its command-line overrides, e.g. `norm=pre,act=swiglu`, safe as a directory name.
-
-    Group choices (`norm=`, `act=`, `data=`...) come first, in the order given, as they say what the run
-    is; dotted keys follow, sorted. Path separators become `_`, and a long name is cut, keeping a hash of
-    the whole so that names stay unique.
-    """
+    """A run's name from its command-line overrides, e.g. `norm=pre,act=swiglu`, safe as a directory name:
+    group choices first, as given (they say what the run is), then dotted keys, sorted; a long name is cut,
+    keeping a hash of the whole so that names stay unique."""
     kept = [o for o in overrides if not o.lstrip("+~").startswith(NOT_IN_RUN_LABEL)]
     choices = [o for o in kept if "." not in o.split("=", 1)[0]]
     label = ",".join(choices + sorted(o for o in kept if o not in choices))
@@ -32,19 +28,13 @@ def run_label(overrides: Sequence[str], max_chars: int = 100) -> str:
 
 
 def threads_per_job(n_jobs: int | str | None) -> int:
-    """Torch threads for each of `n_jobs` jobs running side by side: this machine's cores, shared out.
-
-    Jobs that together ask for more threads than there are cores collapse (OpenMP threads spin while they
-    wait for a core). `n_jobs` <= 0 or None means one job per core, as in joblib.
-    """
+    """Torch threads for each of `n_jobs` jobs side by side: the cores shared out, as more threads than cores
+    collapse (waiting OpenMP threads spin). `n_jobs` <= 0 or None means one job per core, as in joblib."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     jobs = int(n_jobs) if n_jobs not in (None, "") else -1
     if jobs <= 0:
         return 1
     return max(1, cores // jobs)
-
-
-# conf/launcher/joblib.yaml: threads: ${threads_per_job:${hydra:launcher.n_jobs}}
 
 
 def slurm_gpus_per_node(accelerator: str, devices: int | str) -> int | None:
@@ -53,11 +43,8 @@ def slurm_gpus_per_node(accelerator: str, devices: int | str) -> int | None:
 
 
 def times(value: Any, factor: float) -> Any:
-    """`${times:${optim.lr},0.1}`: a setting that follows another, e.g. min_lr = lr / 10.
-
-    A value that is not a number passes through unchanged, so that the check of the setting the user typed
-    (`optim.lr='fast' must be a number`) reports it rather than an error about this one.
-    """
+    """`${times:${optim.lr},0.1}`: a setting that follows another, e.g. min_lr = lr / 10. A non-number passes
+    through, so the error names the setting the user typed (`optim.lr='fast' must be a number`)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return value
     return value * factor

@@ -69,11 +69,9 @@ log = logging.getLogger(__name__)
 def run(cfg: DictConfig, extra_callbacks: Sequence[L.Callback] = ()) -> dict[str, Any]:
     """Train as `cfg` says; returns the final metrics (floats), the run directory and the sample text.
 
-    `extra_callbacks` lets tools that drive a real run (benchmarks) observe it without changing it. The run
-    directory is held for the whole run (a second run into it is refused), and every input is checked
-    before anything is written: a bad setting, corpus or checkpoint raises a `UserError` and leaves the run
-    directory (and every other) as it was. A run that diverges raises `TrainingDiverged`; one stopped by
-    SIGINT/SIGTERM saves last.ckpt and raises `TrainingInterrupted`.
+    `extra_callbacks` let tools (benchmarks) observe a real run. Bad input raises a `UserError` before
+    anything is written; training raises `TrainingDiverged`, or `TrainingInterrupted` after saving last.ckpt
+    (docs/errors.md).
     """
     with holding(cfg.run_dir):
         return prepare(cfg, extra_callbacks).fit()
@@ -297,9 +295,8 @@ def _whole_model(trainer: L.Trainer, module: CharLM) -> CharLM | None:
 
 
 def hparams_for_tensorboard(cfg: DictConfig) -> dict[str, Any]:
-    """The choices that tell runs apart, for TensorBoard's HParams tab: the design axes, every setting given on
-    the command line, and the seed. TensorBoard sorts them by name and shows the first five; the full config
-    is the run's config.yaml."""
+    """The choices that tell runs apart, for TensorBoard's HParams tab (which shows the first five by name):
+    the design axes, every setting given on the command line, and the seed. The rest is in config.yaml."""
     values = {
         "norm": cfg.model.norm,
         "norm_type": cfg.model.norm_type,

@@ -31,12 +31,9 @@ def holds_a_run(run_dir: str | Path) -> bool:
 
 @contextmanager
 def exclusive(run_dir: str | Path) -> Iterator[None]:
-    """Hold the run directory for this process: a second run into it is refused, not interleaved, and so is
-    a directory this process cannot write.
-
-    An advisory lock (flock) on the directory itself: nothing is written to take it, the kernel drops it when
-    the process ends however it ends, and a directory that does not exist yet has nobody in it.
-    """
+    """Hold the run directory for this process, refusing a second run into it or a directory it cannot write.
+    An flock on the directory itself: nothing is written to take it, and the kernel drops it however the
+    process ends. A directory that does not exist yet has nobody in it."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         yield

@@ -1,20 +1,7 @@
-"""Training as one job of a sweep: a failing job is recorded and the sweep goes on.
-
-`scripts/train.py` hands every run, single or swept, to `run_job`. In a Hydra multirun one job's crash
-would otherwise end the whole sweep (Hydra's basic sweeper re-raises it after the batch; the Optuna sweeper
-stops at its first failure by default). Here a failing job is logged with its traceback, its run directory
-gets a `metrics.json` saying how it ended, and the sweeper gets a value it understands:
-
-- **diverged** (a divergence error, or a non-finite objective): `+inf`. Blowing up is a real, terrible result
-  for those hyperparameters, so Optuna records a complete trial worth `inf` and learns to avoid the region.
-- **failed** (any other exception): `None`. Optuna marks the trial FAIL and leaves it out of its model
-  (`nan` would not do: optuna 2.x refuses a `nan` value in a way that ends the sweep).
-
-A single run still raises, so it exits non-zero; so does an error that condemns the whole sweep
-(`SWEEP_ERRORS`), which stops it at the first job, and Ctrl-C or SIGTERM (`TrainingInterrupted`, recorded
-as `interrupted`: last.ckpt holds the job's state), which stops the sweep as the user or scheduler asked.
-A command refused before it wrote anything (a `UserError` from the checks, or a run directory another run
-holds) records nothing in a directory that already holds a run, e.g. when a resume in place is mistyped.
+"""Training as one job of a sweep (`scripts/train.py` hands every run to `run_job`): a failing job is recorded
+in its `metrics.json` and the sweep goes on, where Hydra's sweepers would stop. A diverged job scores `+inf`
+(a real, very bad result), any other failure `None` (an Optuna FAIL trial, as `nan` would end the sweep);
+Ctrl-C, SIGTERM and `SWEEP_ERRORS` still stop it. See docs/sweeps.md.
 """
 
 from __future__ import annotations
@@ -48,9 +35,8 @@ SWEEP_ERRORS: tuple[type[BaseException], ...] = (ScaleOutError, TrainingInterrup
 def run_job(cfg: DictConfig, keep_going: bool | None = None) -> float | None:
     """Train as `cfg` says; return `cfg.optimized_metric` (to be minimised) for the sweeper.
 
-    `keep_going` (default: inside a multirun) turns an exception into a recorded failure and a return value
-    (see the module docstring); otherwise the exception is recorded and re-raised. A command refused before
-    it wrote anything (bad input, a busy run directory) records nothing in a directory that holds a run.
+    `keep_going` (default: inside a multirun) turns an exception into a recorded failure and a return value;
+    otherwise it is recorded and re-raised. A refused command records nothing in a directory holding a run.
     """
     if keep_going is None:
         keep_going = in_multirun()
@@ -108,10 +94,8 @@ def _record_failure(
 
 
 class CreateStorageDir(Callback):
-    """Hydra callback: create the directory of the Optuna sweeper's SQLite database before the study opens.
-
-    SQLite does not create directories, and the sweeper opens its study before the launcher creates any.
-    """
+    """Hydra callback: create the directory of the Optuna sweeper's SQLite database, which SQLite does not,
+    before the sweeper opens its study (and before the launcher creates any directory)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         storage = OmegaConf.select(config, "hydra.sweeper.storage", default=None)
