@@ -9,6 +9,7 @@ diverged run counts as a result (+inf, the worst); a failed or unfinished one as
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -249,6 +250,20 @@ def _comparison_rows(
     return rows
 
 
+def _tuned_rows(settings: Sequence[Setting], columns: Sequence[str], baseline: Setting | None) -> list[list]:
+    rows = []
+    for rank, s in enumerate(settings, start=1):
+        c = s.comparison
+        rows.append([
+            rank, *(s.choices.get(col, "—") for col in columns), s.choices.get(LR, "—"), len(s.results),
+            _fmt(s.estimate.mean if s.estimate else None), _fmt_interval(s.estimate),
+            "baseline" if s is baseline else _fmt(c.difference.mean if c and c.difference else None, signed=True),
+            _fmt_interval(c.difference if c else None, signed=True),
+            c.verdict if c else "",
+        ])  # fmt: skip
+    return rows
+
+
 def markdown(report: SweepReport) -> str:
     """The report as markdown: settings with intervals, paired comparisons, the tuned table, every run."""
     pct = f"{report.confidence:.0%}"
@@ -280,29 +295,9 @@ def markdown(report: SweepReport) -> str:
             "chosen on the same runs it is judged on, so the intervals are slightly optimistic.",
             "",
         ]
-        header = [
-            "rank",
-            *tuned_cols,
-            "best lr",
-            "seeds",
-            "mean",
-            f"{pct} CI",
-            "vs baseline",
-            f"{pct} CI",
-            "verdict",
-        ]
-        rows = []
-        for rank, s in enumerate(report.tuned, start=1):
-            c = s.comparison
-            rows.append([
-                rank, *(s.choices.get(col, "—") for col in tuned_cols), s.choices.get(LR, "—"), len(s.results),
-                _fmt(s.estimate.mean if s.estimate else None), _fmt_interval(s.estimate),
-                "baseline" if s is base else
-                _fmt(c.difference.mean if c and c.difference else None, signed=True),
-                _fmt_interval(c.difference if c else None, signed=True),
-                c.verdict if c else "",
-            ])  # fmt: skip
-        text += [*_table(header, rows), ""]
+        header = ["rank", *tuned_cols, "best lr", "seeds", "mean", f"{pct} CI"]
+        header += ["vs baseline", f"{pct} CI", "verdict"]
+        text += [*_table(header, _tuned_rows(report.tuned, tuned_cols, base)), ""]
     elif report.baseline is not None and len(report.settings) > 1:
         text += [
             f"## Against the baseline `{report.baseline.label(cols)}`",
@@ -315,9 +310,7 @@ def markdown(report: SweepReport) -> str:
         text += [*_table(header, _comparison_rows(report.settings, cols, report.baseline)), ""]
 
     text += ["## Runs", "", *_runs_table(report), ""]
-    counts: dict[str, int] = {}
-    for run in report.runs:
-        counts[run.status] = counts.get(run.status, 0) + 1
+    counts = Counter(run.status for run in report.runs)
     text.append(
         f"{len(report.runs)} runs: " + ", ".join(f"{n} {s}" for s, n in counts.items())
         + ". bits/char = nats / ln 2; params without position embeddings; tokens/s and wall time depend on what "
