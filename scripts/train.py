@@ -10,11 +10,11 @@ from tinylm.cli import hydra_entry_point
 
 @hydra_entry_point(config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    from tinylm.training.sweep import run_job  # here, not above: --help and config errors need no torch
+    from tinylm.training.sweep import objective  # here, not above: --help and config errors need no torch
 
     # The optimized metric, for sweepers (Optuna minimises it); in a multirun a failing job returns
     # instead of raising, so the sweep goes on.
-    return run_job(cfg)
+    return objective(cfg)
 
 
 if __name__ == "__main__":

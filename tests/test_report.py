@@ -26,7 +26,7 @@ from tinylm.analysis.report import (
     write_report,
 )
 from tinylm.analysis.runs import ReportError
-from tinylm.training.run_record import RECORD_FILE, read_run_record, write_run_record
+from tinylm.layout import RECORD_FILE, read_run_record, write_run_record
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -13,7 +13,7 @@ import yaml
 from tinylm.analysis.report import build_report, markdown, to_json
 from tinylm.analysis.runs import ReportError
 from tinylm.analysis.stats import BETTER, ONE_SEED, UNRESOLVED, WORSE, best_key, compare, estimate
-from tinylm.training.run_record import write_run_record
+from tinylm.layout import write_run_record
 
 # --- estimate -----------------------------------------------------------------------------------------------
 

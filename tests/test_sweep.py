@@ -18,12 +18,12 @@ from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-import tinylm.training.sweep
+import tinylm.training.run
+from tinylm.layout import read_run_record
 from tinylm.model import GPT, ModelConfig
 from tinylm.training.distributed import ScaleOutError
 from tinylm.training.resolvers import threads_per_job
-from tinylm.training.run_record import read_run_record
-from tinylm.training.sweep import run_job
+from tinylm.training.sweep import objective
 
 
 def _run_dirs(sweep_dir: Path) -> list[Path]:
@@ -84,7 +84,7 @@ def test_failing_jobs_are_recorded_and_the_sweep_goes_on(tmp_path):
 
 @pytest.fixture
 def fake_run(monkeypatch):
-    """Replace training in tinylm.training.sweep with a run that passes its checks, then raises or returns
+    """Replace training in tinylm.training.run with a run that passes its checks, then raises or returns
     what the test says."""
 
     def install(outcome):
@@ -93,7 +93,9 @@ def fake_run(monkeypatch):
                 raise outcome
             return outcome
 
-        monkeypatch.setattr(tinylm.training.sweep, "prepare", lambda cfg: SimpleNamespace(fit=fit))
+        monkeypatch.setattr(
+            tinylm.training.run, "prepare", lambda cfg, observers=(): SimpleNamespace(fit=fit)
+        )
 
     return install
 
@@ -104,7 +106,7 @@ def _job_cfg(tmp_path: Path):
 
 def test_run_job_returns_the_optimized_metric(tmp_path, fake_run):
     fake_run({"loss/val": 1.25, "loss/train": 1.0})
-    assert run_job(_job_cfg(tmp_path)) == 1.25
+    assert objective(_job_cfg(tmp_path)) == 1.25
 
 
 @pytest.mark.parametrize(
@@ -117,7 +119,7 @@ def test_run_job_returns_the_optimized_metric(tmp_path, fake_run):
 )
 def test_run_job_in_a_sweep_records_a_failure_and_returns(tmp_path, fake_run, error, status, returned):
     fake_run(error)
-    assert run_job(_job_cfg(tmp_path), keep_going=True) == returned
+    assert objective(_job_cfg(tmp_path), keep_going=True) == returned
     record = read_run_record(tmp_path)
     assert record["status"] == status
     assert record["error"] == f"{type(error).__name__}: {error}"
@@ -126,20 +128,20 @@ def test_run_job_in_a_sweep_records_a_failure_and_returns(tmp_path, fake_run, er
 def test_run_job_single_run_records_and_reraises(tmp_path, fake_run):
     fake_run(ValueError("bad config"))
     with pytest.raises(ValueError, match="bad config"):
-        run_job(_job_cfg(tmp_path), keep_going=False)
+        objective(_job_cfg(tmp_path), keep_going=False)
     assert read_run_record(tmp_path)["status"] == "failed"
 
 
 def test_run_job_stops_the_sweep_on_an_error_every_job_would_hit(tmp_path, fake_run):
     fake_run(ScaleOutError("-m (a sweep) with trainer.strategy=DDPStrategy on 2 devices"))
     with pytest.raises(ScaleOutError):
-        run_job(_job_cfg(tmp_path), keep_going=True)
+        objective(_job_cfg(tmp_path), keep_going=True)
     assert read_run_record(tmp_path)["status"] == "failed"
 
 
 def test_run_job_treats_a_non_finite_objective_as_divergence(tmp_path, fake_run):
     fake_run({"loss/val": math.nan, "step": 6})
-    assert run_job(_job_cfg(tmp_path), keep_going=True) == math.inf
+    assert objective(_job_cfg(tmp_path), keep_going=True) == math.inf
     record = read_run_record(tmp_path)
     assert record["status"] == "diverged" and math.isnan(record["loss/val"])
 
@@ -147,7 +149,7 @@ def test_run_job_treats_a_non_finite_objective_as_divergence(tmp_path, fake_run)
 def test_run_job_outside_hydra_is_a_single_run(tmp_path, fake_run):
     fake_run(RuntimeError("boom"))
     with pytest.raises(RuntimeError):
-        run_job(_job_cfg(tmp_path))
+        objective(_job_cfg(tmp_path))
 
 
 # --- Optuna: a search kept in SQLite, resumed by a second invocation --------------------------------------

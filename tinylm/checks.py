@@ -5,9 +5,10 @@ Booleans are refused as numbers: YAML reads `true` as a bool, which Python would
 
 from __future__ import annotations
 
+import difflib
 import math
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tinylm.errors import ConfigError
@@ -48,6 +49,16 @@ def choice(name: str, value: Any, choices: Iterable[str]) -> str:
     if value not in choices:
         raise ConfigError(f"{name}={value!r} is not one of {', '.join(map(repr, choices))}")
     return value
+
+
+def known_keys(prefix: str, values: Mapping[str, Any], known: Iterable[str], see: str = "") -> None:
+    """Refuse a key that is not a setting of its section, naming the nearest one that is."""
+    known = sorted(known)
+    for key in values:
+        if key not in known:
+            near = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean {prefix}{near[0]}?" if near else f"the settings are: {', '.join(known)}"
+            raise ConfigError(f"{prefix}{key} is not a setting{see}; {hint}")
 
 
 def boolean(name: str, value: Any) -> bool:

@@ -1,23 +1,29 @@
-"""`@hydra_entry_point`: `@hydra.main` for tinylm's scripts, with errors the user can fix reported as one line.
+"""`@hydra_entry_point`: `@hydra.main` for tinylm's scripts, with each error the user can fix reported as one
+line, `error: <message>`, and its exit code (docs/errors.md); a bug keeps its traceback.
 
-Hydra's composition errors (an unknown choice or key, an unparsable override), which it prints over several
-lines, and the task's `ReportedError`s become `error: <message>` and the error's exit code; anything else is
-a bug and keeps its traceback. `HYDRA_FULL_ERROR=1` raises everything. Exit codes: docs/errors.md.
+Two places report errors. Inside the task, tinylm catches its own `ReportedError`s (and the machine's
+errors: a full disk, a read-only directory). Before the task, Hydra reports what is Hydra's (an unknown
+choice or key, an unparsable override) in its own words: its report, which spans several lines, is held
+until the task starts and, if Hydra ends the command instead, printed as one line. `HYDRA_FULL_ERROR=1`
+(Hydra's own switch) raises everything with its traceback.
 """
 
 from __future__ import annotations
 
 import errno
 import functools
+import io
 import logging
 import os
+import re
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 import hydra
-from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
@@ -26,16 +32,18 @@ from tinylm.errors import ReportedError
 from tinylm.training import resolvers  # noqa: F401  (registers the configs' resolvers)
 
 CONFIG_MODULE = "pkg://tinylm.conf"
+BUG_EXIT_CODE = 1
 USAGE_EXIT_CODE = 2
 SIGINT_EXIT_CODE = 130
 SIGTERM_EXIT_CODE = 143
 
-# Hydra raises its errors (instead of printing them) only under HYDRA_FULL_ERROR: the entry point sets it to
-# catch them, and marks that it did, so a child process (DDP re-runs the script) tells it from the user's.
-_FULL_ERROR = "HYDRA_FULL_ERROR"
-_FULL_ERROR_SET_BY_TINYLM = "TINYLM_SET_HYDRA_FULL_ERROR"
-
 TaskFunction = Callable[[DictConfig], Any]
+
+# Errors of the machine, not of tinylm: a path in the way or missing, no permission, a full disk.
+ENVIRONMENT_ERRNOS = {
+    errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG,
+    errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENOENT, errno.ENAMETOOLONG,
+}  # fmt: skip
 
 
 def hydra_entry_point(
@@ -50,6 +58,7 @@ def hydra_entry_point(
     def decorate(task: TaskFunction) -> Callable[[], Any]:
         @functools.wraps(task)  # Hydra unwraps this to find the script's name and module
         def task_reporting_user_errors(cfg: DictConfig) -> Any:
+            release_stderr()  # composition succeeded: what Hydra had to say goes out as it is
             quiet_known_noise()
             if uses_lightning:
                 import lightning.pytorch  # noqa: F401  (adds its console handlers, which the next line routes)
@@ -65,9 +74,11 @@ def hydra_entry_point(
             except OSError as err:
                 if err.errno not in ENVIRONMENT_ERRNOS:
                     raise
-                exit_with(describe_os_error(err), USAGE_EXIT_CODE)
-            except (OmegaConfBaseException, HydraException) as err:
-                exit_with(f"bad config: {one_line(str(err))}", USAGE_EXIT_CODE)
+                exit_with(
+                    describe_os_error(err.filename, err.strerror or str(err), err.errno), USAGE_EXIT_CODE
+                )
+            except (OmegaConfBaseException, HydraException) as err:  # e.g. an interpolation that fails
+                exit_with(f"bad config: {err}", USAGE_EXIT_CODE)
             except KeyboardInterrupt:
                 exit_with("interrupted (Ctrl-C) before anything was saved", SIGINT_EXIT_CODE)
             except SystemExit as err:
@@ -87,48 +98,75 @@ def hydra_entry_point(
 
         @functools.wraps(task)
         def main() -> Any:
-            if full_error_requested():
-                return hydra_main()
-            saved = {name: os.environ.get(name) for name in (_FULL_ERROR, _FULL_ERROR_SET_BY_TINYLM)}
-            os.environ[_FULL_ERROR] = os.environ[_FULL_ERROR_SET_BY_TINYLM] = "1"
-            try:
-                return hydra_main()
-            except (HydraException, OmegaConfBaseException) as err:
-                exit_with(describe_hydra_error(err), USAGE_EXIT_CODE)
-            except OSError as err:
-                # Hydra could not create or write its run directory (a file in the way, no permission).
-                if err.errno not in ENVIRONMENT_ERRNOS:
-                    raise
-                exit_with(describe_os_error(err), USAGE_EXIT_CODE)
-            finally:
-                for name, value in saved.items():
-                    if value is None:
-                        os.environ.pop(name, None)
-                    else:
-                        os.environ[name] = value
+            with stderr_held_until_the_task() as held:
+                try:
+                    return hydra_main()
+                except SystemExit as stop:
+                    report = held.getvalue()
+                    if stop.code in (None, 0) or not report:
+                        raise
+                    held.seek(0)
+                    held.truncate()
+                    release_stderr()
+                    message, code = describe_hydra_report(report)
+                    exit_with(message, code)
 
         return main
 
     return decorate
 
 
-# Errors of the machine, not of tinylm: a path in the way or missing, no permission, a full disk.
-ENVIRONMENT_ERRNOS = {
-    errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG,
-    errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENOENT, errno.ENAMETOOLONG,
-}  # fmt: skip
+# The stream Hydra's report goes to until the task starts, and the real stderr; module state, not a closure,
+# so that the task still pickles for launchers that run it in other processes (joblib).
+_held: list[tuple[io.StringIO, Any]] = []
 
 
-def describe_os_error(err: OSError) -> str:
-    where = f" {err.filename!r}" if err.filename else ""
+@contextmanager
+def stderr_held_until_the_task() -> Iterator[io.StringIO]:
+    held = io.StringIO()
+    _held.append((held, sys.stderr))
+    sys.stderr = held
+    try:
+        yield held
+    finally:
+        release_stderr()
+
+
+def release_stderr() -> None:
+    """Give stderr back, with whatever was written to it meanwhile (a warning while composing, say)."""
+    while _held:
+        held, real = _held.pop()
+        if sys.stderr is held:
+            sys.stderr = real
+        real.write(held.getvalue())
+        held.seek(0)
+        held.truncate()
+
+
+def describe_hydra_report(report: str) -> tuple[str, int]:
+    """One line and an exit code for what Hydra printed before ending the command: its message (a usage
+    error), the machine's error if the run directory could not be made, or, for anything else, the whole
+    report as it is (a bug: exit code 1)."""
+    lines = [line for line in report.splitlines() if "HYDRA_FULL_ERROR" not in line]
+    if "Traceback (most recent call last)" not in report:
+        return one_line("\n".join(lines)), USAGE_EXIT_CODE
+    last = next((line for line in reversed(lines) if line.strip()), "")
+    os_error = re.match(r"\w+Error: \[Errno (\d+)\] ([^:]+)(?:: '(.*)')?$", last)
+    if os_error and int(os_error[1]) in ENVIRONMENT_ERRNOS:
+        return describe_os_error(os_error[3], os_error[2], int(os_error[1])), USAGE_EXIT_CODE
+    sys.stderr.write("\n".join(lines) + "\n")
+    return last, BUG_EXIT_CODE
+
+
+def describe_os_error(filename: str | None, reason: str, number: int | None) -> str:
+    where = f" {filename!r}" if filename else ""
     fixes = {
         errno.EEXIST: "a file is in the way of a directory: choose another hydra.run.dir",
         errno.ENOTDIR: "a file is in the way of a directory: choose another hydra.run.dir",
         errno.ENOSPC: "free some space, or choose another hydra.run.dir",
         errno.EFBIG: "free some space, or choose another hydra.run.dir",
     }
-    fix = fixes.get(err.errno, "choose a writable hydra.run.dir")
-    return f"cannot write{where}: {err.strerror or err}; {fix}"
+    return f"cannot write{where}: {reason}; {fixes.get(number, 'choose a writable hydra.run.dir')}"
 
 
 def quiet_known_noise() -> None:
@@ -176,9 +214,8 @@ def route_lightning_logs_through_hydra() -> None:
 
 
 def full_error_requested() -> bool:
-    """The user set HYDRA_FULL_ERROR=1 themselves: raise everything with its traceback."""
-    value = os.environ.get(_FULL_ERROR, "")
-    return value not in ("", "0") and os.environ.get(_FULL_ERROR_SET_BY_TINYLM) != "1"
+    """HYDRA_FULL_ERROR=1, Hydra's own switch: raise everything with its traceback."""
+    return os.environ.get("HYDRA_FULL_ERROR") == "1"
 
 
 def exit_with(message: str, code: int) -> NoReturn:
@@ -188,36 +225,11 @@ def exit_with(message: str, code: int) -> NoReturn:
 
 
 def one_line(text: str) -> str:
-    """Join a multi-line message into one line, dropping Hydra's config-search-path listing."""
+    """Join a multi-line message into one line, dropping Hydra's config-search-path listing; a line that
+    introduces the next ones (`Available options in 'norm':`) runs on into them."""
     text = text.split("Config search path:", 1)[0]
-    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
-
-
-def describe_hydra_error(err: Exception) -> str:
-    """One line naming what Hydra could not compose and how to fix it."""
-    if isinstance(err, MissingConfigException) and err.options and err.missing_cfg_file:
-        group, _, choice = str(err.missing_cfg_file).rpartition("/")
-        if group:
-            return f"unknown {group}={choice}; choose one of: {', '.join(sorted(err.options))}"
-    if isinstance(err, OverrideParseException):
-        details = [
-            line.strip()
-            for line in str(err.message).splitlines()
-            if line.strip() and not line.startswith(("Error parsing override", "See "))
-        ]
-        reason = details[0] if details else "syntax error"
-        return (
-            f"cannot parse the override {err.override!r} ({reason}); write key=value, e.g. norm=post, "
-            """and quote a value with spaces or special characters: 'prompt="ROMEO: ..."'"""
-        )
-    message = one_line(str(err))
-    cause = err.__cause__
-    if "Could not override" in message and isinstance(cause, OmegaConfBaseException):
-        key = message.split("'")[1] if message.count("'") >= 2 else "?"
-        return (
-            f"unknown setting {key!r} ({one_line(str(cause)).split(';')[0]}); check the spelling "
-            f"(--cfg job prints every setting), or add a new key with +{key}=..."
-        )
-    if isinstance(cause, OmegaConfBaseException):
-        message = f"{message}; {one_line(str(cause))}"
-    return message
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    joined = ""
+    for line in lines:
+        joined += line if not joined else (" " if joined.endswith(":") else "; ") + line
+    return joined

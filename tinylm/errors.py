@@ -33,11 +33,12 @@ class TrainingDiverged(UserError, FloatingPointError):
         self.step = step
 
 
-class TrainingInterrupted(ReportedError):
-    """SIGINT or SIGTERM stopped training after a complete step, and a checkpoint was saved. Exits with 128 +
-    the signal's number, as a shell would; not a `UserError`, so that a sweep catching those still stops."""
+class Interrupted(ReportedError):
+    """SIGINT or SIGTERM stopped a script cleanly: training after a complete step, with a checkpoint saved
+    (`step`), or sampling after the characters printed. Exits with 128 + the signal's number, as a shell
+    would; not a `UserError`, so that a sweep catching those still stops."""
 
-    def __init__(self, message: str, signum: int, step: int) -> None:
+    def __init__(self, message: str, signum: int, step: int = 0) -> None:
         super().__init__(message)
         self.signum = signum
         self.step = step

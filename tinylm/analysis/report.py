@@ -25,6 +25,7 @@ from tinylm.analysis.runs import (
 )
 from tinylm.analysis.stats import Comparison, Estimate, best_key, compare, estimate
 from tinylm.files import plain, write_json
+from tinylm.overrides import OverrideError, parse
 
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
@@ -76,19 +77,16 @@ class SweepReport:
 def parse_choices(text: str) -> dict[str, str]:
     """`norm=pre,act=gelu` -> {"norm": "pre", "act": "gelu"}; values read as Hydra reads overrides (so 1e-3
     is 0.001, as the runs' own records show it)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
-
     pairs = [part.strip() for part in text.split(",") if part.strip()]
     if not pairs or any("=" not in pair or pair.startswith("=") for pair in pairs):
         raise ReportError(
             f"--baseline {text!r}: write choices as key=value[,key=value], e.g. norm=pre,act=gelu"
         )
     try:
-        parsed = OverridesParser.create().parse_overrides(pairs)
-    except OverrideParseException as err:
-        raise ReportError(f"--baseline {text!r}: {str(err.message).splitlines()[0]}") from None
-    return {o.get_key_element(): display_value(o.get_value_element_as_str()) for o in parsed}
+        parsed = parse(pairs)
+    except OverrideError as err:
+        raise ReportError(f"--baseline {text!r}: {err}") from None
+    return {choice.key: display_value(choice.value) for choice in parsed}
 
 
 def build_report(

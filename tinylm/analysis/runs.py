@@ -16,8 +16,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from tinylm.errors import UserError
-from tinylm.training.resolvers import NOT_IN_RUN_LABEL
-from tinylm.training.run_record import read_run_record
+from tinylm.layout import HYDRA_DIR, read_run_record
+from tinylm.overrides import choices
 
 # Always shown: the design choices tinylm exists to compare.
 DESIGN_CHOICES = ("norm", "norm_type", "act")
@@ -101,17 +101,9 @@ def _short_name(run_dir: Path, sweep_dir: Path) -> str:
 
 
 def read_overrides(run_dir: Path) -> dict[str, str]:
-    """The run's command-line overrides (Hydra's record of them) as key -> value text."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    lines = OmegaConf.to_container(OmegaConf.load(run_dir / ".hydra" / "overrides.yaml"))
-    parsed = OverridesParser.create().parse_overrides([str(line) for line in lines or []])
-    overrides = {}
-    for override in parsed:
-        key = override.get_key_element()
-        if not key.lstrip("+~").startswith(NOT_IN_RUN_LABEL):
-            overrides[key] = display_value(override.get_value_element_as_str())
-    return overrides
+    """The run's command-line choices (Hydra's record of its overrides) as key -> value text."""
+    lines = OmegaConf.to_container(OmegaConf.load(run_dir / HYDRA_DIR / "overrides.yaml")) or []
+    return {choice.key: display_value(choice.value) for choice in choices([str(line) for line in lines])}
 
 
 def display_value(text: str) -> str:

@@ -3,9 +3,10 @@ datamodule (imported on first use: it pulls in Lightning, which reading a corpus
 
 from typing import Any
 
+from tinylm.data.config import DataConfig
 from tinylm.data.corpora import SOURCES, CorpusError, load_corpus
 from tinylm.data.tokenizer import CharTokenizer, VocabularyError
-from tinylm.data.windows import FixedWindows, RandomWindows, UnpaddedDistributedSampler, WindowsError
+from tinylm.data.windows import FixedWindows, RandomWindows, TooFewWindowsError, UnpaddedDistributedSampler
 
 
 def __getattr__(name: str) -> Any:
@@ -21,10 +22,11 @@ __all__ = [
     "CharDataModule",
     "CharTokenizer",
     "CorpusError",
+    "DataConfig",
     "FixedWindows",
     "RandomWindows",
+    "TooFewWindowsError",
     "UnpaddedDistributedSampler",
     "VocabularyError",
-    "WindowsError",
     "load_corpus",
 ]

@@ -9,7 +9,7 @@ import lightning.pytorch as L
 import numpy as np
 from torch.utils.data import DataLoader
 
-from tinylm import checks
+from tinylm.data.config import DataConfig
 from tinylm.data.corpora import CorpusError, load_corpus
 from tinylm.data.token_cache import corpus_tokens
 from tinylm.data.tokenizer import CharTokenizer
@@ -20,35 +20,11 @@ class CharDataModule(L.LightningDataModule):
     """Serves a corpus as training and validation windows, split contiguously: the first `1 - val_fraction`
     of the characters train, the rest validate."""
 
-    def __init__(
-        self,
-        source: str = "shakespeare",
-        block_size: int = 64,
-        batch_size: int = 12,
-        val_fraction: float = 0.1,
-        val_windows: int | None = 200,
-        seed: int = 1337,
-        path: str | None = None,
-        files: str | list[str] | None = None,
-        name: str | None = None,
-        column: str = "text",
-        split: str = "train",
-        tokenizer: CharTokenizer | None = None,
-    ) -> None:
+    def __init__(self, config: DataConfig, tokenizer: CharTokenizer | None = None) -> None:
         super().__init__()
-        checks.number("data.val_fraction", val_fraction, above=0, below=1)
-        checks.whole_number("data.batch_size", batch_size)
-        checks.whole_number("model.block_size", block_size)
-        if val_windows is not None:
-            checks.whole_number("data.val_windows", val_windows)
-        self.source, self.path, self.files, self.name, self.column, self.split = (
-            source, path, files, name, column, split
-        )  # fmt: skip
-        self.block_size = block_size
-        self.batch_size = batch_size
-        self.val_fraction = val_fraction
-        self.val_windows = val_windows
-        self.seed = seed
+        self.config = config
+        self.block_size = config.block_size
+        self.batch_size = config.batch_size
         self.tokenizer = tokenizer
         self.train_tokens: np.ndarray | None = None
         self.val_tokens: np.ndarray | None = None
@@ -58,10 +34,13 @@ class CharDataModule(L.LightningDataModule):
         if self.train_tokens is not None:
             assert self.tokenizer is not None
             return self.tokenizer
-        corpus = load_corpus(self.source, self.path, self.files, self.name, self.column, self.split)
+        config = self.config
+        corpus = load_corpus(
+            config.source, config.path, config.files, config.name, config.column, config.split
+        )
         # The vocabulary covers the whole corpus so that validation never meets an unknown character.
         tokens, tokenizer = corpus_tokens(corpus, self.tokenizer)
-        n_train = math.floor(len(tokens) * (1.0 - self.val_fraction))
+        n_train = math.floor(len(tokens) * (1.0 - self.config.val_fraction))
         splits = {"training": tokens[:n_train], "validation": tokens[n_train:]}
         for split, part in splits.items():
             # Checked here, before training starts and anything is written, not when the loaders are built.
@@ -81,7 +60,7 @@ class CharDataModule(L.LightningDataModule):
         if world_size > 1:
             assert self.val_tokens is not None
             UnpaddedDistributedSampler(
-                FixedWindows(self.val_tokens, self.block_size, self.val_windows), world_size, 0
+                FixedWindows(self.val_tokens, self.block_size, self.config.val_windows), world_size, 0
             )
 
     def setup(self, stage: str) -> None:
@@ -91,7 +70,7 @@ class CharDataModule(L.LightningDataModule):
         assert self.train_tokens is not None
         trainer = self.trainer
         rank = trainer.global_rank if trainer else 0
-        windows = RandomWindows(self.train_tokens, self.block_size, self.batch_size, self.seed, rank)
+        windows = RandomWindows(self.train_tokens, self.block_size, self.batch_size, self.config.seed, rank)
         if trainer is not None:
             # On resume the trainer has already restored global_step: continue the batch stream from there.
             windows.start_batch = trainer.global_step * trainer.accumulate_grad_batches
@@ -99,7 +78,7 @@ class CharDataModule(L.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         assert self.val_tokens is not None
-        windows = FixedWindows(self.val_tokens, self.block_size, self.val_windows)
+        windows = FixedWindows(self.val_tokens, self.block_size, self.config.val_windows)
         trainer = self.trainer
         # Each rank validates its own share of the windows, none repeated, so the validation loss (averaged over
         # ranks) is the mean over exactly the windows a single process would see.

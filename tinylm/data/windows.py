@@ -12,7 +12,7 @@ from torch.utils.data import Dataset, DistributedSampler, IterableDataset
 from tinylm.errors import UserError
 
 
-class WindowsError(UserError, ValueError):
+class TooFewWindowsError(UserError, ValueError):
     """The tokens cannot give the windows asked for."""
 
 
@@ -31,7 +31,7 @@ class RandomWindows(IterableDataset):
         self, tokens: np.ndarray, block_size: int, batch_size: int, seed: int, rank: int = 0
     ) -> None:
         if len(tokens) <= block_size:
-            raise WindowsError(
+            raise TooFewWindowsError(
                 f"the training split has {len(tokens)} tokens, fewer than one window of block_size+1="
                 f"{block_size + 1}; use a longer corpus or a smaller model.block_size"
             )
@@ -65,7 +65,7 @@ class FixedWindows(Dataset):
     def __init__(self, tokens: np.ndarray, block_size: int, max_windows: int | None) -> None:
         available = (len(tokens) - 1) // block_size
         if available < 1:
-            raise WindowsError(
+            raise TooFewWindowsError(
                 f"the validation split has {len(tokens)} tokens, fewer than one window of block_size+1="
                 f"{block_size + 1}; use a longer corpus, a larger data.val_fraction or a smaller block_size"
             )
@@ -97,7 +97,7 @@ class UnpaddedDistributedSampler(DistributedSampler):
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False, drop_last=False)
         size = len(dataset)  # type: ignore[arg-type]
         if size < num_replicas:
-            raise WindowsError(
+            raise TooFewWindowsError(
                 f"{size} validation windows cannot be shared by {num_replicas} processes: each needs at least "
                 f"one; raise data.val_windows (or data.val_fraction) to at least {num_replicas}"
             )

@@ -8,7 +8,7 @@ from omegaconf import DictConfig
 
 from tinylm import checks
 from tinylm.data import VocabularyError
-from tinylm.errors import ConfigError, TrainingInterrupted
+from tinylm.errors import ConfigError, Interrupted
 from tinylm.training.checkpoints import CheckpointError, load_module
 
 # Generation streams, so any length works; a bound still catches a typo that would run for days.
@@ -49,7 +49,7 @@ def run(cfg: DictConfig) -> str:
         module.sample(int(cfg.chars), prompt, float(cfg.temperature), cfg.top_k, int(cfg.seed), on_char=show)
     except KeyboardInterrupt:
         out.write("\n")
-        raise TrainingInterrupted(
+        raise Interrupted(
             f"sampling stopped by Ctrl-C after {len(drawn)} characters (printed above)", signum=2, step=0
         ) from None
     out.write("\n")

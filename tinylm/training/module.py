@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import lightning.pytorch as L
@@ -14,43 +14,12 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.utilities import GradClipAlgorithmType
 from torchmetrics.aggregation import MeanMetric
 
-from tinylm import checks
 from tinylm.data import CharTokenizer
 from tinylm.errors import ConfigError
+from tinylm.layout import LEARNING_RATE, TRAIN_LOSS, VAL_BPC, VAL_LOSS
 from tinylm.model import GPT, ModelConfig
 from tinylm.training.distributed import shards_parameters
-
-# What a run logs. TensorBoard sorts its groups by name and opens the first two: the losses, then the rate.
-TRAIN_LOSS = "loss/train"
-VAL_LOSS = "loss/val"
-VAL_BPC = "loss/val_bpc"  # bits per character: VAL_LOSS / ln 2
-BEST_VAL_LOSS = "loss/val_best"  # in metrics.json: the lowest VAL_LOSS of the run
-LEARNING_RATE = "lr"
-
-ADAMW_IMPLEMENTATIONS = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
-
-
-@dataclass
-class OptimConfig:
-    lr: float = 1e-3
-    min_lr: float = 1e-4
-    warmup_steps: int = 100
-    decay_steps: int = 2000
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.99
-    # AdamW's kernel: "loop" (one tensor at a time), "foreach" (batched ops), "fused" (one fused kernel).
-    implementation: str = "fused"
-
-    def __post_init__(self) -> None:
-        checks.number("optim.lr", self.lr, above=0)
-        checks.number("optim.min_lr", self.min_lr, at_least=0, at_most=self.lr, hint="at most optim.lr")
-        checks.whole_number("optim.warmup_steps", self.warmup_steps, minimum=0)
-        checks.whole_number("optim.decay_steps", self.decay_steps)
-        checks.number("optim.weight_decay", self.weight_decay, at_least=0)
-        for name in ("beta1", "beta2"):
-            checks.number(f"optim.{name}", getattr(self, name), at_least=0, below=1)
-        checks.choice("optim.implementation", self.implementation, ADAMW_IMPLEMENTATIONS)
+from tinylm.training.settings import ADAMW_IMPLEMENTATIONS, OptimConfig
 
 
 def learning_rate(step: int, lr: float, min_lr: float, warmup_steps: int, decay_steps: int) -> float:
@@ -93,31 +62,25 @@ def weight_decay_groups(
     ]
 
 
-def logger_writes_this_step(trainer: L.Trainer) -> bool:
-    """Whether the loggers write the metrics of the optimizer step now running: Lightning's schedule, every
-    `log_every_n_steps`-th step and the last."""
-    steps_done = trainer.global_step + 1
-    every = trainer.log_every_n_steps
-    return (
-        (every > 0 and steps_done % every == 0) or steps_done >= trainer.max_steps > 0 or trainer.should_stop
-    )
-
-
 class CharLM(L.LightningModule):
     """Trains a `GPT` on characters: optimizer and schedule, logging, validation and sampling."""
 
     def __init__(
         self,
-        model: dict[str, Any],
-        optim: dict[str, Any] | None = None,
+        model: ModelConfig | dict[str, Any],
+        optim: OptimConfig | dict[str, Any] | None = None,
         sample_chars: int = 200,
         compile: bool = False,
     ) -> None:
         super().__init__()
+        # Configs come checked from a run's settings, or as plain dicts from a checkpoint's hyper_parameters.
+        self.model_config = model if isinstance(model, ModelConfig) else ModelConfig.from_dict(dict(model))
+        self.optim_config = optim if isinstance(optim, OptimConfig) else OptimConfig(**(optim or {}))
         # Plain dicts only: the checkpoint must rebuild the model without Hydra or pickled classes.
-        self.save_hyperparameters()
-        self.model_config = ModelConfig.from_dict(dict(model))
-        self.optim_config = OptimConfig(**(optim or {}))
+        self.save_hyperparameters({
+            "model": self.model_config.to_dict(), "optim": dataclasses.asdict(self.optim_config),
+            "sample_chars": sample_chars, "compile": compile,
+        })  # fmt: skip
         self.model = GPT(self.model_config)
         # Decay matrices only: biases and norm gains are 1-D, and decaying them just fights the norm. Decided
         # now, on the whole model: under FSDP every parameter is a flat 1-D shard when the optimizer is built.
@@ -130,7 +93,7 @@ class CharLM(L.LightningModule):
         self.val_loss = MeanMetric()
         self.val_bpc = MeanMetric()
         self.tokenizer: CharTokenizer | None = None
-        self.flops_per_batch: int | None = None  # read by Lightning's ThroughputMonitor
+        self.flops_per_batch: int | None = None  # read by StepThroughput
 
     def configure_model(self) -> None:
         if self.compile and not getattr(self, "_compiled", False):
@@ -155,13 +118,32 @@ class CharLM(L.LightningModule):
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         inputs, targets = batch
         _, loss = self.model(inputs, targets)
-        # Only on the steps the logger writes: `self.log` costs time even on steps whose values Lightning then
-        # drops, enough to matter on a small CPU model (docs/performance.md). The values written are the same.
-        if logger_writes_this_step(self.trainer):
-            self.log(TRAIN_LOSS, loss, prog_bar=True)
+        if self.logs_this_step():
             # Both parameter groups share the rate; LearningRateMonitor would log it twice.
-            self.log(LEARNING_RATE, self.optimizers().param_groups[0]["lr"])
+            rate = self.optimizers().param_groups[0]["lr"]
+            # For the progress bar and the run's final metrics...
+            self.log(TRAIN_LOSS, loss, prog_bar=True, logger=False)
+            self.log(LEARNING_RATE, rate, logger=False)
+            # ...and for the loggers, at the step the weights have taken (docs/cli.md).
+            self.log_at_step({TRAIN_LOSS: float(loss.detach()), LEARNING_RATE: rate})
         return loss
+
+    def logs_this_step(self) -> bool:
+        """Lightning's schedule: every `log_every_n_steps`-th optimizer step, and the last. Only then, as
+        `self.log` costs time even on the steps whose values are dropped (docs/performance.md)."""
+        trainer, steps_done = self.trainer, self.global_step + 1
+        every = trainer.log_every_n_steps
+        return (
+            (every > 0 and steps_done % every == 0)
+            or steps_done >= trainer.max_steps > 0
+            or trainer.should_stop
+        )
+
+    def log_at_step(self, values: dict[str, float]) -> None:
+        """Write `values` to every logger at `global_step`, the optimizer steps the measured weights have
+        taken, through the loggers' public API: Lightning's own logging step lags it after some resumes."""
+        for logger in self.loggers:
+            logger.log_metrics(values, step=self.global_step)
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         inputs, targets = batch
@@ -180,8 +162,7 @@ class CharLM(L.LightningModule):
         # Every metric is logged at the optimizer steps the measured weights have taken: a validation after
         # step N at N (Lightning would log it at N - 1, with the training loss of the last batch).
         values = {VAL_LOSS: self.val_loss.compute(), VAL_BPC: self.val_bpc.compute()}  # all ranks: a sync
-        for logger in self.loggers:
-            logger.log_metrics({name: float(value) for name, value in values.items()}, step=self.global_step)
+        self.log_at_step({name: float(value) for name, value in values.items()})
         # One rank alone cannot run a sharded (FSDP) model; those runs get their sample from the checkpoint.
         if (
             self.sample_chars > 0

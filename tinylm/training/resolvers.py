@@ -3,28 +3,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
-from collections.abc import Sequence
 from typing import Any
 
 from omegaconf import OmegaConf
 
-NOT_IN_RUN_LABEL = ("ckpt_path", "run_dir", "run_name", "threads", "latest_link", "hydra.")
-
-
-def run_label(overrides: Sequence[str], max_chars: int = 100) -> str:
-    """A run's name from its command-line overrides, e.g. `norm=pre,act=swiglu`, safe as a directory name:
-    group choices first, as given (they say what the run is), then dotted keys, sorted; a long name is cut,
-    keeping a hash of the whole so that names stay unique."""
-    kept = [o for o in overrides if not o.lstrip("+~").startswith(NOT_IN_RUN_LABEL)]
-    choices = [o for o in kept if "." not in o.split("=", 1)[0]]
-    label = ",".join(choices + sorted(o for o in kept if o not in choices))
-    label = label.replace("/", "_").replace("\\", "_") or "default"
-    if len(label) > max_chars:
-        digest = hashlib.sha1(label.encode()).hexdigest()[:8]
-        label = f"{label[: max_chars - 9]}~{digest}"
-    return label
+from tinylm.overrides import run_label
 
 
 def threads_per_job(n_jobs: int | str | None) -> int:

@@ -10,13 +10,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.errors import UserError
 from tinylm.files import temporary_sibling
-
-# What a run writes into its directory; a directory holding any of them holds a run.
-RUN_FILES = ("config.yaml", "checkpoints", "metrics.json", ".hydra", "tb")
+from tinylm.layout import HYDRA_DIR
 
 
 class RunDirectoryError(UserError):
@@ -24,18 +23,14 @@ class RunDirectoryError(UserError):
     refused before it writes or logs anything there."""
 
 
-def holds_a_run(run_dir: str | Path) -> bool:
-    """Whether a run has written into `run_dir` (not just Hydra's log file of the command now starting)."""
-    return any((Path(run_dir) / name).exists() for name in RUN_FILES)
-
-
 @contextmanager
-def exclusive(run_dir: str | Path) -> Iterator[None]:
-    """Hold the run directory for this process, refusing a second run into it or a directory it cannot write.
+def hold(run_dir: str | Path) -> Iterator[None]:
+    """Hold the run directory for this run, refusing a second run into it or a directory it cannot write.
     An flock on the directory itself: nothing is written to take it, and the kernel drops it however the
-    process ends. A directory that does not exist yet has nobody in it."""
+    process ends. A directory that does not exist yet has nobody in it; the ranks Lightning starts share
+    rank 0's directory, and only rank 0 writes the run's files."""
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
+    if rank_zero_only.rank != 0 or not run_dir.is_dir():
         yield
         return
     if not os.access(run_dir, os.W_OK):  # a read-only file system or no permission: refuse before logging
@@ -61,7 +56,7 @@ def save_hydra_record(run_dir: str | Path, cfg: DictConfig) -> None:
     if not HydraConfig.initialized():
         return
     hydra = HydraConfig.get()
-    directory = Path(run_dir) / ".hydra"
+    directory = Path(run_dir) / HYDRA_DIR
     directory.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, directory / "config.yaml")
     OmegaConf.save(OmegaConf.create({"hydra": hydra}), directory / "hydra.yaml")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tinylm.model import Block
+from tinylm.model.block import Block
 
 WEIGHTS_OF_ATTENTION = ("w_q", "w_k", "w_v", "w_o")
 

@@ -14,8 +14,8 @@ from typing import Any
 import lightning.pytorch as L
 import torch
 
-from tinylm.errors import TrainingDiverged, TrainingInterrupted
-from tinylm.training.checkpoints import last_checkpoint
+from tinylm.errors import Interrupted, TrainingDiverged
+from tinylm.layout import last_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -63,22 +63,9 @@ class TrainingRandomState(L.Callback):
         self._training = state_dict.get("training")
 
 
-class LoggingStepFollowsGlobalStep(L.Callback):
-    """Keeps the step metrics are logged at equal to `global_step` after a resume: a checkpoint from the
-    validation that ends a run early stores it one short, and Lightning corrects that only at regular
-    `val_check_interval` steps (docs/internals.md)."""
-
-    def on_train_batch_start(self, trainer: L.Trainer, *_: Any) -> None:
-        # Private: nothing public sets the logging step. Lightning's own restore of it (issue #12274, fixed by
-        # PR #13467) covers regular val_check_interval steps only; see docs/internals.md.
-        loop = trainer.fit_loop.epoch_loop
-        if loop._batches_that_stepped != trainer.global_step:
-            loop._batches_that_stepped = trainer.global_step
-
-
 class StopOnSignal(L.Callback):
     """Ctrl-C (SIGINT) or SIGTERM ends training after the current step, saves `last.ckpt` and raises
-    `TrainingInterrupted`. The handlers only note the signal, so the checkpoint is taken between two steps,
+    `Interrupted`. The handlers only note the signal, so the checkpoint is taken between two steps,
     never of a half-applied one; a second Ctrl-C quits at once (docs/errors.md)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -120,7 +107,7 @@ class StopOnSignal(L.Callback):
         path = last_checkpoint(trainer.default_root_dir)
         trainer.save_checkpoint(path)
         step = trainer.global_step
-        raise TrainingInterrupted(
+        raise Interrupted(
             f"stopped by {signal.Signals(signum).name} after step {step}; saved {path}; "
             f"resume with ckpt_path={path}",
             signum=signum,

@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from tinylm import checks
-from tinylm.analysis.diagnostics import attention_entropy, block_weight_grad_norms, stream_rms, token_spread
 from tinylm.model import Block
+from tinylm.model.diagnostics import attention_entropy, block_weight_grad_norms, stream_rms, token_spread
 
 
 class TrainingHealth(L.Callback):

@@ -1,0 +1,65 @@
+"""Command-line overrides (`norm=pre`, `+trainer.max_steps=5`, `optim.lr=1e-3`) read one way everywhere, by
+Hydra's own override parser: a run's name, its TensorBoard hparams and the sweep report's settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from tinylm.errors import UserError
+
+# Where a run goes and how it is run, not what it is: left out of its name and of the report's settings.
+NOT_A_CHOICE = ("ckpt_path", "run_dir", "run_name", "threads", "latest_link", "hydra.")
+
+
+class OverrideError(UserError, ValueError):
+    """An override that Hydra's grammar cannot parse."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One override: `key` as typed without its `+`/`~`/`++` (`trainer.max_steps`, or a group: `norm`), the
+    value as Hydra reads it (`1e-3` is `0.001`), and the override as typed."""
+
+    key: str
+    value: str
+    text: str
+
+    @property
+    def is_group(self) -> bool:
+        """A config group's choice (`model=small`) rather than a setting (`model.d_model=64`)."""
+        return "." not in self.key
+
+
+def parse(overrides: Sequence[str]) -> list[Choice]:
+    """Every override, parsed; an unparsable one raises `OverrideError` with Hydra's reason."""
+    from hydra.errors import OverrideParseException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides([str(line) for line in overrides])
+    except OverrideParseException as err:
+        raise OverrideError(f"cannot parse {err.override!r}: {str(err.message).splitlines()[0]}") from None
+    return [Choice(o.key_or_group, o.get_value_element_as_str(), o.input_line or "") for o in parsed]
+
+
+def choices(overrides: Sequence[str]) -> list[Choice]:
+    """The overrides that say what a run is: all but those naming where it goes and how it runs."""
+    return [choice for choice in parse(overrides) if not choice.key.startswith(NOT_A_CHOICE)]
+
+
+def run_label(overrides: Sequence[str], max_chars: int = 100) -> str:
+    """A run's name from its command-line overrides, e.g. `norm=pre,act=swiglu`, safe as a directory name:
+    group choices first, as given (they say what the run is), then settings, sorted; a long name is cut,
+    keeping a hash of the whole so that names stay unique."""
+    kept = choices(overrides)
+    groups = [c.text for c in kept if c.is_group]
+    label = ",".join(groups + sorted(c.text for c in kept if not c.is_group))
+    label = label.replace("/", "_").replace("\\", "_") or "default"
+    if len(label) > max_chars:
+        digest = hashlib.sha1(label.encode()).hexdigest()[:8]
+        label = f"{label[: max_chars - 9]}~{digest}"
+    return label

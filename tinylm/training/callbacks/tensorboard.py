@@ -1,0 +1,38 @@
+"""TensorBoard as tinylm writes it: no `epoch` scalar, and the run's choices in the HParams tab."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as L
+from lightning.pytorch.loggers import TensorBoardLogger
+from torch.utils.tensorboard.summary import hparams
+
+from tinylm.layout import VAL_BPC, VAL_LOSS
+
+
+class StepTensorBoardLogger(TensorBoardLogger):
+    """Lightning's TensorBoard logger without the `epoch` scalar, which Lightning adds to every write: the
+    training windows are one endless epoch, so it would be a flat 0 sorted first in TensorBoard."""
+
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        super().log_metrics({k: v for k, v in metrics.items() if k != "epoch"}, step)
+
+
+class TensorBoardHParams(L.Callback):
+    """Registers the run's choices in TensorBoard's HParams tab, with the validation loss as the metric: only
+    its tag, as TensorBoard shows the latest value the run logs, i.e. the final validation loss."""
+
+    def __init__(self, params: dict[str, Any], metrics: tuple[str, ...] = (VAL_LOSS, VAL_BPC)) -> None:
+        self.params = params
+        self.metrics = metrics
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        for logger in trainer.loggers:
+            if isinstance(logger, TensorBoardLogger):
+                # Into the run's own event file: Lightning's log_hyperparams would also log each metric as a
+                # scalar with a made-up value, and SummaryWriter.add_hparams writes to a new run of its own.
+                for summary in hparams(self.params, dict.fromkeys(self.metrics, 0.0)):
+                    logger.experiment.file_writer.add_summary(summary)

@@ -1,0 +1,142 @@
+"""A training run's settings as typed sections, each checked once, when the run starts, with messages that
+name the user's key (`optim.lr=0 must be a number > 0`). Nothing after this module re-checks a setting."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as L
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from tinylm import checks
+from tinylm.data import CharTokenizer, DataConfig, VocabularyError
+from tinylm.errors import ConfigError
+from tinylm.layout import METRICS
+from tinylm.model import ModelConfig
+from tinylm.training.precision import describe_precision, resolve_precision
+
+# AdamW's kernel: "loop" (one tensor at a time), "foreach" (batched ops), "fused" (one fused kernel).
+ADAMW_IMPLEMENTATIONS = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
+
+
+@dataclass
+class OptimConfig:
+    """AdamW (decay on matrices only), linear warmup to `lr`, then cosine decay to `min_lr` at `decay_steps`."""
+
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 100
+    decay_steps: int = 2000
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    implementation: str = "fused"
+
+    def __post_init__(self) -> None:
+        checks.number("optim.lr", self.lr, above=0)
+        checks.number("optim.min_lr", self.min_lr, at_least=0, at_most=self.lr, hint="at most optim.lr")
+        checks.whole_number("optim.warmup_steps", self.warmup_steps, minimum=0)
+        checks.whole_number("optim.decay_steps", self.decay_steps)
+        checks.number("optim.weight_decay", self.weight_decay, at_least=0)
+        for name in ("beta1", "beta2"):
+            checks.number(f"optim.{name}", getattr(self, name), at_least=0, below=1)
+        checks.choice("optim.implementation", self.implementation, ADAMW_IMPLEMENTATIONS)
+
+
+@dataclass
+class SampleConfig:
+    """The sample printed after training (and 200 characters of it in TensorBoard at each validation)."""
+
+    chars: int = 500
+    prompt: str | None = None  # None: the tokenizer's default prompt
+    temperature: float = 0.8
+    top_k: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        checks.sampling(asdict(self), prefix="sample.")
+
+    def prompt_for(self, tokenizer: CharTokenizer) -> str:
+        """The prompt as the tokenizer can read it: a prompt the model cannot read is refused before training."""
+        if self.prompt is None:
+            return tokenizer.default_prompt
+        try:
+            tokenizer.encode(str(self.prompt))
+        except VocabularyError as err:
+            raise ConfigError(
+                f"sample.prompt has characters the corpus does not: {err.unknown!r}; use only characters of "
+                f"the corpus ({tokenizer.vocab_size} characters), or leave sample.prompt unset"
+            ) from None
+        return str(self.prompt)
+
+
+def trainer_settings(trainer: dict[str, Any]) -> dict[str, Any]:
+    """The `trainer` section: keyword arguments of `lightning.pytorch.Trainer`, with tinylm's own rules for
+    the ones that count steps (training windows are an endless stream: steps, not epochs, end a run)."""
+    known = set(inspect.signature(L.Trainer.__init__).parameters) - {"self"}
+    checks.known_keys("trainer.", trainer, known, see=" of Lightning's Trainer")
+    checks.whole_number(
+        "trainer.max_steps",
+        trainer.get("max_steps"),
+        hint="training windows are an endless stream: max_steps is what ends a run",
+    )
+    # In optimizer steps: an endless stream has no epochs to take a fraction of.
+    checks.whole_number("trainer.val_check_interval", trainer.get("val_check_interval"))
+    checks.whole_number("trainer.log_every_n_steps", trainer.get("log_every_n_steps"))
+    return trainer
+
+
+@dataclass
+class RunSettings:
+    """Every section of a training run, checked. `cfg` is the composed config with `trainer.precision`
+    resolved (`auto` made concrete), as config.yaml saves it."""
+
+    cfg: DictConfig
+    run_dir: Path
+    seed: int
+    model: ModelConfig  # vocab_size is the corpus's, set once the corpus is read
+    optim: OptimConfig
+    data: DataConfig
+    trainer: dict[str, Any]
+    sample: SampleConfig
+    precision_reason: str
+    ckpt_path: str | None = None
+    compile: bool = False
+    optimized_metric: str | None = None
+
+    @classmethod
+    def from_cfg(cls, cfg: DictConfig) -> RunSettings:
+        def section(name: str, config: type | None = None) -> dict[str, Any]:
+            values = OmegaConf.to_container(cfg[name], resolve=True) if cfg.get(name) is not None else {}
+            if config is not None:
+                checks.known_keys(f"{name}.", values, (f.name for f in fields(config)))
+            return values
+
+        trainer = trainer_settings(section("trainer"))
+        requested = trainer.get("precision", "32-true")
+        accelerator = trainer.get("accelerator", "auto")
+        trainer["precision"] = resolve_precision(requested, accelerator)
+        resolved = cfg.copy()
+        with open_dict(resolved):
+            resolved.trainer = cfg.trainer.copy()
+            resolved.trainer.precision = trainer["precision"]
+        metric = cfg.get("optimized_metric")
+        if metric is not None:
+            checks.choice("optimized_metric", metric, METRICS)
+        return cls(
+            cfg=resolved,
+            run_dir=Path(str(cfg.run_dir)),
+            seed=checks.whole_number("seed", cfg.get("seed"), minimum=0),
+            model=ModelConfig(**section("model", ModelConfig)),
+            optim=OptimConfig(**section("optim", OptimConfig)),
+            data=DataConfig(**section("data", DataConfig)),
+            trainer=trainer,
+            sample=SampleConfig(**section("sample", SampleConfig)),
+            precision_reason=describe_precision(requested, trainer["precision"], accelerator),
+            ckpt_path=cfg.get("ckpt_path") or None,
+            compile=checks.boolean("compile", cfg.get("compile", False)),
+            optimized_metric=metric,
+        )
