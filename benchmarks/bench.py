@@ -1,4 +1,5 @@
-"""Training throughput of tinylm's real path against a bare PyTorch loop, measured side by side.
+"""Training throughput of tinylm's real path against a bare PyTorch loop, measured side by side:
+`python benchmarks/bench.py [--json] [any train.py override]` (docs/performance.md).
 
 (a) tinylm: `tinylm.training.run.run(cfg)` exactly as a user runs it: Lightning Trainer, datamodule, logging,
     checkpointing and callbacks at the config's settings.
@@ -24,22 +25,26 @@ ratio itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import resource
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+import hydra
 import lightning.pytorch as L
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
+from step_profile import StepProfile  # benchmarks/, beside this file
 from torch.utils.flop_counter import FlopCounterMode
 
-from tinylm.bench.step_profile import StepProfile
+import tinylm.training.resolvers  # noqa: F401  (registers the resolvers conf/train.yaml uses)
 from tinylm.data import CharDataModule, RandomWindows
 from tinylm.errors import ConfigError
 from tinylm.model import GPT, ModelConfig
@@ -150,8 +155,8 @@ def tinylm_run(cfg: DictConfig, steps: int, *observers: L.Callback) -> None:
 
 
 def profiled_shares(cfg: DictConfig, steps: int) -> dict[str, Any]:
-    """Data loading, logging and health as shares of the training step (tinylm.bench.step_profile), from one more
-    run of the same path."""
+    """Data loading, logging and health as shares of the training step (benchmarks/step_profile.py), from one
+    more run of the same path."""
     profile = StepProfile()
     try:
         tinylm_run(cfg, steps, profile)
@@ -342,3 +347,27 @@ def to_json(result: dict[str, Any]) -> str:
     return json.dumps(
         result, indent=2, default=lambda o: asdict(o) if hasattr(o, "__dataclass_fields__") else str(o)
     )
+
+
+# `--json` is not Hydra syntax: the script takes it off the command line before Hydra parses it.
+AS_JSON = False
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="bench")
+def main(cfg: DictConfig) -> None:
+    if cfg.get("threads") is not None:
+        torch.set_num_threads(int(cfg.threads))  # `threads=N`, as train.py takes it
+    if AS_JSON:
+        # Keep stdout for the JSON alone: the training run's progress and summaries go to stderr.
+        with contextlib.redirect_stdout(sys.stderr):
+            result = run(cfg)
+        print(to_json(result))
+    else:
+        print(format_report(run(cfg)))
+
+
+if __name__ == "__main__":
+    if "--json" in sys.argv:
+        sys.argv.remove("--json")
+        AS_JSON = True
+    main()
