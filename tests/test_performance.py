@@ -1,7 +1,7 @@
 """The speed settings on by default change no result: bf16 autocast only where the machine multiplies bf16
 natively, attention in fp32 under CPU autocast, gradient clipping under bf16 with a fused AdamW; and what a
 run logs (losses, learning rate, throughput) lands on the steps the logger writes. Speed itself is measured
-by scripts/bench.py (docs/performance.md)."""
+by benchmarks/bench.py (docs/performance.md)."""
 
 from __future__ import annotations
 
