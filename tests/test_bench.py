@@ -1,14 +1,40 @@
-"""scripts/bench.py runs end to end and reports every field (its numbers are reported, never asserted)."""
+"""The benchmarks in benchmarks/ (outside the package): benchmarks/bench.py runs end to end and reports every
+field (its numbers are reported, never asserted); benchmarks/health_overhead.py runs both variants."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
-from conftest import run_script
+import tbparse
+from conftest import REPO, compose_train
+from omegaconf import open_dict
 
-from tinylm.bench.bench import PairedStepTimer
+BENCHMARKS = REPO / "benchmarks"
+# The benchmarks import each other as `python benchmarks/<name>.py` runs them: from their own directory.
+sys.path.insert(0, str(BENCHMARKS))
+
+from bench import PairedStepTimer  # noqa: E402
+from health_overhead import run as measure_overhead  # noqa: E402
+from health_overhead import summarise  # noqa: E402
+
+
+def run_benchmark(script: str, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run `benchmarks/<script>` in a fresh interpreter, as a developer would."""
+    return subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+    )
+
 
 EXPECTED_FIELDS = {
     "config",
@@ -48,7 +74,7 @@ TINY = (
 
 
 def test_bench_json_reports_every_field_on_a_tiny_config(tmp_path):
-    result = run_script("bench.py", "--json", *TINY, "bench.control=true", cwd=tmp_path)
+    result = run_benchmark("bench.py", "--json", *TINY, "bench.control=true", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)  # stdout holds the JSON alone
     assert set(report) == EXPECTED_FIELDS
@@ -82,7 +108,7 @@ def test_bench_json_reports_every_field_on_a_tiny_config(tmp_path):
         "LightningModule.log",
         "logger connector",
         "StepProgressBar",
-        "ThroughputMonitor",
+        "StepThroughput",
         "TrainingHealth",
     }
     assert all(share > 0 for share in parts.values()), parts
@@ -92,7 +118,7 @@ def test_bench_json_reports_every_field_on_a_tiny_config(tmp_path):
 
 
 def test_bench_text_report_without_the_control(tmp_path):
-    result = run_script("bench.py", *TINY, "bench.profile=false", cwd=tmp_path)
+    result = run_benchmark("bench.py", *TINY, "bench.profile=false", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = [line.split() for line in result.stdout.splitlines() if line.strip().startswith(("1 ", "2 "))]
     # rep, bare tok/s, tinylm tok/s, ratio, tinylm - bare
@@ -103,7 +129,7 @@ def test_bench_text_report_without_the_control(tmp_path):
 
 
 def test_bench_refuses_fewer_than_50_timed_steps(tmp_path):
-    result = run_script("bench.py", "bench.steps=30", "bench.warmup=10", cwd=tmp_path)
+    result = run_benchmark("bench.py", "bench.steps=30", "bench.warmup=10", cwd=tmp_path)
     assert result.returncode != 0
     assert "at least 50 timed steps" in result.stderr
 
@@ -128,3 +154,43 @@ def test_the_control_is_paired_with_the_bare_step_run_right_before_it():
     # After one warm-up step: (11 - 10), (31 - 30), (20 - 12). Pairing control i with bare i + 1, as tinylm's
     # steps are, would give (11 - 30), (31 - 12): median 0.
     assert timer.control_minus_bare(warmup=1) == 1.0
+
+
+# --- the health callback's overhead ----------------------------------------------------------------------
+
+
+def test_overhead_summary_from_known_step_times():
+    # Ordinary steps take 10 ms, logging steps (every 10th) 30 ms: 20 ms extra every 10 steps = 20%.
+    off = [(step, 0.010) for step in range(100)]
+    on = [(step, 0.030 if step % 10 == 0 else 0.010) for step in range(100)]
+    summary = summarise(off, on, every_n_steps=10)
+    assert summary["logging_steps"] == 9  # steps 10..90: step 0 is warm-up
+    assert summary["logging_step_extra_ms"] == pytest.approx(20.0)
+    assert summary["amortised_overhead"] == pytest.approx(0.2)
+    assert summary["direct_overhead"] == pytest.approx(0.2)  # mean 12 ms (9 x 30 + 81 x 10) / 90 vs 10 ms
+    with pytest.raises(ValueError, match="no logging step"):
+        summarise(off, on, every_n_steps=1000)
+
+
+def test_overhead_measurement_runs_both_variants(tmp_path):
+    cfg = compose_train(tmp_path, ["trainer.max_steps=14", "trainer.val_check_interval=14"])
+    with open_dict(cfg):
+        cfg.callbacks.health.every_n_steps = 4
+        cfg.repeats = 1
+    result = measure_overhead(cfg)
+    assert result["logging_steps"] == 1  # step 12 (0..9 are warm-up)
+    assert all(math.isfinite(result[key]) for key in ("amortised_overhead", "direct_overhead"))
+    assert json.loads((tmp_path / "health_overhead.json").read_text())["every_n_steps"] == 4
+    on, off = (tbparse.SummaryReader(str(tmp_path / run / "tb")).scalars for run in ("0_on", "0_off"))
+    assert (
+        on.tag.str.startswith("training_health/").any()
+        and not off.tag.str.startswith("training_health/").any()
+    )
+
+
+def test_health_overhead_composes_the_training_config_through_the_search_path(tmp_path):
+    result = run_benchmark("health_overhead.py", "--cfg", "job", "repeats=3", "model=small", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "repeats: 3" in result.stdout
+    assert "callbacks:" in result.stdout and "health:" in result.stdout  # conf/train.yaml's groups
+    assert list(tmp_path.iterdir()) == [], "--cfg job only prints the config"

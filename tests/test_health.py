@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -10,10 +9,7 @@ import pytest
 import tbparse
 import torch
 from conftest import compose_train
-from omegaconf import open_dict
 
-from tinylm.bench.health_overhead import run as measure_overhead
-from tinylm.bench.health_overhead import summarise
 from tinylm.model.diagnostics import stream_rms, token_spread
 from tinylm.training.callbacks import TrainingHealth
 from tinylm.training.module import CharLM
@@ -159,35 +155,3 @@ def test_block_numbers_are_padded_for_deep_models():
 def test_bad_frequency_is_rejected(every_n_steps):
     with pytest.raises(ValueError, match="every_n_steps"):
         TrainingHealth(every_n_steps=every_n_steps)
-
-
-# --- the overhead measurement ----------------------------------------------------------------------------
-
-
-def test_overhead_summary_from_known_step_times():
-    # Ordinary steps take 10 ms, logging steps (every 10th) 30 ms: 20 ms extra every 10 steps = 20%.
-    off = [(step, 0.010) for step in range(100)]
-    on = [(step, 0.030 if step % 10 == 0 else 0.010) for step in range(100)]
-    summary = summarise(off, on, every_n_steps=10)
-    assert summary["logging_steps"] == 9  # steps 10..90: step 0 is warm-up
-    assert summary["logging_step_extra_ms"] == pytest.approx(20.0)
-    assert summary["amortised_overhead"] == pytest.approx(0.2)
-    assert summary["direct_overhead"] == pytest.approx(0.2)  # mean 12 ms (9 x 30 + 81 x 10) / 90 vs 10 ms
-    with pytest.raises(ValueError, match="no logging step"):
-        summarise(off, on, every_n_steps=1000)
-
-
-def test_overhead_measurement_runs_both_variants(tmp_path):
-    cfg = compose_train(tmp_path, ["trainer.max_steps=14", "trainer.val_check_interval=14"])
-    with open_dict(cfg):
-        cfg.callbacks.health.every_n_steps = 4
-        cfg.repeats = 1
-    result = measure_overhead(cfg)
-    assert result["logging_steps"] == 1  # step 12 (0..9 are warm-up)
-    assert all(math.isfinite(result[key]) for key in ("amortised_overhead", "direct_overhead"))
-    assert json.loads((tmp_path / "health_overhead.json").read_text())["every_n_steps"] == 4
-    on, off = _scalars(tmp_path / "0_on"), _scalars(tmp_path / "0_off")
-    assert (
-        on.tag.str.startswith("training_health/").any()
-        and not off.tag.str.startswith("training_health/").any()
-    )

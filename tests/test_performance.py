@@ -1,7 +1,7 @@
 """The speed settings on by default change no result: bf16 autocast only where the machine multiplies bf16
 natively, attention in fp32 under CPU autocast, gradient clipping under bf16 with a fused AdamW; and what a
 run logs (losses, learning rate, throughput) lands on the steps the logger writes. Speed itself is measured
-by scripts/bench.py (docs/performance.md)."""
+by benchmarks/bench.py (docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def test_gradients_are_clipped_with_the_fused_adamw(tmp_path, precision):
          "sample.chars=0"],
     )  # fmt: skip
     norms = GradientNormAfterClipping()
-    run(cfg, extra_callbacks=[norms])
+    run(cfg, observers=[norms])
     assert len(norms.norms) >= 3
     assert all(n <= clip * (1 + 1e-4) for n in norms.norms), norms.norms
     assert max(norms.norms) == pytest.approx(clip, rel=1e-4)  # at this clip value every step is clipped
@@ -214,7 +214,7 @@ class _ProfilerSeen(L.Callback):
 def test_a_run_profiles_its_steps_when_asked(tmp_path):
     seen = _ProfilerSeen()
     overrides = ["trainer.max_steps=3", "sample.chars=0", "+trainer.profiler=simple"]
-    run(compose_train(tmp_path / "run", overrides), extra_callbacks=[seen])
+    run(compose_train(tmp_path / "run", overrides), observers=[seen])
     assert isinstance(seen.profiler, SimpleProfiler)
     assert len(seen.profiler.recorded_durations["[Strategy]SingleDeviceStrategy.training_step"]) == 3
 

@@ -1,4 +1,5 @@
-"""Training throughput of tinylm's real path against a bare PyTorch loop, measured side by side.
+"""Training throughput of tinylm's real path against a bare PyTorch loop, measured side by side:
+`python benchmarks/bench.py [--json] [any train.py override]` (docs/performance.md).
 
 (a) tinylm: `tinylm.training.run.run(cfg)` exactly as a user runs it: Lightning Trainer, datamodule, logging,
     checkpointing and callbacks at the config's settings.
@@ -24,27 +25,33 @@ ratio itself.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import platform
 import resource
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+import hydra
 import lightning.pytorch as L
 import torch
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
+from step_profile import StepProfile  # benchmarks/, beside this file
 from torch.utils.flop_counter import FlopCounterMode
 
-from tinylm.bench.step_profile import StepProfile
+import tinylm.training.resolvers  # noqa: F401  (registers the resolvers conf/train.yaml uses)
 from tinylm.data import CharDataModule, RandomWindows
 from tinylm.errors import ConfigError
 from tinylm.model import GPT, ModelConfig
-from tinylm.training.module import OptimConfig, weight_decay_groups
+from tinylm.training.module import weight_decay_groups
 from tinylm.training.precision import compute_dtype
+from tinylm.training.settings import OptimConfig, RunSettings
 
 
 class BareLoop:
@@ -146,12 +153,12 @@ def tinylm_run(cfg: DictConfig, steps: int, *observers: L.Callback) -> None:
             cfg.trainer.max_steps = steps
             cfg.sample.chars = 0
             cfg.latest_link = None  # a benchmark leaves no trace, runs/latest included
-        run(cfg, extra_callbacks=list(observers))
+        run(cfg, observers=list(observers))
 
 
 def profiled_shares(cfg: DictConfig, steps: int) -> dict[str, Any]:
-    """Data loading, logging and health as shares of the training step (tinylm.bench.step_profile), from one more
-    run of the same path."""
+    """Data loading, logging and health as shares of the training step (benchmarks/step_profile.py), from one
+    more run of the same path."""
     profile = StepProfile()
     try:
         tinylm_run(cfg, steps, profile)
@@ -202,17 +209,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         raise ConfigError(
             f"bench.steps - bench.warmup = {steps - warmup}: at least 50 timed steps are needed"
         )
-    from tinylm.training.run import with_resolved_precision  # late, like tinylm_run's import of run
+    settings = RunSettings.from_cfg(cfg)  # the settings run(cfg) will use, precision resolved
+    cfg, precision = settings.cfg, settings.trainer["precision"]
 
-    cfg = with_resolved_precision(cfg)  # the precision run(cfg) will use, for the report and the peak
-    precision = cfg.trainer.precision
-
-    datamodule = CharDataModule(**OmegaConf.to_container(cfg.data, resolve=True))
+    datamodule = CharDataModule(settings.data)
     tokenizer = datamodule.prepare()
-    model_config = ModelConfig.from_dict(
-        {**OmegaConf.to_container(cfg.model, resolve=True), "vocab_size": tokenizer.vocab_size}
-    )
-    optim = OptimConfig(**OmegaConf.to_container(cfg.optim, resolve=True))
+    model_config = dataclasses.replace(settings.model, vocab_size=tokenizer.vocab_size)
+    optim = settings.optim
     batch_size = int(cfg.data.batch_size)
     tokens_per_step = batch_size * model_config.block_size
     assert datamodule.train_tokens is not None
@@ -342,3 +345,27 @@ def to_json(result: dict[str, Any]) -> str:
     return json.dumps(
         result, indent=2, default=lambda o: asdict(o) if hasattr(o, "__dataclass_fields__") else str(o)
     )
+
+
+# `--json` is not Hydra syntax: the script takes it off the command line before Hydra parses it.
+AS_JSON = False
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="bench")
+def main(cfg: DictConfig) -> None:
+    if cfg.get("threads") is not None:
+        torch.set_num_threads(int(cfg.threads))  # `threads=N`, as train.py takes it
+    if AS_JSON:
+        # Keep stdout for the JSON alone: the training run's progress and summaries go to stderr.
+        with contextlib.redirect_stdout(sys.stderr):
+            result = run(cfg)
+        print(to_json(result))
+    else:
+        print(format_report(run(cfg)))
+
+
+if __name__ == "__main__":
+    if "--json" in sys.argv:
+        sys.argv.remove("--json")
+        AS_JSON = True
+    main()

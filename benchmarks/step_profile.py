@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import lightning.pytorch as L
-from lightning.pytorch.callbacks import ProgressBar, ThroughputMonitor
+from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.loops import fetchers
 from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 from lightning.pytorch.trainer.connectors.logger_connector.logger_connector import _LoggerConnector
 
-from tinylm.analysis.health import TrainingHealth
+from tinylm.training.callbacks import StepThroughput, TrainingHealth
 
 # The callback hooks Lightning calls inside a training step.
 TRAINING_STEP_HOOKS = (
@@ -46,7 +46,7 @@ TRAINING_STEP_HOOKS = (
 )
 CALLBACK_CATEGORIES: tuple[tuple[type, str], ...] = (
     (ProgressBar, "logging"),
-    (ThroughputMonitor, "logging"),
+    (StepThroughput, "logging"),
     (TrainingHealth, "health"),
 )
 

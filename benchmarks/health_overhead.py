@@ -1,4 +1,4 @@
-"""What the health callback costs: `python scripts/health_overhead.py [train overrides]`.
+"""What the health callback costs: `python benchmarks/health_overhead.py [repeats=N] [train overrides]`.
 
 Runs the real training path (`tinylm.training.run.run`) on the composed training config, alternately with the
 health callback off and on (off, on, on, off, ...: drift in machine load hits both alike), and times every
@@ -22,9 +22,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import hydra
 import lightning.pytorch as L
+import torch
 from omegaconf import DictConfig, open_dict
 
+import tinylm.training.resolvers  # noqa: F401  (registers the resolvers conf/train.yaml uses)
 from tinylm.errors import ConfigError
 from tinylm.training.run import run as train
 
@@ -107,3 +110,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     (base / "health_overhead.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(result, indent=2))
     return result
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="health_overhead")
+def main(cfg: DictConfig) -> None:
+    if cfg.get("threads") is not None:
+        torch.set_num_threads(int(cfg.threads))  # `threads=N`, as train.py takes it
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

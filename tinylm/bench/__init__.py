@@ -1,1 +1,0 @@
-"""Measuring tinylm itself (speed, step profile, health-callback cost); nothing that trains imports this."""
