@@ -23,8 +23,7 @@ from tinylm import checks
 from tinylm.analysis.diagnostics import block_weight_grad_norms, stream_rms, token_spread
 from tinylm.errors import ConfigError
 from tinylm.files import write_json
-from tinylm.model import PLACEMENTS, Block, ModelConfig
-from tinylm.model.config import GATED_ACTIVATIONS
+from tinylm.model import FFNS, PLACEMENTS, Block, ModelConfig
 from tinylm.model.gpt import init_linear
 
 INPUTS = ("random", "text")
@@ -241,7 +240,7 @@ def probe_memory_bytes(config: ModelConfig, batch_size: int, seq_len: int, items
     each block's weights and gradients, and the activations its backward pass keeps, about 12·d + 3·d_ff
     values per token (the fused attention kernel keeps no seq_len × seq_len weights; docs/probe.md)."""
     d, d_ff = config.d_model, config.d_ff or 4 * config.d_model
-    matrices = 3 if config.act in GATED_ACTIVATIONS else 2
+    matrices = FFNS[config.act][0].matrices
     weights = 4 * d * d + matrices * d * d_ff
     activations = batch_size * seq_len * (12 * d + (matrices + 1) * d_ff)
     return itemsize * config.n_layer * (2 * weights + activations)
