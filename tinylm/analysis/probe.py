@@ -28,7 +28,8 @@ from tinylm.model.gpt import init_linear
 
 INPUTS = ("random", "text")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
-# Labels for the printed table and the plot; the CSV/JSON use the keys.
+# Labels for the printed table and the plot; the CSV/JSON use the keys. FFN weights are labelled from their
+# keys (`label`), so any FFN's appear, whatever its layers are called.
 LABELS = {
     "stream_rms": "stream RMS",
     "token_spread": "token spread",
@@ -36,9 +37,6 @@ LABELS = {
     "grad_w_k": "‖∇W_k‖",
     "grad_w_v": "‖∇W_v‖",
     "grad_w_o": "‖∇W_o‖",
-    "grad_ffn_gate": "‖∇FFN gate‖",
-    "grad_ffn_up": "‖∇FFN up‖",
-    "grad_ffn_down": "‖∇FFN down‖",
 }
 
 
@@ -132,9 +130,15 @@ def depth_probe(
 
 
 def quantity_keys(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """The measured columns, in the order of `LABELS` (present ones only)."""
-    present = {key for row in rows for key in row}
-    return [key for key in LABELS if key in present]
+    """The measured columns, every one, in the order they were measured."""
+    return list(dict.fromkeys(key for row in rows for key in row if key not in ("norm", "k")))
+
+
+def label(key: str) -> str:
+    """A measured column's label: `grad_ffn_up` reads ‖∇FFN up‖; a key with no label is its own."""
+    if key.startswith("grad_ffn_"):
+        return f"‖∇FFN {key.removeprefix('grad_ffn_')}‖"
+    return LABELS.get(key, key)
 
 
 def table_depths(depth: int, wanted: Sequence[int]) -> list[int]:
@@ -145,7 +149,7 @@ def table_depths(depth: int, wanted: Sequence[int]) -> list[int]:
 def format_table(rows: Sequence[dict[str, Any]], depths: Sequence[int]) -> str:
     """A Markdown table of `rows` at `depths`, one line per (placement, k), grouped by placement."""
     keys = quantity_keys(rows)
-    header = ["norm", "k", *(LABELS[key] for key in keys)]
+    header = ["norm", "k", *(label(key) for key in keys)]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for row in rows:
         if row["k"] in depths:
@@ -186,7 +190,7 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> None:
             axis.plot([k for k, _ in points], [v for _, v in points], marker=".", label=norm)
         if key != "stream_rms":
             axis.set_yscale("log")
-        axis.set_title(LABELS[key])
+        axis.set_title(label(key))
         axis.set_xlabel("depth k (after block k)")
         axis.grid(True, which="major", alpha=0.3)
     for axis in axes[len(keys) :]:
