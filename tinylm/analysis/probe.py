@@ -1,7 +1,7 @@
 """The depth probe: measure a stack of freshly initialised blocks (the model's own `Block`) before training.
 
 One forward and backward pass per norm placement, on the same input, weights and loss; per depth k the
-stream RMS, the token spread and block k's weight-gradient norms (`analysis.diagnostics`). The protocol and
+stream RMS, the token spread and block k's weight-gradient norms (`tinylm.model.diagnostics`). The protocol and
 how to read the numbers: docs/probe.md. Everything but `run(cfg)` is plain PyTorch.
 """
 
@@ -20,16 +20,16 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from tinylm import checks
-from tinylm.analysis.diagnostics import block_weight_grad_norms, stream_rms, token_spread
 from tinylm.errors import ConfigError
 from tinylm.files import write_json
-from tinylm.model import PLACEMENTS, Block, ModelConfig
-from tinylm.model.config import GATED_ACTIVATIONS
+from tinylm.model import FFNS, PLACEMENTS, Block, ModelConfig
+from tinylm.model.diagnostics import block_weight_grad_norms, stream_rms, token_spread
 from tinylm.model.gpt import init_linear
 
 INPUTS = ("random", "text")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
-# Labels for the printed table and the plot; the CSV/JSON use the keys.
+# Labels for the printed table and the plot; the CSV/JSON use the keys. FFN weights are labelled from their
+# keys (`label`), so any FFN's appear, whatever its layers are called.
 LABELS = {
     "stream_rms": "stream RMS",
     "token_spread": "token spread",
@@ -37,9 +37,6 @@ LABELS = {
     "grad_w_k": "‖∇W_k‖",
     "grad_w_v": "‖∇W_v‖",
     "grad_w_o": "‖∇W_o‖",
-    "grad_ffn_gate": "‖∇FFN gate‖",
-    "grad_ffn_up": "‖∇FFN up‖",
-    "grad_ffn_down": "‖∇FFN down‖",
 }
 
 
@@ -133,9 +130,15 @@ def depth_probe(
 
 
 def quantity_keys(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """The measured columns, in the order of `LABELS` (present ones only)."""
-    present = {key for row in rows for key in row}
-    return [key for key in LABELS if key in present]
+    """The measured columns, every one, in the order they were measured."""
+    return list(dict.fromkeys(key for row in rows for key in row if key not in ("norm", "k")))
+
+
+def label(key: str) -> str:
+    """A measured column's label: `grad_ffn_up` reads ‖∇FFN up‖; a key with no label is its own."""
+    if key.startswith("grad_ffn_"):
+        return f"‖∇FFN {key.removeprefix('grad_ffn_')}‖"
+    return LABELS.get(key, key)
 
 
 def table_depths(depth: int, wanted: Sequence[int]) -> list[int]:
@@ -146,7 +149,7 @@ def table_depths(depth: int, wanted: Sequence[int]) -> list[int]:
 def format_table(rows: Sequence[dict[str, Any]], depths: Sequence[int]) -> str:
     """A Markdown table of `rows` at `depths`, one line per (placement, k), grouped by placement."""
     keys = quantity_keys(rows)
-    header = ["norm", "k", *(LABELS[key] for key in keys)]
+    header = ["norm", "k", *(label(key) for key in keys)]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for row in rows:
         if row["k"] in depths:
@@ -187,7 +190,7 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> None:
             axis.plot([k for k, _ in points], [v for _, v in points], marker=".", label=norm)
         if key != "stream_rms":
             axis.set_yscale("log")
-        axis.set_title(LABELS[key])
+        axis.set_title(label(key))
         axis.set_xlabel("depth k (after block k)")
         axis.grid(True, which="major", alpha=0.3)
     for axis in axes[len(keys) :]:
@@ -241,7 +244,7 @@ def probe_memory_bytes(config: ModelConfig, batch_size: int, seq_len: int, items
     each block's weights and gradients, and the activations its backward pass keeps, about 12·d + 3·d_ff
     values per token (the fused attention kernel keeps no seq_len × seq_len weights; docs/probe.md)."""
     d, d_ff = config.d_model, config.d_ff or 4 * config.d_model
-    matrices = 3 if config.act in GATED_ACTIVATIONS else 2
+    matrices = FFNS[config.act][0].matrices
     weights = 4 * d * d + matrices * d * d_ff
     activations = batch_size * seq_len * (12 * d + (matrices + 1) * d_ff)
     return itemsize * config.n_layer * (2 * weights + activations)

@@ -2,8 +2,8 @@
 
 from tinylm.model.attention import CausalSelfAttention
 from tinylm.model.block import PLACEMENTS, Block, NormPlacement, Residual
-from tinylm.model.config import ModelConfig, default_ffn_width
-from tinylm.model.ffn import FFNS, MLP, GatedMLP, build_ffn
+from tinylm.model.config import ModelConfig
+from tinylm.model.ffn import FFNS, MLP, GatedMLP, build_ffn, default_ffn_width
 from tinylm.model.gpt import GPT
 from tinylm.model.norms import NORMS, LayerNorm, RMSNorm
 

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from tinylm.model.attention import CausalSelfAttention
-from tinylm.model.config import ModelConfig
 from tinylm.model.ffn import build_ffn
 from tinylm.model.norms import NORMS
+
+if TYPE_CHECKING:  # config.py checks `norm` against PLACEMENTS, so it imports this module
+    from tinylm.model.config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class NormPlacement:
         return not self.after_add
 
 
+# The one list of placements (ModelConfig checks `norm` against it); a new one is one entry here.
 PLACEMENTS: dict[str, NormPlacement] = {
     "pre": NormPlacement(before_branch=True),
     "post": NormPlacement(after_add=True),

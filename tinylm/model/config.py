@@ -1,7 +1,8 @@
 """The model's one source of truth: a flat, serialisable config dataclass.
 
 A checkpoint stores `ModelConfig.to_dict()` beside the weights, so the model can be rebuilt from the
-checkpoint alone, with neither Hydra nor the training code.
+checkpoint alone, with neither Hydra nor the training code. Messages name fields as the command line does,
+`model.<field>`.
 """
 
 from __future__ import annotations
@@ -12,22 +13,11 @@ from typing import Any, Literal, get_args
 
 from tinylm import checks
 from tinylm.errors import ConfigError
+from tinylm.model.block import PLACEMENTS
+from tinylm.model.ffn import FFNS, default_ffn_width
+from tinylm.model.norms import NORMS
 
-Placement = Literal["pre", "post", "sandwich", "on_branch"]
-NormType = Literal["layer", "rms"]
-Activation = Literal["relu", "gelu", "swiglu", "geglu"]
 Init = Literal["gpt2", "xavier"]
-
-GATED_ACTIVATIONS = ("swiglu", "geglu")
-
-
-def default_ffn_width(d_model: int, act: str) -> int:
-    """Hidden width that keeps every FFN at ≈ 8·d² weights.
-
-    Two-matrix FFNs (relu, gelu) use 4·d. Gated FFNs have three matrices, so they get 2/3 of that width,
-    round(8·d/3), which is what makes SwiGLU vs GELU a comparison at matched parameter count.
-    """
-    return round(8 * d_model / 3) if act in GATED_ACTIVATIONS else 4 * d_model
 
 
 @dataclass
@@ -37,9 +27,11 @@ class ModelConfig:
     n_layer: int = 4
     n_head: int = 4
     d_model: int = 128
-    norm: Placement = "pre"
-    norm_type: NormType = "layer"
-    act: Activation = "gelu"
+    # The choices are the registries' keys, checked in __post_init__: PLACEMENTS (block.py), NORMS
+    # (norms.py), FFNS (ffn.py).
+    norm: str = "pre"
+    norm_type: str = "layer"
+    act: str = "gelu"
     d_ff: int | None = None
     qk_norm: bool = False
     bias: bool = True
@@ -53,26 +45,27 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "d_model"):
-            checks.whole_number(f"ModelConfig.{name}", getattr(self, name))
-        for name, literal in (
-            ("norm", Placement),
-            ("norm_type", NormType),
-            ("act", Activation),
-            ("init", Init),
+            checks.whole_number(f"model.{name}", getattr(self, name))
+        # Read at every check, not copied at import: an entry registered later is a valid choice at once.
+        for name, choices in (
+            ("norm", PLACEMENTS),
+            ("norm_type", NORMS),
+            ("act", FFNS),
+            ("init", get_args(Init)),
         ):
-            checks.choice(f"ModelConfig.{name}", getattr(self, name), get_args(literal))
-        checks.number("ModelConfig.dropout", self.dropout, at_least=0, below=1)
-        checks.number("ModelConfig.norm_eps", self.norm_eps, above=0)
+            checks.choice(f"model.{name}", getattr(self, name), choices)
+        checks.number("model.dropout", self.dropout, at_least=0, below=1)
+        checks.number("model.norm_eps", self.norm_eps, above=0)
         for name in ("qk_norm", "bias", "tie_weights", "fused_norms"):
-            checks.boolean(f"ModelConfig.{name}", getattr(self, name))
+            checks.boolean(f"model.{name}", getattr(self, name))
         if self.d_model % self.n_head != 0:
             raise ConfigError(
-                f"ModelConfig.d_model={self.d_model} must be divisible by n_head={self.n_head} "
+                f"model.d_model={self.d_model} must be divisible by n_head={self.n_head} "
                 f"(choose d_model a multiple of n_head)"
             )
         if self.d_ff is None:
             self.d_ff = default_ffn_width(self.d_model, self.act)
-        checks.whole_number("ModelConfig.d_ff", self.d_ff)
+        checks.whole_number("model.d_ff", self.d_ff)
 
     @property
     def head_size(self) -> int:

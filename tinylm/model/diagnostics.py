@@ -5,7 +5,6 @@ function returns tensors (no host sync), so a caller can bring many to the host 
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from tinylm.model.block import Block
 
@@ -34,8 +33,8 @@ def attention_entropy(probs: torch.Tensor) -> torch.Tensor:
 
 def block_weight_grad_norms(block: Block) -> dict[str, torch.Tensor]:
     """Frobenius norms of one block's weight gradients (0-dim tensors): `w_q`, `w_k`, `w_v` (row blocks of the
-    fused qkv), `w_o`, and `ffn_<name>` per FFN linear. A weight without a gradient gives NaN, so a missing
-    measurement never reads as "zero gradient"."""
+    fused qkv), `w_o`, and `ffn_<name>` per FFN weight matrix, named after its layer (`ffn_up`, `ffn_net_0`). A
+    weight without a gradient gives NaN, so a missing measurement never reads as "zero gradient"."""
     attention = block.attn.sublayer
     d_model = attention.proj.weight.shape[0]
     norms: dict[str, torch.Tensor] = {}
@@ -44,9 +43,11 @@ def block_weight_grad_norms(block: Block) -> dict[str, torch.Tensor]:
         rows = None if qkv_grad is None else qkv_grad[index * d_model : (index + 1) * d_model]
         norms[name] = _norm_or_nan(rows, attention.qkv.weight)
     norms["w_o"] = _norm_or_nan(attention.proj.weight.grad, attention.proj.weight)
-    for name, layer in block.ffn.sublayer.named_children():
-        if isinstance(layer, nn.Linear):
-            norms[f"ffn_{name}"] = _norm_or_nan(layer.weight.grad, layer.weight)
+    # Every matrix, however the FFN names or nests its layers, so a new FFN's weights are never left out.
+    for name, weight in block.ffn.sublayer.named_parameters():
+        if weight.dim() >= 2:
+            key = "ffn_" + name.removesuffix(".weight").replace(".", "_")
+            norms[key] = _norm_or_nan(weight.grad, weight)
     return norms
 
 

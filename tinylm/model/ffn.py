@@ -12,6 +12,8 @@ from torch import nn
 class MLP(nn.Module):
     """down(act(up(x))): the original transformer FFN."""
 
+    matrices = 2  # d × d_ff weight matrices: sets the default width (`default_ffn_width`)
+
     def __init__(
         self,
         d_model: int,
@@ -33,6 +35,8 @@ class MLP(nn.Module):
 class GatedMLP(nn.Module):
     """down(act(gate(x)) * up(x)) (Shazeer 2020): SwiGLU with SiLU, GeGLU with GELU."""
 
+    matrices = 3
+
     def __init__(
         self,
         d_model: int,
@@ -52,7 +56,9 @@ class GatedMLP(nn.Module):
         return self.dropout(self.down(self.activation(self.gate(x)) * self.up(x)))
 
 
-# act name -> (FFN class, nonlinearity). A new FFN type is one entry here (and a class if it has a new shape).
+# act name -> (FFN class, nonlinearity): the one list of FFN choices (ModelConfig checks `act` against it).
+# A new FFN type is one entry here, and a class if it has a new shape: its constructor takes
+# (d_model, d_ff, activation, bias, dropout) and its `matrices` says how many d × d_ff matrices it holds.
 FFNS: dict[str, tuple[type[nn.Module], Callable[[torch.Tensor], torch.Tensor]]] = {
     "relu": (MLP, F.relu),
     "gelu": (MLP, F.gelu),
@@ -64,3 +70,12 @@ FFNS: dict[str, tuple[type[nn.Module], Callable[[torch.Tensor], torch.Tensor]]] 
 def build_ffn(act: str, d_model: int, d_ff: int, bias: bool = True, dropout: float = 0.0) -> nn.Module:
     ffn_class, activation = FFNS[act]
     return ffn_class(d_model, d_ff, activation, bias, dropout)
+
+
+def default_ffn_width(d_model: int, act: str) -> int:
+    """Hidden width that keeps every FFN at ≈ 8·d² weights: 8·d over its number of d × d_ff matrices.
+
+    Two-matrix FFNs (relu, gelu) get 4·d. Gated FFNs have three matrices, so round(8·d/3), which is what
+    makes SwiGLU vs GELU a comparison at matched parameter count.
+    """
+    return round(8 * d_model / FFNS[act][0].matrices)

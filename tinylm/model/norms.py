@@ -45,4 +45,5 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight
 
 
+# The one list of norm types (ModelConfig checks `norm_type` against it); a new one is a class and an entry.
 NORMS: dict[str, type[nn.Module]] = {"layer": LayerNorm, "rms": RMSNorm}
