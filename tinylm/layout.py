@@ -1,0 +1,166 @@
+"""What a run leaves on disk and where: its directory's files, the metric tags it logs, `metrics.json` (how it
+ended) and its checkpoints (read without Lightning). Training writes this layout; analysis and inference
+read it through this module alone, so none of them needs the others' code.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tinylm.errors import UserError
+from tinylm.files import write_json
+
+if TYPE_CHECKING:  # torch and the model are imported on first use: the report needs neither
+    import torch
+
+    from tinylm.data.tokenizer import CharTokenizer
+    from tinylm.model.config import ModelConfig
+
+# The tags a run logs. TensorBoard sorts its groups by name and opens the first two: the losses, then the rate.
+TRAIN_LOSS = "loss/train"
+VAL_LOSS = "loss/val"
+VAL_BPC = "loss/val_bpc"  # bits per character: VAL_LOSS / ln 2
+BEST_VAL_LOSS = "loss/val_best"  # in metrics.json: the lowest VAL_LOSS of the run
+LEARNING_RATE = "lr"
+METRICS = (VAL_LOSS, TRAIN_LOSS, VAL_BPC, BEST_VAL_LOSS, LEARNING_RATE)
+
+CONFIG_FILE = "config.yaml"
+TOKENIZER_FILE = "tokenizer.json"
+RECORD_FILE = "metrics.json"
+TENSORBOARD_DIR = "tb"
+HYDRA_DIR = ".hydra"
+# What a run writes into its directory; a directory holding any of them holds a run.
+RUN_FILES = (CONFIG_FILE, "checkpoints", RECORD_FILE, HYDRA_DIR, TENSORBOARD_DIR)
+STATUSES = ("completed", "failed", "diverged", "interrupted")
+LAST = "last"  # ckpt_path=last: this run directory's own last.ckpt
+
+
+def holds_a_run(run_dir: str | Path) -> bool:
+    """Whether a run has written into `run_dir` (not just Hydra's log file of the command now starting)."""
+    return any((Path(run_dir) / name).exists() for name in RUN_FILES)
+
+
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def last_checkpoint(run_dir: str | Path) -> Path:
+    """The run's latest state, written at every validation and on Ctrl-C/SIGTERM: what a resume reads."""
+    return checkpoint_dir(run_dir) / f"{LAST}.ckpt"
+
+
+def write_run_record(run_dir: str | Path, status: str, **fields: Any) -> Path:
+    """`metrics.json`: the run's status and final numbers; a run directory without one is unfinished."""
+    if status not in STATUSES:
+        raise ValueError(f"status {status!r} is not one of {STATUSES}")
+    path = Path(run_dir) / RECORD_FILE
+    write_json(path, {"status": status, **fields})
+    return path
+
+
+def read_run_record(run_dir: str | Path) -> dict[str, Any] | None:
+    """The run's record, or None when it has none (unfinished) or it cannot be parsed."""
+    try:
+        record = json.loads((Path(run_dir) / RECORD_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    return {key: float(value) if value in ("nan", "inf", "-inf") else value for key, value in record.items()}
+
+
+class CheckpointError(UserError, ValueError):
+    """A checkpoint path is missing, unreadable, or not a tinylm checkpoint."""
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A `.ckpt` file as given, or a run directory's `checkpoints/last.ckpt`."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        for candidate in (last_checkpoint(path), path / f"{LAST}.ckpt"):
+            if candidate.is_file():
+                return candidate
+        raise CheckpointError(
+            f"no checkpoints/last.ckpt in run directory {str(path)!r}; "
+            "give a run directory that has trained for at least one checkpoint, or a .ckpt file"
+        )
+    if not path.is_file():
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} does not exist; give a .ckpt file or a run directory (runs/<date>/<time>)"
+        )
+    return path
+
+
+@dataclass
+class Checkpoint:
+    """A tinylm checkpoint's contents, read once with `weights_only=True`: the weights, the model's config and
+    the tokenizer rebuild the model without Lightning; the rest (optimizer, loops) is Lightning's to restore."""
+
+    path: Path
+    contents: dict[str, Any]
+
+    @property
+    def step(self) -> int:
+        return int(self.contents.get("global_step", 0))
+
+    def model_config(self) -> ModelConfig:
+        from tinylm.model.config import ModelConfig
+
+        try:
+            return ModelConfig.from_dict(dict(self.contents["hyper_parameters"]["model"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise CheckpointError(f"{str(self.path)!r} holds no usable model config ({err})") from None
+
+    def tokenizer(self) -> CharTokenizer:
+        from tinylm.data.tokenizer import CharTokenizer
+
+        if "tokenizer" not in self.contents:
+            raise CheckpointError(
+                f"checkpoint {str(self.path)!r} carries no tokenizer; use a checkpoint written by tinylm"
+            )
+        try:
+            return CharTokenizer.from_dict(self.contents["tokenizer"])
+        except ValueError as err:
+            raise CheckpointError(f"the tokenizer of checkpoint {str(self.path)!r} is unreadable: {err}") from None
+
+    def model_weights(self) -> dict[str, torch.Tensor]:
+        """The `GPT`'s state dict: the LightningModule keeps the model as its `model` attribute."""
+        return {
+            key.removeprefix("model."): value
+            for key, value in self.contents["state_dict"].items()
+            if key.startswith("model.")
+        }
+
+
+def read_checkpoint(path: str | Path) -> Checkpoint:
+    """Read a checkpoint file (or a run directory's last.ckpt) with `weights_only=True`: tensors and plain
+    containers only, never pickled code."""
+    import torch
+
+    path = resolve_checkpoint(path)
+    try:
+        contents = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises many types for truncated, foreign or malicious files
+        reason = first_sentence(str(err)) or type(err).__name__
+        raise CheckpointError(
+            f"cannot read checkpoint {str(path)!r} ({type(err).__name__}: {reason}); it is truncated, "
+            "not a PyTorch checkpoint, or holds pickled objects other than tensors and plain data, which "
+            "are never loaded; use a last.ckpt or best.ckpt written by tinylm"
+        ) from None
+    if not isinstance(contents, dict) or "state_dict" not in contents or "hyper_parameters" not in contents:
+        raise CheckpointError(
+            f"{str(path)!r} is not a tinylm training checkpoint (no state_dict/hyper_parameters); "
+            "use a last.ckpt or best.ckpt written by tinylm"
+        )
+    return Checkpoint(path, contents)
+
+
+def first_sentence(message: str, max_chars: int = 120) -> str:
+    """The gist of a library's error: its first sentence, without terminal colour codes."""
+    message = re.sub(r"\x1b\[[0-9;]*m", "", message).strip()
+    sentence = re.split(r"(?<=[.!?])\s", message.splitlines()[0] if message else "", maxsplit=1)[0]
+    return sentence if len(sentence) <= max_chars else sentence[: max_chars - 1] + "…"
