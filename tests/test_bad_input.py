@@ -655,7 +655,7 @@ def test_a_bug_keeps_its_traceback(tmp_path, existing, monkeypatch):
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr("tinylm.inference.sample.load_module", broken)
+    monkeypatch.setattr("tinylm.inference.sample.load_model", broken)
     with pytest.raises(ZeroDivisionError):
         run_script_in_process("sample.py", f"ckpt={existing.run}")
 

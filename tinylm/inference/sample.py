@@ -3,16 +3,49 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any
 
+import torch
 from omegaconf import DictConfig
 
 from tinylm import checks
-from tinylm.data import VocabularyError
+from tinylm.data import CharTokenizer, VocabularyError
 from tinylm.errors import ConfigError, TrainingInterrupted
-from tinylm.training.checkpoints import CheckpointError, load_module
+from tinylm.inference.trained import load_model
+from tinylm.layout import CheckpointError
+from tinylm.model import GPT
 
 # Generation streams, so any length works; a bound still catches a typo that would run for days.
 MAX_CHARS = 1_000_000
+
+
+def sample_text(
+    model: GPT,
+    tokenizer: CharTokenizer,
+    chars: int,
+    prompt: str | None = None,
+    temperature: float = 0.8,
+    top_k: int | None = None,
+    seed: int = 0,
+    on_char: Callable[[str], Any] | None = None,
+) -> str:
+    """`chars` characters drawn after `prompt` (default: the tokenizer's `default_prompt`), on whatever device
+    the model is; `on_char` is called with each one as it is drawn. The model's train/eval mode is restored."""
+    prompt = tokenizer.default_prompt if prompt is None else prompt
+    if not prompt:
+        raise ConfigError("the prompt must hold at least one character (e.g. a newline)")
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    context = torch.tensor([tokenizer.encode(prompt)], dtype=torch.long, device=device)
+    on_token = None if on_char is None else (lambda token: on_char(tokenizer.decode(token[0])))
+    was_training = model.training
+    model.eval()
+    try:
+        out = model.generate(context, chars, temperature, top_k, generator, on_token)
+    finally:
+        model.train(was_training)
+    return tokenizer.decode(out[0, context.shape[1] :])
 
 
 def check_sampling_settings(cfg: DictConfig) -> None:
@@ -26,15 +59,15 @@ def check_sampling_settings(cfg: DictConfig) -> None:
 def run(cfg: DictConfig) -> str:
     """Print the prompt and then each character as it is drawn; Ctrl-C stops, keeping what was printed."""
     check_sampling_settings(cfg)
-    module = load_module(cfg.ckpt)
-    assert module.tokenizer is not None
-    prompt = module.tokenizer.default_prompt if cfg.prompt is None else str(cfg.prompt)
+    trained = load_model(cfg.ckpt)
+    tokenizer = trained.tokenizer
+    prompt = tokenizer.default_prompt if cfg.prompt is None else str(cfg.prompt)
     try:
-        module.tokenizer.encode(prompt)
+        tokenizer.encode(prompt)
     except VocabularyError as err:
         raise ConfigError(
             f"the prompt has characters the model never saw: {err.unknown!r}; use only characters of its "
-            f"training corpus ({module.tokenizer.vocab_size} characters)"
+            f"training corpus ({tokenizer.vocab_size} characters)"
         ) from None
     out = sys.stdout
     out.write(prompt)
@@ -46,7 +79,8 @@ def run(cfg: DictConfig) -> str:
         out.flush()
 
     try:
-        module.sample(int(cfg.chars), prompt, float(cfg.temperature), cfg.top_k, int(cfg.seed), on_char=show)
+        sample_text(trained.gpt, tokenizer, int(cfg.chars), prompt, float(cfg.temperature), cfg.top_k,
+                    int(cfg.seed), on_char=show)  # fmt: skip
     except KeyboardInterrupt:
         out.write("\n")
         raise TrainingInterrupted(
