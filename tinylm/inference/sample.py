@@ -9,7 +9,9 @@ from omegaconf import DictConfig
 from tinylm import checks
 from tinylm.data import VocabularyError
 from tinylm.errors import ConfigError, Interrupted
-from tinylm.training.checkpoints import CheckpointError, load_module
+from tinylm.inference.trained import load_model
+from tinylm.layout import CheckpointError
+from tinylm.model.sampling import sample_text
 
 # Generation streams, so any length works; a bound still catches a typo that would run for days.
 MAX_CHARS = 1_000_000
@@ -26,15 +28,15 @@ def check_sampling_settings(cfg: DictConfig) -> None:
 def run(cfg: DictConfig) -> str:
     """Print the prompt and then each character as it is drawn; Ctrl-C stops, keeping what was printed."""
     check_sampling_settings(cfg)
-    module = load_module(cfg.ckpt)
-    assert module.tokenizer is not None
-    prompt = module.tokenizer.default_prompt if cfg.prompt is None else str(cfg.prompt)
+    trained = load_model(cfg.ckpt)
+    tokenizer = trained.tokenizer
+    prompt = tokenizer.default_prompt if cfg.prompt is None else str(cfg.prompt)
     try:
-        module.tokenizer.encode(prompt)
+        tokenizer.encode(prompt)
     except VocabularyError as err:
         raise ConfigError(
             f"the prompt has characters the model never saw: {err.unknown!r}; use only characters of its "
-            f"training corpus ({module.tokenizer.vocab_size} characters)"
+            f"training corpus ({tokenizer.vocab_size} characters)"
         ) from None
     out = sys.stdout
     out.write(prompt)
@@ -46,7 +48,8 @@ def run(cfg: DictConfig) -> str:
         out.flush()
 
     try:
-        module.sample(int(cfg.chars), prompt, float(cfg.temperature), cfg.top_k, int(cfg.seed), on_char=show)
+        sample_text(trained.gpt, tokenizer, int(cfg.chars), prompt, float(cfg.temperature), cfg.top_k,
+                    int(cfg.seed), on_char=show)  # fmt: skip
     except KeyboardInterrupt:
         out.write("\n")
         raise Interrupted(

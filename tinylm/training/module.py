@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import lightning.pytorch as L
@@ -15,9 +15,9 @@ from lightning.pytorch.utilities import GradClipAlgorithmType
 from torchmetrics.aggregation import MeanMetric
 
 from tinylm.data import CharTokenizer
-from tinylm.errors import ConfigError
 from tinylm.layout import LEARNING_RATE, TRAIN_LOSS, VAL_BPC, VAL_LOSS
 from tinylm.model import GPT, ModelConfig
+from tinylm.model.sampling import sample_text
 from tinylm.training.distributed import shards_parameters
 from tinylm.training.settings import ADAMW_IMPLEMENTATIONS, OptimConfig
 
@@ -171,40 +171,12 @@ class CharLM(L.LightningModule):
             and self.logger is not None
             and not shards_parameters(self.trainer.strategy)
         ):
-            text = self.sample(self.sample_chars, prompt=self.tokenizer.default_prompt, seed=0)
+            text = sample_text(self.model, self.tokenizer, self.sample_chars, seed=0)
             text = text[: text.rfind("\n") + 1] or text  # end on a line break when there is one
             experiment = getattr(self.logger, "experiment", None)
             if hasattr(experiment, "add_text"):
                 # Markdown would reflow the verse: indent it as a code block to keep the line breaks.
                 experiment.add_text("sample", "    " + text.replace("\n", "\n    "), self.global_step)
-
-    def sample(
-        self,
-        max_new_chars: int,
-        prompt: str | None = None,
-        temperature: float = 0.8,
-        top_k: int | None = None,
-        seed: int = 0,
-        on_char: Callable[[str], Any] | None = None,
-    ) -> str:
-        """`max_new_chars` characters after `prompt` (default: the tokenizer's `default_prompt`); `on_char` is
-        called with each one as it is drawn."""
-        if self.tokenizer is None:
-            raise RuntimeError("no tokenizer attached to this model")
-        tokenizer = self.tokenizer
-        prompt = tokenizer.default_prompt if prompt is None else prompt
-        if not prompt:
-            raise ConfigError("the prompt must hold at least one character (e.g. a newline)")
-        generator = torch.Generator(device=self.device).manual_seed(seed)
-        context = torch.tensor([tokenizer.encode(prompt)], dtype=torch.long, device=self.device)
-        on_token = None if on_char is None else (lambda token: on_char(tokenizer.decode(token[0])))
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            out = self.model.generate(context, max_new_chars, temperature, top_k, generator, on_token)
-        finally:
-            self.model.train(was_training)
-        return tokenizer.decode(out[0, context.shape[1] :])
 
     def configure_gradient_clipping(
         self,

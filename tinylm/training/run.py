@@ -40,6 +40,8 @@ from tinylm.layout import (
     last_checkpoint,
     write_run_record,
 )
+from tinylm.model import GPT
+from tinylm.model.sampling import sample_text
 from tinylm.overrides import choices
 from tinylm.training.callbacks import TensorBoardHParams, in_order
 from tinylm.training.checkpoints import (
@@ -196,8 +198,8 @@ class PreparedRun:
         if trainer.is_global_zero and settings.sample.chars > 0 and sampler is not None:
             sample = settings.sample
             prompt = sample.prompt_for(module.tokenizer)
-            metrics["sample"] = sampler.sample(
-                sample.chars, prompt, sample.temperature, sample.top_k, sample.seed
+            metrics["sample"] = sample_text(
+                sampler, module.tokenizer, sample.chars, prompt, sample.temperature, sample.top_k, sample.seed
             )
             print(f"\n--- sample after {trainer.global_step} steps ---\n{prompt}{metrics['sample']}\n---")
         if trainer.is_global_zero:
@@ -256,12 +258,12 @@ def in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
-def whole_model(trainer: L.Trainer, module: CharLM) -> CharLM | None:
+def whole_model(trainer: L.Trainer, module: CharLM) -> GPT | None:
     """The trained model, whole, in this process: a sharded one (FSDP) is whole only in its checkpoint."""
     if not shards_parameters(trainer.strategy):
-        return module
+        return module.model
     last = last_checkpoint(trainer.default_root_dir)
-    return load_module(last) if last.is_file() and trainer.is_global_zero else None
+    return load_module(last).model if last.is_file() and trainer.is_global_zero else None
 
 
 def hparams_for_tensorboard(cfg: DictConfig) -> dict[str, Any]:
