@@ -13,7 +13,14 @@ import pytest
 import torch
 from conftest import TINYSHAKESPEARE
 
-from tinylm.data import CharDataModule, CharTokenizer, FixedWindows, RandomWindows, TooFewWindowsError
+from tinylm.data import (
+    CharDataModule,
+    CharTokenizer,
+    DataConfig,
+    FixedWindows,
+    RandomWindows,
+    TooFewWindowsError,
+)
 from tinylm.data.corpora import (
     CorpusError,
     clean_play_markdown,
@@ -272,7 +279,9 @@ def test_data_module_splits_contiguously_90_10(tmp_path):
     text = _corpus_text(1000)
     path = tmp_path / "corpus.txt"
     path.write_text(text, encoding="utf-8")
-    dm = CharDataModule(source="text", files=str(path), block_size=8, batch_size=4, val_fraction=0.1)
+    dm = CharDataModule(
+        DataConfig(source="text", files=str(path), block_size=8, batch_size=4, val_fraction=0.1)
+    )
     tokenizer = dm.prepare()
 
     assert tokenizer.chars == sorted(set(text))
@@ -286,7 +295,7 @@ def test_data_module_keeps_a_given_tokenizer(tmp_path):
     path = tmp_path / "corpus.txt"
     path.write_text("abcabc" * 50, encoding="utf-8")
     given = CharTokenizer(list("cbaxyz"))
-    dm = CharDataModule(source="text", files=str(path), block_size=4, batch_size=2, tokenizer=given)
+    dm = CharDataModule(DataConfig(source="text", files=str(path), block_size=4, batch_size=2), given)
     assert dm.prepare() is given
     assert dm.train_tokens[:3].tolist() == [2, 1, 0]
 
@@ -295,7 +304,9 @@ def test_data_module_loaders_serve_windows_of_the_split(tmp_path):
     text = _corpus_text(1000)
     path = tmp_path / "corpus.txt"
     path.write_text(text, encoding="utf-8")
-    dm = CharDataModule(source="text", files=str(path), block_size=8, batch_size=4, val_windows=5, seed=7)
+    dm = CharDataModule(
+        DataConfig(source="text", files=str(path), block_size=8, batch_size=4, val_windows=5, seed=7)
+    )
     dm.setup("fit")
 
     x, y = next(iter(dm.train_dataloader()))
@@ -313,13 +324,13 @@ def test_data_module_loaders_serve_windows_of_the_split(tmp_path):
 @pytest.mark.parametrize("val_fraction", [0.0, 1.0, -0.1])
 def test_data_module_rejects_bad_val_fraction(val_fraction):
     with pytest.raises(ValueError, match="val_fraction"):
-        CharDataModule(source="text", files="x.txt", val_fraction=val_fraction)
+        CharDataModule(DataConfig(source="text", files="x.txt", val_fraction=val_fraction))
 
 
 def test_corpus_shorter_than_one_window_raises_corpus_error(tmp_path):
     path = tmp_path / "tiny.txt"
     path.write_text("to be or not to be\n", encoding="utf-8")
-    dm = CharDataModule(source="text", files=str(path), block_size=32, batch_size=2)
+    dm = CharDataModule(DataConfig(source="text", files=str(path), block_size=32, batch_size=2))
     # Found while preparing, before a run writes anything, not when the loaders are built.
     with pytest.raises(CorpusError, match=r"training split has 17 characters.*block_size"):
         dm.prepare()
@@ -329,7 +340,9 @@ def test_corpus_shorter_than_one_window_raises_corpus_error(tmp_path):
 def test_validation_split_shorter_than_one_window_raises_corpus_error(tmp_path):
     path = tmp_path / "short.txt"
     path.write_text("to be or not to be, that is the question\n" * 2, encoding="utf-8")
-    dm = CharDataModule(source="text", files=str(path), block_size=32, batch_size=2, val_fraction=0.1)
+    dm = CharDataModule(
+        DataConfig(source="text", files=str(path), block_size=32, batch_size=2, val_fraction=0.1)
+    )
     with pytest.raises(CorpusError, match=r"validation split .* data\.val_fraction"):
         dm.prepare()
 
@@ -338,7 +351,7 @@ def test_empty_text_file_raises_corpus_error(tmp_path):
     path = tmp_path / "empty.txt"
     path.write_text("", encoding="utf-8")
     with pytest.raises(CorpusError, match="empty"):
-        CharDataModule(source="text", files=str(path)).prepare()
+        CharDataModule(DataConfig(source="text", files=str(path))).prepare()
 
 
 # --- RandomWindows / FixedWindows ----------------------------------------------------------------------

@@ -28,6 +28,7 @@ from torch.utils.data import DistributedSampler
 
 from tinylm.data import (
     CharDataModule,
+    DataConfig,
     FixedWindows,
     RandomWindows,
     TooFewWindowsError,
@@ -44,7 +45,7 @@ from tinylm.training.distributed import (
 from tinylm.training.module import CharLM, unwrapped_name, weight_decay_groups
 from tinylm.training.precision import resolve_precision
 from tinylm.training.run import run
-from tinylm.training.settings import RunSettings
+from tinylm.training.settings import trainer_settings
 
 
 def _tokens(n: int = 5000) -> np.ndarray:
@@ -82,7 +83,9 @@ def test_two_ranks_draw_different_windows_at_the_same_step():
 def test_each_rank_dataloader_starts_its_own_stream(tmp_path):
     file = tmp_path / "corpus.txt"
     file.write_text("".join(chr(ord("a") + (i * 7) % 26) for i in range(4000)), encoding="utf-8")
-    datamodule = CharDataModule(source="text", files=str(file), block_size=16, batch_size=4, seed=7)
+    datamodule = CharDataModule(
+        DataConfig(source="text", files=str(file), block_size=16, batch_size=4, seed=7)
+    )
     datamodule.prepare()
 
     first_batches = []
@@ -126,7 +129,9 @@ def test_fewer_validation_windows_than_ranks_is_a_clear_error():
 def test_val_dataloader_shards_only_when_distributed(tmp_path):
     file = tmp_path / "corpus.txt"
     file.write_text("the quick brown fox jumps over the lazy dog\n" * 200, encoding="utf-8")
-    datamodule = CharDataModule(source="text", files=str(file), block_size=16, batch_size=2, val_windows=5)
+    datamodule = CharDataModule(
+        DataConfig(source="text", files=str(file), block_size=16, batch_size=2, val_windows=5)
+    )
     datamodule.prepare()
 
     datamodule.trainer = _stub_trainer(0, world_size=1)
@@ -363,7 +368,7 @@ def test_in_a_slurm_task_lightning_takes_the_rank_from_slurm(monkeypatch, restor
     for key, value in slurm_env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("LOCAL_RANK", raising=False)
-    trainer = L.Trainer(**RunSettings.from_cfg(cfg).trainer, logger=False)
+    trainer = L.Trainer(**trainer_settings(OmegaConf.to_container(cfg.trainer)), logger=False)
     assert (trainer.global_rank, trainer.local_rank, trainer.node_rank, trainer.world_size) == (5, 1, 1, 8)
     assert not trainer.is_global_zero
     assert not relaunches_script(trainer)  # so a sweep through launcher=slurm is not refused
@@ -374,7 +379,7 @@ def test_without_a_scheduler_lightning_relaunches_ddp(monkeypatch, restore_rank_
         monkeypatch.delenv(key, raising=False)
     with initialize_config_module("tinylm.conf", version_base="1.3"):
         cfg = compose("train", overrides=[*SHRINK, "trainer=ddp", "trainer.accelerator=cpu"])
-    trainer = L.Trainer(**RunSettings.from_cfg(cfg).trainer, logger=False)
+    trainer = L.Trainer(**trainer_settings(OmegaConf.to_container(cfg.trainer)), logger=False)
     assert relaunches_script(trainer)
     single = L.Trainer(accelerator="cpu", devices=1, logger=False)
     assert not relaunches_script(single)
@@ -489,7 +494,7 @@ def test_ddp_run_logs_a_decreasing_loss_and_its_effective_batch(ddp_run):
 @pytest.mark.slow
 def test_ddp_trains_on_both_ranks_windows_with_averaged_gradients(ddp_run):
     config = OmegaConf.to_container(OmegaConf.load(ddp_run.run_dir / "config.yaml"))
-    datamodule = CharDataModule(**config["data"])
+    datamodule = CharDataModule(DataConfig(**config["data"]))
     datamodule.prepare()
     train_tokens = datamodule.train_tokens
     trained = read_checkpoint(ddp_run.run_dir / "checkpoints" / "last.ckpt").contents["state_dict"]
@@ -521,7 +526,7 @@ def test_ddp_trains_at_the_default_precision(tmp_path):
 @pytest.mark.slow
 def test_ddp_val_loss_is_the_mean_over_every_window_once(ddp_run):
     config = OmegaConf.load(ddp_run.run_dir / "config.yaml")
-    datamodule = CharDataModule(**OmegaConf.to_container(config.data))
+    datamodule = CharDataModule(DataConfig(**OmegaConf.to_container(config.data)))
     datamodule.prepare()
     windows = FixedWindows(datamodule.val_tokens, config.data.block_size, config.data.val_windows)
     assert len(windows) == 9

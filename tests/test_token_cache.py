@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import REPO
 
-from tinylm.data import CharDataModule, CharTokenizer, VocabularyError, load_corpus
+from tinylm.data import CharDataModule, CharTokenizer, DataConfig, VocabularyError, load_corpus
 from tinylm.data.corpora import Corpus
 from tinylm.data.token_cache import cache_root, corpus_tokens
 
@@ -83,7 +83,7 @@ def test_a_vocabulary_beyond_256_characters_is_stored_as_uint16(tmp_path):
 
 
 def test_the_default_corpus_trains_from_the_cache(tmp_path):
-    dm = CharDataModule(block_size=16, batch_size=2)
+    dm = CharDataModule(DataConfig(block_size=16, batch_size=2))
     tokenizer = dm.prepare()
     assert isinstance(dm.train_tokens, np.memmap) and dm.train_tokens.dtype == np.uint8
     assert tokenizer.vocab_size < 256 and len(dm.train_tokens) + len(dm.val_tokens) > 4_000_000

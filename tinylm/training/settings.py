@@ -75,7 +75,8 @@ class SampleConfig:
 
 def trainer_settings(trainer: dict[str, Any]) -> dict[str, Any]:
     """The `trainer` section: keyword arguments of `lightning.pytorch.Trainer`, with tinylm's own rules for
-    the ones that count steps (training windows are an endless stream: steps, not epochs, end a run)."""
+    the ones that count steps (training windows are an endless stream: steps, not epochs, end a run), and
+    `precision: auto` resolved to what this machine runs."""
     known = set(inspect.signature(L.Trainer.__init__).parameters) - {"self"}
     checks.known_keys("trainer.", trainer, known, see=" of Lightning's Trainer")
     checks.whole_number(
@@ -86,7 +87,8 @@ def trainer_settings(trainer: dict[str, Any]) -> dict[str, Any]:
     # In optimizer steps: an endless stream has no epochs to take a fraction of.
     checks.whole_number("trainer.val_check_interval", trainer.get("val_check_interval"))
     checks.whole_number("trainer.log_every_n_steps", trainer.get("log_every_n_steps"))
-    return trainer
+    precision = resolve_precision(trainer.get("precision", "32-true"), trainer.get("accelerator", "auto"))
+    return {**trainer, "precision": precision}
 
 
 @dataclass
@@ -115,10 +117,8 @@ class RunSettings:
                 checks.known_keys(f"{name}.", values, (f.name for f in fields(config)))
             return values
 
-        trainer = trainer_settings(section("trainer"))
-        requested = trainer.get("precision", "32-true")
-        accelerator = trainer.get("accelerator", "auto")
-        trainer["precision"] = resolve_precision(requested, accelerator)
+        requested = section("trainer")
+        trainer = trainer_settings(requested)
         resolved = cfg.copy()
         with open_dict(resolved):
             resolved.trainer = cfg.trainer.copy()
@@ -135,7 +135,11 @@ class RunSettings:
             data=DataConfig(**section("data", DataConfig)),
             trainer=trainer,
             sample=SampleConfig(**section("sample", SampleConfig)),
-            precision_reason=describe_precision(requested, trainer["precision"], accelerator),
+            precision_reason=describe_precision(
+                requested.get("precision", "32-true"),
+                trainer["precision"],
+                trainer.get("accelerator", "auto"),
+            ),
             ckpt_path=cfg.get("ckpt_path") or None,
             compile=checks.boolean("compile", cfg.get("compile", False)),
             optimized_metric=metric,
