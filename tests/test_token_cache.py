@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -92,37 +93,81 @@ def test_the_default_corpus_trains_from_the_cache(tmp_path):
 # --- a corpus far larger than memory ---------------------------------------------------------------------
 
 GB = 1 << 30
+LINES = b"abcdefghijklmnopqrstuvwxyz      ,.;:!?ABCDEFGHIJ\n"
+ONE_LINE = LINES[:-1]  # the same text with no line break at all: one 2 GB line
 
 
-def write_big_corpus(path: Path, size: int, seed: int = 0) -> None:
-    """`size` bytes of text-like lines (ASCII letters, spaces, punctuation), written 64 MB at a time."""
+def write_big_corpus(path: Path, size: int, alphabet: bytes = LINES, seed: int = 0) -> None:
+    """`size` bytes of text-like characters drawn from `alphabet`, written 64 MB at a time."""
     rng = np.random.default_rng(seed)
-    alphabet = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz      ,.;:!?ABCDEFGHIJ\n", dtype=np.uint8)
+    letters = np.frombuffer(alphabet, dtype=np.uint8)
     with open(path, "wb") as out:
         written = 0
         while written < size:
-            block = alphabet[rng.integers(0, len(alphabet), min(64 << 20, size - written))]
+            block = letters[rng.integers(0, len(letters), min(64 << 20, size - written))]
             out.write(block.tobytes())
             written += len(block)
 
 
-@pytest.mark.slow
-def test_a_2gb_corpus_trains_under_1_5gb_of_memory(tmp_path):
-    """`data=text` on a 2 GB file, through the real script: tokenised once to disk, windows drawn from the
-    memory-mapped array. Peak RSS of the training process (tokenising included) stays under 1.5 GB."""
-    corpus = tmp_path / "big.txt"
-    write_big_corpus(corpus, 2 * GB)
-    started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "train.py"), "data=text", f"data.files={corpus}",
-         "trainer.max_steps=20", "trainer.val_check_interval=10", "sample.chars=0",
-         "trainer.enable_progress_bar=false", f"hydra.run.dir={tmp_path / 'run'}"],
-        capture_output=True, text=True, timeout=1800, cwd=tmp_path,
-        env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+# Runs a command and prints its peak RSS in KiB: getrusage of the one child of a fresh interpreter.
+MEASURED = (
+    "import resource, subprocess, sys; code = subprocess.run(sys.argv[1:]).returncode; "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(code)"
+)
+
+
+def train_script(tmp_path: Path, corpus: Path, *args: str, timeout: float) -> subprocess.CompletedProcess:
+    """`train.py data=text` on `corpus` in a fresh interpreter, with a token cache of its own (cold, and
+    removed with `tmp_path`); stdout ends with the script's peak RSS in KiB."""
+    return subprocess.run(
+        [sys.executable, "-c", MEASURED, sys.executable, str(REPO / "scripts" / "train.py"), "data=text",
+         f"data.files={corpus}", *args],
+        capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
+        env={**os.environ, "HYDRA_FULL_ERROR": "0", "HF_HOME": str(tmp_path / "hf")},
     )  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("alphabet", [LINES, ONE_LINE], ids=["lines", "no-line-break"])
+def test_a_2gb_corpus_trains_under_1_5gb_of_memory(tmp_path, alphabet):
+    """`data=text` on a 2 GB file, with line breaks or none, through the real script: read in chunks,
+    tokenised once to disk, windows drawn from the memory-mapped array. Peak RSS of the training process
+    (tokenising included) stays under 1.5 GB."""
+    corpus = tmp_path / "big.txt"
+    write_big_corpus(corpus, 2 * GB, alphabet)
+    started = time.monotonic()
+    try:
+        result = train_script(
+            tmp_path, corpus, "trainer.max_steps=20", "trainer.val_check_interval=10", "sample.chars=0",
+            "trainer.enable_progress_bar=false", f"hydra.run.dir={tmp_path / 'run'}", timeout=1800,
+        )  # fmt: skip
+    finally:
+        corpus.unlink()  # 2 GB, and as much again in the token cache: not left for pytest's last three runs
+        shutil.rmtree(tmp_path / "hf", ignore_errors=True)
     elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads((tmp_path / "run" / "metrics.json").read_text(encoding="utf-8"))
     peak_mb = record["peak_rss_mb"]  # the training process's own peak (getrusage), tokenising included
-    print(f"2 GB corpus: {elapsed:.0f} s to train 20 steps (tokenising included), peak RSS {peak_mb:.0f} MB")
+    outside_mb = int(result.stdout.split()[-1]) / 1024  # the same, seen by its parent
+    print(f"2 GB corpus: {elapsed:.0f} s to train 20 steps (tokenising included), peak RSS {peak_mb:.0f} MB "
+          f"({outside_mb:.0f} MB seen from outside)")  # fmt: skip
     assert record["status"] == "completed" and peak_mb < 1536
+
+
+@pytest.mark.slow
+def test_a_2gb_file_of_nul_bytes_is_refused_in_one_line_at_once(tmp_path):
+    """What `truncate -s 2G big.txt` makes is no text: refused in its first chunk, as one line, exit 2, in
+    the time the script takes to start, with the memory of a start."""
+    corpus = tmp_path / "big.txt"
+    with open(corpus, "wb") as file:
+        file.truncate(2 * GB)  # sparse: 2 GB of NUL bytes that take no disk
+    started = time.monotonic()
+    result = train_script(tmp_path, corpus, f"hydra.run.dir={tmp_path / 'run'}", timeout=300)
+    elapsed = time.monotonic() - started
+    peak_mb = int(result.stdout.split()[-1]) / 1024
+    print(f"2 GB of NUL bytes: refused in {elapsed:.1f} s, peak RSS {peak_mb:.0f} MB")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: text file ")
+    assert "is binary, not text (a NUL byte at byte 0)" in result.stderr and str(corpus) in result.stderr
+    assert elapsed < 120 and peak_mb < 1536
+    assert not (tmp_path / "run" / "config.yaml").exists()

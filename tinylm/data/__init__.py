@@ -1,5 +1,6 @@
-"""Text to batches: corpora through HF `datasets`, a character tokenizer, the token cache, windows, and the
-datamodule (imported on first use: it pulls in Lightning, which reading a corpus does not need)."""
+"""Text to batches: corpora (local files read in chunks, the rest through HF `datasets`), a character
+tokenizer, the token cache, windows, and the datamodule (imported on first use: it pulls in Lightning, which
+reading a corpus does not need)."""
 
 from typing import Any
 

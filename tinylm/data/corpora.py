@@ -1,5 +1,6 @@
-"""Where text comes from. Every corpus is read through HF `datasets`, streamed (never whole in memory), as a
-`Corpus`: what the text is (for the token cache, `tinylm.data.token_cache`) and a way to stream it.
+"""Where text comes from. Every corpus is streamed (never whole in memory) as a `Corpus`: what the text is
+(for the token cache, `tinylm.data.token_cache`) and a way to stream it. Downloads and hub datasets go through
+HF `datasets`; local files are read here in fixed-size chunks (`read_text_files`).
 
 | source            | what                                                                            |
 |-------------------|---------------------------------------------------------------------------------|
@@ -15,6 +16,7 @@ import codecs
 import functools
 import glob
 import importlib.metadata
+import io
 import os
 import re
 import socket
@@ -34,7 +36,9 @@ TINYSHAKESPEARE_URL = (
 SOURCES = ("shakespeare", "tinyshakespeare", "text", "hub")
 # Rows handed over at once while streaming: large enough that per-row overhead does not dominate.
 STREAM_ROWS = 16_384
-_READ_CHUNK = 16 << 20
+# Bytes of a local file read at once: bounds the memory of both passes over it, whatever its lines
+# (encoding a chunk takes ~25 bytes per character, so 4 MiB costs ~100 MB; larger chunks read no faster).
+_READ_CHUNK = 4 << 20
 
 
 class CorpusError(UserError, ValueError):
@@ -108,13 +112,63 @@ def text_files(patterns: Sequence[str]) -> Corpus:
     described = ", ".join(str(p) for p in paths[:3]) + (
         f" and {len(paths) - 3} more" if len(paths) > 3 else ""
     )
-    stream = functools.partial(_text_lines, [str(p) for p in paths])
+    stream = functools.partial(read_text_files, paths)
     return Corpus(f"text file(s) {described}", {"source": "text", **_file_stamps(paths)}, stream, paths)
 
 
+def read_text_files(files: Sequence[Path], progress: Callable[[int], Any] | None = None) -> Iterator[str]:
+    """The files' text in chunks of at most `_READ_CHUNK` bytes, read as Python reads text (UTF-8, universal
+    newlines: `\\r\\n` and `\\r` become `\\n`, as `datasets` reads them, so token caches stay the same).
+
+    Not through `datasets`: its text reader holds a whole line, so a file without line breaks would be held
+    whole. A file that is not UTF-8, or holds a NUL byte (a binary file, not text), raises a `CorpusError`
+    naming the byte. `progress` is told the bytes read as they go.
+    """
+    for file in files:
+        yield from _read_text_file(file, progress)
+
+
+def _read_text_file(file: Path, progress: Callable[[int], Any] | None) -> Iterator[str]:
+    utf8 = codecs.getincrementaldecoder("utf-8")()
+    decoder = io.IncrementalNewlineDecoder(utf8, translate=True)  # what open() in text mode uses
+    offset = 0  # bytes of the file before `chunk`
+    try:
+        handle = open(file, "rb")  # noqa: SIM115 (closed below; an error names the file)
+    except OSError as err:
+        raise CorpusError(f"cannot read text file {str(file)!r}: {err.strerror or err}") from None
+    with handle:
+        while chunk := handle.read(_READ_CHUNK):
+            pending = len(utf8.getstate()[0])  # bytes of a character split by the previous chunk
+            try:
+                text = decoder.decode(chunk)
+            except UnicodeDecodeError as err:
+                raise CorpusError(
+                    f"text file {str(file)!r} is not UTF-8 ({err.reason} at byte {offset - pending + err.start}); "
+                    "convert it first, e.g. iconv -f latin1 -t utf-8"
+                ) from None
+            nul = chunk.find(0)  # in UTF-8 a 0 byte is only ever the NUL character
+            if nul >= 0:
+                raise CorpusError(
+                    f"text file {str(file)!r} is binary, not text (a NUL byte at byte {offset + nul}); give a "
+                    "UTF-8 text file, or strip the NULs first: tr -d '\\000' < in > out"
+                )
+            offset += len(chunk)
+            if progress is not None:
+                progress(len(chunk))
+            if text:
+                yield text
+        try:
+            text = decoder.decode(b"", final=True)
+        except UnicodeDecodeError as err:
+            raise CorpusError(
+                f"text file {str(file)!r} is not UTF-8 ({err.reason} at its end); convert it first"
+            ) from None
+        if text:
+            yield text
+
+
 def _text_lines(data_files: list[str]) -> Iterator[str]:
-    """The files' text in chunks of lines, line breaks kept: the chunks join to the exact text, and no row is
-    a whole file."""
+    """A downloaded file's text in chunks of lines, line breaks kept: the chunks join to the exact text."""
     lines = datasets.load_dataset(
         "text", data_files=data_files, sample_by="line", keep_linebreaks=True, streaming=True, split="train"
     )
@@ -128,47 +182,11 @@ def _file_stamps(paths: Sequence[Path]) -> dict[str, Any]:
 
 
 def scan_characters(corpus: Corpus, progress: Callable[[int], Any] | None = None) -> set[str]:
-    """Every character of the corpus, in one pass that holds a chunk at a time.
-
-    Local files are read as bytes with an incremental UTF-8 decoder, which also finds where a file is not
-    UTF-8; line endings become `\\n`, as they do when `datasets` reads the text. `progress` is told the
-    bytes read of local files as they go.
-    """
-    if not corpus.files:
-        chars: set[str] = set()
-        for chunk in corpus.stream():
-            chars.update(chunk)
-        return chars
-    chars = set()
-    for file in corpus.files:
-        decoder = codecs.getincrementaldecoder("utf-8")()
-        offset = 0
-        try:
-            handle = open(file, "rb")  # noqa: SIM115 (closed below; an error names the file)
-        except OSError as err:
-            raise CorpusError(f"cannot read text file {str(file)!r}: {err.strerror or err}") from None
-        with handle:
-            while chunk := handle.read(_READ_CHUNK):
-                pending = len(decoder.getstate()[0])
-                try:
-                    chars.update(decoder.decode(chunk))
-                except UnicodeDecodeError as err:
-                    raise CorpusError(
-                        f"text file {str(file)!r} is not UTF-8 ({err.reason} at byte {offset - pending + err.start}); "
-                        "convert it first, e.g. iconv -f latin1 -t utf-8"
-                    ) from None
-                offset += len(chunk)
-                if progress is not None:
-                    progress(len(chunk))
-            try:
-                chars.update(decoder.decode(b"", final=True))
-            except UnicodeDecodeError as err:
-                raise CorpusError(
-                    f"text file {str(file)!r} is not UTF-8 ({err.reason} at its end); convert it first"
-                ) from None
-    if "\r" in chars:
-        chars.discard("\r")
-        chars.add("\n")
+    """Every character of the corpus, in one pass that holds a chunk at a time. Local files are read by the
+    reader that streams them (so the two passes cannot disagree), and `progress` is told the bytes read."""
+    chars: set[str] = set()
+    for chunk in read_text_files(corpus.files, progress) if corpus.files else corpus.stream():
+        chars.update(chunk)
     return chars
 
 

@@ -94,7 +94,7 @@ def _encode(corpus: Corpus, tokenizer: CharTokenizer, dtype: np.dtype, target: P
     def write(out: IO[bytes]) -> None:
         with _announce(corpus, "tokenising") as progress:
             for chunk in corpus.stream():
-                out.write(tokenizer.encode_array(chunk).astype(dtype).tobytes())
+                out.write(tokenizer.encode_array(chunk).astype(dtype))  # the array's buffer: no copy
                 if progress is not None:
                     progress(len(chunk.encode("utf-8")))
 
