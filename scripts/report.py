@@ -37,7 +37,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from tinylm.analysis.report import write_report  # after parsing: --help and usage errors stay fast
+    from tinylm.analysis.sweep_report import write_report  # after parsing: --help and usage errors stay fast
     from tinylm.errors import UserError
 
     try:

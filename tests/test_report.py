@@ -23,9 +23,9 @@ from tinylm.analysis.report import (
     REPORT_PNG,
     SENSITIVITY_PNG,
     build_report,
-    write_report,
 )
 from tinylm.analysis.runs import ReportError
+from tinylm.analysis.sweep_report import write_report
 from tinylm.layout import RECORD_FILE, read_run_record, write_run_record
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

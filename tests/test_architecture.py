@@ -1,0 +1,70 @@
+"""The package's layers, read from its source: imports point one way (README, Layout), and nothing imports a
+module that imports it back."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import tinylm
+
+PACKAGE = Path(tinylm.__file__).parent
+# What each part may import from tinylm, beyond itself and the plain-Python basics (errors, checks, files).
+BASICS = {"tinylm.errors", "tinylm.checks", "tinylm.files"}
+ALLOWED = {
+    "tinylm.model": set(),
+    "tinylm.data": set(),
+    "tinylm.layout": {"tinylm.model", "tinylm.data"},
+    "tinylm.overrides": set(),
+    "tinylm.training": {"tinylm.model", "tinylm.data", "tinylm.layout", "tinylm.overrides"},
+    "tinylm.analysis": {"tinylm.model", "tinylm.data", "tinylm.layout", "tinylm.overrides"},
+    "tinylm.inference": {"tinylm.model", "tinylm.data", "tinylm.layout"},
+}
+
+
+def part(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def tinylm_imports(path: Path) -> set[str]:
+    """What the module imports when it runs: not the names imported for type checkers only."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            node.body = []
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return {name for name in names if name.startswith("tinylm.")}
+
+
+def modules() -> dict[str, set[str]]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        relative = path.relative_to(PACKAGE.parent).with_suffix("")
+        name = ".".join(relative.parts).removesuffix(".__init__")
+        found[name] = tinylm_imports(path)
+    return found
+
+
+def test_imports_point_one_way():
+    wrong = []
+    for module, imported in modules().items():
+        if part(module) not in ALLOWED:
+            continue  # the entry points' helpers (cli) and the basics
+        allowed = ALLOWED[part(module)] | BASICS | {part(module)}
+        wrong += [
+            f"{module} imports {name}"
+            for name in imported
+            if part(name) not in allowed and name not in BASICS
+        ]
+    assert not wrong, wrong
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    graph = modules()
+    cycles = [(a, b) for a, imported in graph.items() for b in imported if a in graph.get(b, ()) and a < b]
+    assert not cycles, cycles

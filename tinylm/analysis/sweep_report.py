@@ -1,0 +1,46 @@
+"""`write_report`: the files `scripts/report.py` writes into a sweep directory. The report's tables
+(`tinylm.analysis.report`) and its figures (`tinylm.analysis.plots`, which reads the tables) meet only here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tinylm.analysis.plots import plot_curves, plot_lr_sensitivity
+from tinylm.analysis.report import (
+    REPORT_JSON,
+    REPORT_MD,
+    REPORT_PNG,
+    SENSITIVITY_PNG,
+    ReportError,
+    build_report,
+    markdown,
+    to_json,
+)
+from tinylm.files import write_json
+
+
+def write_report(
+    sweep_dir: str | Path,
+    baseline: str | None = None,
+    x_axis: str = "step",
+    band: str = "minmax",
+    curve: str | None = None,
+) -> tuple[str, list[Path]]:
+    """Build the report and write report.md, report.json and report.png (or `report_<curve>.png` for another
+    scalar than the validation loss), and lr_sensitivity.png when the learning rate varies, into the sweep
+    directory; returns the markdown and the paths written."""
+    report = build_report(sweep_dir, baseline, curve=curve)
+    if curve and not any(run.curve for run in report.runs):
+        raise ReportError(
+            f"--curve {curve}: no run of this sweep logged it; try loss/train, lr, or "
+            "training_health/<quantity>/block_<k> (docs/probe.md lists them)"
+        )
+    text = markdown(report)
+    figure = f"report_{curve.replace('/', '_')}.png" if curve else REPORT_PNG
+    written = [report.sweep_dir / REPORT_MD, report.sweep_dir / REPORT_JSON, report.sweep_dir / figure]
+    written[0].write_text(text, encoding="utf-8")
+    write_json(written[1], to_json(report))
+    plot_curves(report, written[2], x_axis, band, curve)
+    if report.lr_varies:
+        written.append(plot_lr_sensitivity(report, report.sweep_dir / SENSITIVITY_PNG))
+    return text, written
