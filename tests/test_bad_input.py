@@ -212,6 +212,14 @@ ROWS = [
         lambda t, e: ["+trainer.max_step=5"],
         ["trainer.max_step is not a setting of Lightning's Trainer; did you mean trainer.max_steps?"],
     ),
+    BadInput(
+        "unknown-optim-setting",
+        "train.py",
+        lambda t, e: ["+optim.learning_rate=1"],
+        [
+            "optim.learning_rate is not a setting; the settings are: beta1, beta2, decay_steps, implementation, lr,"
+        ],
+    ),
     # Corpora.
     BadInput(
         "tinyshakespeare-offline-without-path",
@@ -240,6 +248,12 @@ ROWS = [
         "train.py",
         lambda t, e: [f"data.files={text_file(t, b'caf' + bytes([0xE9]) + b' au lait')}"],
         ["text.txt", "is not UTF-8", "byte 3"],
+    ),
+    BadInput(
+        "binary-text-file",
+        "train.py",
+        lambda t, e: ["data=text", f"data.files={text_file(t, b'abc' + bytes(8))}"],
+        ["text.txt", "is binary, not text", "byte 3"],
     ),
     BadInput(
         "corpus-shorter-than-a-window",

@@ -568,6 +568,11 @@ def test_a_run_ends_with_one_summary_line_and_prints_nothing_on_stderr(tmp_path)
         "precision: 32-true (auto: this CPU" in result.stdout
         or "precision: bf16-mixed (auto: this CPU" in result.stdout
     )
+    # Lightning's own lines go where Hydra sends the job's: the console and the run's log file.
+    stopped = "`Trainer.fit` stopped: `max_steps=4` reached."
+    assert stopped in result.stdout and stopped in (tmp_path / "run" / "train.log").read_text(
+        encoding="utf-8"
+    )
 
 
 def test_runs_latest_points_at_the_newest_run_and_sample_py_reads_it(tmp_path):
