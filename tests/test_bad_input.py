@@ -4,7 +4,7 @@ exit code, no traceback, and leaves an existing run directory exactly as it was 
 Each row runs the real script's `main()` with the row's command line. By default that happens in this
 process (a fresh interpreter costs seconds per row on a small machine); the same table runs in fresh
 subprocesses under `-m slow`, which also shows that nothing else (warnings, progress bars) reaches stderr.
-The README's table of bad inputs lists these rows.
+docs/errors.md's table of bad inputs lists these rows.
 """
 
 from __future__ import annotations

@@ -1,20 +1,25 @@
 """Text to batches: corpora (local files read in chunks, the rest through HF `datasets`), a character
-tokenizer, the token cache, windows, and the datamodule (imported on first use: it pulls in Lightning, which
-reading a corpus does not need)."""
+tokenizer, the token cache, windows, and the datamodule. What pulls in `datasets` (the corpora) or Lightning
+(the datamodule) is imported on first use: sampling from a checkpoint needs only the tokenizer."""
 
+import importlib
 from typing import Any
 
-from tinylm.data.config import DataConfig
-from tinylm.data.corpora import SOURCES, CorpusError, load_corpus
 from tinylm.data.tokenizer import CharTokenizer, VocabularyError
 from tinylm.data.windows import FixedWindows, RandomWindows, TooFewWindowsError, UnpaddedDistributedSampler
 
+_ON_FIRST_USE = {
+    "CharDataModule": "tinylm.data.datamodule",
+    "CorpusError": "tinylm.data.corpora",
+    "DataConfig": "tinylm.data.config",
+    "SOURCES": "tinylm.data.corpora",
+    "load_corpus": "tinylm.data.corpora",
+}
+
 
 def __getattr__(name: str) -> Any:
-    if name == "CharDataModule":
-        from tinylm.data.datamodule import CharDataModule
-
-        return CharDataModule
+    if name in _ON_FIRST_USE:
+        return getattr(importlib.import_module(_ON_FIRST_USE[name]), name)
     raise AttributeError(f"module 'tinylm.data' has no attribute {name!r}")
 
 

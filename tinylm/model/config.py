@@ -1,7 +1,7 @@
 """The model's one source of truth: a flat, serialisable config dataclass.
 
 A checkpoint stores `ModelConfig.to_dict()` beside the weights, so the model can be rebuilt from the
-checkpoint alone, with neither Hydra nor the training code. Messages name fields as the command line does,
+checkpoint alone, with neither Hydra nor Lightning (`tinylm.inference.trained.load_model`). Messages name fields as the command line does,
 `model.<field>`.
 """
 

@@ -1,2 +1,3 @@
-"""Training: the LightningModule, `run(cfg)`, callbacks, checkpoints, fault tolerance, precision, scale-out
-and sweep jobs. Imports the model and data layers, never the analysis or benchmark code."""
+"""Training: `run(cfg)` as a pipeline (run.py) over settings checked once (settings.py), the LightningModule,
+its callbacks, checkpoints, precision, scale-out and the sweeper's objective. Imports the model, data, layout
+and overrides layers, never analysis, inference or the benchmarks."""
