@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import PickledCode
 
 from tinylm.data import CharTokenizer
 from tinylm.errors import ConfigError
@@ -92,14 +93,6 @@ def test_a_checkpoint_without_a_tokenizer_is_refused(tmp_path):
         load_model(path)
 
 
-class PickledCode:
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return (Path.touch, (self.marker,))
-
-
 def test_a_checkpoint_with_pickled_code_is_never_run(tmp_path):
     evil = tmp_path / "evil.ckpt"
     contents = {"state_dict": {}, "hyper_parameters": {"model": PickledCode(tmp_path / "PWNED")}}
@@ -129,8 +122,19 @@ def test_a_sharded_fsdp_checkpoint_is_refused_with_the_command_that_consolidates
         f"checkpoint {str(sharded)!r} is a sharded FSDP checkpoint (a directory of shards, saved with "
         "state_dict_type='sharded'); consolidate it into one file first: python -m "
         f"lightning.pytorch.utilities.consolidate_checkpoint {str(sharded)!r} (it writes "
-        f"{str(sharded) + '.consolidated'!r}), then pass that file as ckpt="
+        f"{str(sharded) + '.consolidated'!r}), then pass that file as ckpt= (ckpt_path= to resume training)"
     )
+
+
+def test_resuming_from_a_sharded_fsdp_checkpoint_is_refused_the_same_way(tmp_path):
+    # One check where every checkpoint path is resolved (tinylm.layout), so train.py's resume says it too.
+    from tinylm.training.checkpoints import resume_checkpoint
+
+    sharded = fake_sharded_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    with pytest.raises(CheckpointError) as error:
+        resume_checkpoint(tmp_path / "run", tmp_path / "new")
+    assert str(error.value).startswith(f"checkpoint {str(sharded)!r} is a sharded FSDP checkpoint")
+    assert str(error.value).endswith("(ckpt_path= to resume training)")
 
 
 def test_a_directory_without_shards_or_checkpoints_is_still_no_run(tmp_path):

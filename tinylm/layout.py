@@ -77,9 +77,24 @@ class CheckpointError(UserError, ValueError):
     """A checkpoint path is missing, unreadable, or not a tinylm checkpoint."""
 
 
+# What marks a checkpoint saved by Lightning's FSDPStrategy with state_dict_type="sharded": a directory of
+# torch.distributed.checkpoint shards and this file, the rest of the checkpoint (Lightning 2.6 checks the same).
+SHARDED_METADATA_FILE = "meta.pt"
+CONSOLIDATE_COMMAND = "python -m lightning.pytorch.utilities.consolidate_checkpoint"
+
+
 def resolve_checkpoint(path: str | Path) -> Path:
-    """A `.ckpt` file as given, or a run directory's `checkpoints/last.ckpt`."""
+    """A `.ckpt` file as given, or a run directory's `checkpoints/last.ckpt`. A sharded FSDP checkpoint, given
+    as itself or as its run directory, is refused with the one command that turns it into a file."""
     path = Path(path).expanduser()
+    for candidate in (path, last_checkpoint(path), path / f"{LAST}.ckpt"):
+        if candidate.is_dir() and (candidate / SHARDED_METADATA_FILE).is_file():
+            raise CheckpointError(
+                f"checkpoint {str(candidate)!r} is a sharded FSDP checkpoint (a directory of shards, saved with "
+                f"state_dict_type='sharded'); consolidate it into one file first: {CONSOLIDATE_COMMAND} "
+                f"{str(candidate)!r} (it writes {str(candidate) + '.consolidated'!r}), then pass that file as "
+                "ckpt= (ckpt_path= to resume training)"
+            )
     if path.is_dir():
         for candidate in (last_checkpoint(path), path / f"{LAST}.ckpt"):
             if candidate.is_file():

@@ -8,13 +8,8 @@ from pathlib import Path
 import torch
 
 from tinylm.data import CharTokenizer
-from tinylm.layout import LAST, CheckpointError, last_checkpoint, read_checkpoint
+from tinylm.layout import CheckpointError, read_checkpoint
 from tinylm.model import GPT, ModelConfig
-
-# What marks a checkpoint saved by Lightning's FSDPStrategy with state_dict_type="sharded": a directory of
-# torch.distributed.checkpoint shards and this file, the rest of the checkpoint (Lightning 2.6 checks the same).
-SHARDED_METADATA_FILE = "meta.pt"
-CONSOLIDATE_COMMAND = "python -m lightning.pytorch.utilities.consolidate_checkpoint"
 
 
 @dataclass
@@ -31,7 +26,6 @@ class TrainedModel:
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> TrainedModel:
     """Rebuild the model and its tokenizer from a checkpoint file or a run directory (its last.ckpt), reading
     tensors and plain data only, never pickled code."""
-    refuse_sharded(path)
     checkpoint = read_checkpoint(path)
     config = checkpoint.model_config()
     tokenizer = checkpoint.tokenizer()
@@ -45,19 +39,6 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> TrainedM
         )
     gpt.load_state_dict(weights)
     return TrainedModel(gpt.to(device).eval(), tokenizer, config, checkpoint.path, checkpoint.step)
-
-
-def refuse_sharded(path: str | Path) -> None:
-    """A sharded FSDP checkpoint, given as itself or as its run directory, is refused with the one command
-    that turns it into a file: reading the shards needs torch.distributed and Lightning's loader."""
-    path = Path(path).expanduser()
-    for candidate in (path, last_checkpoint(path), path / f"{LAST}.ckpt"):
-        if candidate.is_dir() and (candidate / SHARDED_METADATA_FILE).is_file():
-            raise CheckpointError(
-                f"checkpoint {str(candidate)!r} is a sharded FSDP checkpoint (a directory of shards, saved with "
-                f"state_dict_type='sharded'); consolidate it into one file first: {CONSOLIDATE_COMMAND} "
-                f"{str(candidate)!r} (it writes {str(candidate) + '.consolidated'!r}), then pass that file as ckpt="
-            )
 
 
 def weights_mismatch(expected: dict[str, torch.Tensor], weights: dict[str, object]) -> str:
