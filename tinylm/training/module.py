@@ -19,6 +19,7 @@ from tinylm.layout import LEARNING_RATE, TRAIN_LOSS, VAL_BPC, VAL_LOSS
 from tinylm.model import GPT, ModelConfig
 from tinylm.model.sampling import sample_text
 from tinylm.training.distributed import shards_parameters
+from tinylm.training.logging_steps import logs_after, write_at
 from tinylm.training.settings import ADAMW_IMPLEMENTATIONS, OptimConfig
 
 
@@ -129,21 +130,13 @@ class CharLM(L.LightningModule):
         return loss
 
     def logs_this_step(self) -> bool:
-        """Lightning's schedule: every `log_every_n_steps`-th optimizer step, and the last. Only then, as
-        `self.log` costs time even on the steps whose values are dropped (docs/performance.md)."""
-        trainer, steps_done = self.trainer, self.global_step + 1
-        every = trainer.log_every_n_steps
-        return (
-            (every > 0 and steps_done % every == 0)
-            or steps_done >= trainer.max_steps > 0
-            or trainer.should_stop
-        )
+        """Only on the loggers' steps: `self.log` costs time even on the steps whose values are dropped
+        (docs/performance.md)."""
+        return logs_after(self.trainer, self.global_step + 1)
 
     def log_at_step(self, values: dict[str, float]) -> None:
-        """Write `values` to every logger at `global_step`, the optimizer steps the measured weights have
-        taken, through the loggers' public API: Lightning's own logging step lags it after some resumes."""
-        for logger in self.loggers:
-            logger.log_metrics(values, step=self.global_step)
+        """Write `values` at `global_step`, the optimizer steps the measured weights have taken."""
+        write_at(self.loggers, values, self.global_step)
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         inputs, targets = batch

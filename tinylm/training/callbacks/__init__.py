@@ -11,7 +11,7 @@ from tinylm.training.callbacks.health import TrainingHealth
 from tinylm.training.callbacks.progress import StepProgressBar, ValidateOnLastStep
 from tinylm.training.callbacks.safety import StopOnNonFiniteLoss, StopOnSignal, TrainingRandomState
 from tinylm.training.callbacks.tensorboard import StepTensorBoardLogger, TensorBoardHParams
-from tinylm.training.callbacks.throughput import StepThroughput, logs_after
+from tinylm.training.callbacks.throughput import StepThroughput
 
 
 def in_order(
@@ -51,5 +51,4 @@ __all__ = [
     "TrainingRandomState",
     "ValidateOnLastStep",
     "in_order",
-    "logs_after",
 ]

@@ -17,6 +17,7 @@ from torch import nn
 from tinylm import checks
 from tinylm.model import Block
 from tinylm.model.diagnostics import attention_entropy, block_weight_grad_norms, stream_rms, token_spread
+from tinylm.training.logging_steps import write_at
 
 
 class TrainingHealth(L.Callback):
@@ -53,8 +54,7 @@ class TrainingHealth(L.Callback):
         # One device-to-host copy for all of them.
         numbers = torch.stack([value.float() for value in values.values()]).tolist()
         metrics = dict(zip(values, numbers, strict=True))
-        for logger in trainer.loggers:
-            logger.log_metrics(metrics, step=trainer.global_step)
+        write_at(trainer.loggers, metrics, trainer.global_step)
 
     def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
         # A step whose optimizer step was skipped never reached on_before_optimizer_step: forget its batch.

@@ -10,6 +10,7 @@ import lightning.pytorch as L
 import torch
 from lightning.fabric.utilities.throughput import Throughput, get_available_flops
 
+from tinylm.training.logging_steps import logs_after, write_at
 from tinylm.training.precision import compute_dtype
 
 
@@ -62,14 +63,4 @@ class StepThroughput(L.Callback):
             trainer, trainer.global_step
         ):
             metrics = {f"train/{name}": value for name, value in self.throughput.compute().items()}
-            for logger in trainer.loggers:
-                logger.log_metrics(metrics, step=trainer.global_step - 1)
-
-
-def logs_after(trainer: L.Trainer, steps_done: int) -> bool:
-    """Whether the loggers write the step that makes `steps_done` optimizer steps: Lightning's schedule,
-    every `log_every_n_steps`-th step and the last."""
-    every = trainer.log_every_n_steps
-    return (
-        (every > 0 and steps_done % every == 0) or steps_done >= trainer.max_steps > 0 or trainer.should_stop
-    )
+            write_at(trainer.loggers, metrics, trainer.global_step - 1)
