@@ -16,7 +16,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from tinylm.errors import UserError
-from tinylm.layout import HYDRA_DIR, read_run_record
+from tinylm.layout import CONFIG_FILE, HYDRA_DIR, read_run_record
 from tinylm.overrides import choices
 
 # Always shown: the design choices tinylm exists to compare.
@@ -74,7 +74,7 @@ def find_run_dirs(sweep_dir: str | Path) -> list[Path]:
         raise ReportError(
             f"{str(sweep_dir)!r} is not a directory; pass a sweep directory (runs/multirun/...)"
         )
-    if (sweep_dir / ".hydra" / "overrides.yaml").is_file():
+    if (sweep_dir / HYDRA_DIR / "overrides.yaml").is_file():
         raise ReportError(
             f"{str(sweep_dir)!r} is a single run's directory, not a sweep; pass the sweep directory above it "
             "(made by `scripts/train.py -m ...`)"
@@ -120,7 +120,7 @@ def display_value(text: str) -> str:
 
 def _from_config(run_dir: Path) -> dict[str, Any]:
     """What the run's composed config (Hydra's copy, always there) says about its choices and sizes."""
-    config = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    config = OmegaConf.load(run_dir / HYDRA_DIR / CONFIG_FILE)
 
     def get(key: str) -> Any:
         return OmegaConf.select(config, key, default=None, throw_on_resolution_failure=False)

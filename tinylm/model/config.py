@@ -76,8 +76,5 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(f"unknown ModelConfig field(s) {unknown}; known fields: {sorted(known)}")
+        checks.known_keys("model.", values, (f.name for f in dataclasses.fields(cls)))
         return cls(**values)

@@ -23,7 +23,6 @@ from tinylm.layout import (
     checkpoint_dir,
     last_checkpoint,
     read_checkpoint,
-    resolve_checkpoint,
 )
 from tinylm.model import ModelConfig
 
@@ -84,10 +83,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         map_location: Any | None = lambda storage, loc: storage,
         weights_only: bool | None = None,
     ) -> dict[str, Any]:
-        resumed, self.resumed = (
-            self.resumed,
-            None,
-        )  # handed over once: Lightning restores from it and drops it
+        # Handed over once: Lightning restores from it and drops it.
+        resumed, self.resumed = self.resumed, None
         if resumed is not None and Path(path) == resumed.path:
             return resumed.contents
         return super().load_checkpoint(path, map_location=map_location, weights_only=True)
@@ -135,11 +132,9 @@ def load_module(path: str | Path) -> CharLM:
     code that needs the module (a sharded run's sample, tests); `tinylm.inference` needs only the `GPT`."""
     from tinylm.training.module import CharLM
 
-    checkpoint = read_checkpoint(resolve_checkpoint(path))
-    checkpoint.model_config()  # a checkpoint without a usable config is refused with its reason
-    module = CharLM(**checkpoint.contents["hyper_parameters"])
+    checkpoint = read_checkpoint(path)
+    # The config built once, by the checkpoint: one without a usable config is refused with its reason.
+    module = CharLM(**{**checkpoint.contents["hyper_parameters"], "model": checkpoint.model_config()})
     module.load_state_dict(checkpoint.contents["state_dict"])
-    module.on_load_checkpoint(checkpoint.contents)
-    if module.tokenizer is None:
-        checkpoint.tokenizer()  # raises the CheckpointError that says so
+    module.tokenizer = checkpoint.tokenizer()
     return module.eval()

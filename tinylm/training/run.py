@@ -33,6 +33,10 @@ from tinylm.data import CharDataModule, VocabularyError
 from tinylm.errors import ConfigError, Interrupted
 from tinylm.layout import (
     BEST_VAL_LOSS,
+    CONFIG_FILE,
+    HYDRA_DIR,
+    TENSORBOARD_DIR,
+    TOKENIZER_FILE,
     VAL_LOSS,
     Checkpoint,
     CheckpointError,
@@ -213,8 +217,8 @@ def write_run_files(settings: RunSettings, module: CharLM) -> None:
     cfg, run_dir = settings.cfg, settings.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     save_hydra_record(run_dir, cfg)
-    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
-    module.tokenizer.save(run_dir / "tokenizer.json")
+    OmegaConf.save(cfg, run_dir / CONFIG_FILE, resolve=True)
+    module.tokenizer.save(run_dir / TOKENIZER_FILE)
     if cfg.get("latest_link") and not in_multirun():
         point_latest_at(cfg.latest_link, run_dir)
 
@@ -222,20 +226,25 @@ def write_run_files(settings: RunSettings, module: CharLM) -> None:
 def record_failure(cfg: DictConfig, error: Exception, wall_time_s: float) -> None:
     """metrics.json for a run that did not complete: interrupted (with the step it saved), diverged, or
     failed; and Hydra's record, so that the sweep report finds the job."""
-    if isinstance(error, Interrupted):
-        status, fields = "interrupted", {"step": error.step}
-    else:
-        status, fields = ("diverged" if isinstance(error, DIVERGENCE_ERRORS) else "failed"), {}
+    fields = {"step": error.step} if isinstance(error, Interrupted) else {}
+    status = run_status(error)
     run_dir = Path(str(cfg.run_dir))
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        if not (run_dir / ".hydra").exists():
+        if not (run_dir / HYDRA_DIR).exists():
             save_hydra_record(run_dir, cfg)
         write_run_record(
             run_dir, status, error=f"{type(error).__name__}: {error}", wall_time_s=wall_time_s, **fields
         )
     except OSError as write_error:  # the original error matters more than its record
         log.warning("could not write the failure record in %s: %s", run_dir, write_error)
+
+
+def run_status(error: Exception) -> str:
+    """How a run that raised `error` ended, as metrics.json says it."""
+    if isinstance(error, Interrupted):
+        return "interrupted"
+    return "diverged" if isinstance(error, DIVERGENCE_ERRORS) else "failed"
 
 
 def summary_line(metrics: dict[str, Any], run_dir: Path, tensorboard: bool) -> str:
@@ -249,7 +258,7 @@ def summary_line(metrics: dict[str, Any], run_dir: Path, tensorboard: bool) -> s
         parts.append(f"best {best:.4f}")
     parts.append(f"checkpoint {last_checkpoint(run_dir)}")
     if tensorboard:
-        parts.append(f"tensorboard --logdir {run_dir / 'tb'}")
+        parts.append(f"tensorboard --logdir {run_dir / TENSORBOARD_DIR}")
     return "done: " + "; ".join(parts)
 
 

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from tinylm.errors import UserError
 from tinylm.files import temporary_sibling
-from tinylm.layout import HYDRA_DIR
+from tinylm.layout import CONFIG_FILE, HYDRA_DIR
 
 
 class RunDirectoryError(UserError):
@@ -58,7 +58,7 @@ def save_hydra_record(run_dir: str | Path, cfg: DictConfig) -> None:
     hydra = HydraConfig.get()
     directory = Path(run_dir) / HYDRA_DIR
     directory.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, directory / "config.yaml")
+    OmegaConf.save(cfg, directory / CONFIG_FILE)
     OmegaConf.save(OmegaConf.create({"hydra": hydra}), directory / "hydra.yaml")
     OmegaConf.save(OmegaConf.create(list(hydra.overrides.task)), directory / "overrides.yaml")
 

@@ -130,7 +130,7 @@ class RunSettings:
             cfg=resolved,
             run_dir=Path(str(cfg.run_dir)),
             seed=checks.whole_number("seed", cfg.get("seed"), minimum=0),
-            model=ModelConfig(**section("model", ModelConfig)),
+            model=ModelConfig.from_dict(section("model")),
             optim=OptimConfig(**section("optim", OptimConfig)),
             data=DataConfig(**section("data", DataConfig)),
             trainer=trainer,

@@ -15,7 +15,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.errors import Interrupted
-from tinylm.layout import read_run_record, write_run_record
+from tinylm.layout import write_run_record
 from tinylm.training import run as training
 from tinylm.training.distributed import ScaleOutError
 
@@ -39,8 +39,7 @@ def objective(cfg: DictConfig, keep_going: bool | None = None) -> float | None:
     except Exception as error:
         if not keep_going or isinstance(error, SWEEP_ERRORS):
             raise
-        status = (read_run_record(cfg.run_dir) or {}).get("status", "failed")
-        log.exception("run %s %s; the sweep goes on", cfg.get("run_name"), status)
+        log.exception("run %s %s; the sweep goes on", cfg.get("run_name"), training.run_status(error))
         return math.inf if isinstance(error, training.DIVERGENCE_ERRORS) else None
 
     name = cfg.get("optimized_metric")
