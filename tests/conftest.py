@@ -54,6 +54,16 @@ def compose_train(tmp_path: Path, overrides: list[str] = ()) -> DictConfig:
     return cfg
 
 
+class PickledCode:
+    """Unpickling this runs code: it creates the file `marker`."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
 @pytest.fixture
 def train_cfg(tmp_path: Path) -> DictConfig:
     return compose_train(tmp_path / "run")

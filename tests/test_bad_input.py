@@ -26,7 +26,7 @@ from types import SimpleNamespace
 import datasets
 import pytest
 import torch
-from conftest import REPO, SHRINK, compose_train
+from conftest import REPO, SHRINK, PickledCode, compose_train
 from script_runner import run_script_in_process
 from test_inference import fake_sharded_checkpoint
 
@@ -92,16 +92,6 @@ def foreign_checkpoint(tmp: Path) -> Path:
     path = tmp / "weights.ckpt"
     torch.save({"weight": torch.zeros(3)}, path)
     return path
-
-
-class PickledCode:
-    """Unpickling this runs code: it creates the file `marker`."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return (Path.touch, (self.marker,))
 
 
 def malicious_checkpoint(tmp: Path) -> Path:

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 import tbparse
 import torch
-from conftest import REPO, SHRINK, compose_train, run_script
+from conftest import REPO, SHRINK, PickledCode, compose_train, run_script
 from omegaconf import OmegaConf
 from script_runner import run_script_in_process
 
@@ -411,14 +411,6 @@ def test_a_second_run_into_a_busy_run_directory_is_refused_and_the_first_is_unha
 
 
 # --- checkpoint files ----------------------------------------------------------------------------------------
-
-
-class PickledCode:
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return (Path.touch, (self.marker,))
 
 
 def test_a_checkpoint_with_pickled_code_is_refused_everywhere(tmp_path):
