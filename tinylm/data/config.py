@@ -15,6 +15,7 @@ class DataConfig:
     batch_size: int = 12
     val_fraction: float = 0.1  # the last fraction of the corpus validates
     val_windows: int | None = 200  # fixed, evenly spaced validation windows; None: every window of the split
+    final_val_windows: int | None = 20000  # the run's final evaluation, at the end of training; None: all
     seed: int = 1337  # of the training windows' order
     path: str | None = None  # tinyshakespeare: a local copy
     files: str | list[str] | None = None  # text: file(s) or glob(s)
@@ -29,4 +30,6 @@ class DataConfig:
         checks.number("data.val_fraction", self.val_fraction, above=0, below=1)
         if self.val_windows is not None:
             checks.whole_number("data.val_windows", self.val_windows)
+        if self.final_val_windows is not None:
+            checks.whole_number("data.final_val_windows", self.final_val_windows)
         checks.whole_number("data.seed", self.seed, minimum=0)

@@ -76,6 +76,12 @@ class CharDataModule(L.LightningDataModule):
             windows.start_batch = trainer.global_step * trainer.accumulate_grad_batches
         return windows  # batches are already whole: Lightning iterates the stream itself
 
+    def final_windows(self) -> FixedWindows:
+        """The run's final evaluation set: every window of the validation split, up to
+        `data.final_val_windows` evenly spaced ones."""
+        assert self.val_tokens is not None
+        return FixedWindows(self.val_tokens, self.block_size, self.config.final_val_windows)
+
     def val_dataloader(self) -> DataLoader:
         assert self.val_tokens is not None
         windows = FixedWindows(self.val_tokens, self.block_size, self.config.val_windows)

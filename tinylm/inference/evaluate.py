@@ -6,7 +6,6 @@ import math
 import sys
 
 import numpy as np
-import torch
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
@@ -17,6 +16,7 @@ from tinylm.errors import ConfigError
 from tinylm.inference.trained import load_model
 from tinylm.layout import CheckpointError
 from tinylm.model import GPT
+from tinylm.model.evaluation import window_losses
 
 
 def evaluate_text(
@@ -26,7 +26,6 @@ def evaluate_text(
     return evaluate_tokens(model, tokenizer.encode_array(text), batch_size, max_windows)
 
 
-@torch.no_grad()
 def evaluate_tokens(
     model: GPT,
     tokens: np.ndarray,
@@ -43,22 +42,13 @@ def evaluate_tokens(
             "evaluate on a longer text"
         )
     windows = FixedWindows(tokens, block_size, max_windows)
-    total, count = 0.0, 0
     batches = windows.batches(batch_size)
     if progress:
         batches = tqdm(batches, total=math.ceil(len(windows) / batch_size), desc="evaluating", unit="batch",
                        file=sys.stderr, disable=None)  # fmt: skip
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    try:
-        for inputs, targets in batches:
-            _, loss = model(inputs.to(device), targets.to(device))
-            total += float(loss) * targets.numel()
-            count += targets.numel()
-    finally:
-        model.train(was_training)
-    loss = total / count
+    # Every window holds block_size characters: the mean over windows is the mean over characters.
+    loss = float(window_losses(model, batches).mean())
+    count = len(windows) * block_size
     return {"loss": loss, "bpc": loss / math.log(2), "chars": count, "windows": len(windows)}
 
 

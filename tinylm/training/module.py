@@ -15,8 +15,9 @@ from lightning.pytorch.utilities import GradClipAlgorithmType
 from torchmetrics.aggregation import MeanMetric
 
 from tinylm.data import CharTokenizer
-from tinylm.layout import LEARNING_RATE, TRAIN_LOSS, VAL_BPC, VAL_LOSS
+from tinylm.layout import FINAL_VAL_LOSS, LEARNING_RATE, TRAIN_LOSS, VAL_BPC, VAL_LOSS
 from tinylm.model import GPT, ModelConfig
+from tinylm.model.evaluation import window_losses
 from tinylm.model.sampling import sample_text
 from tinylm.training.distributed import shards_parameters
 from tinylm.training.logging_steps import logs_after, write_at
@@ -63,6 +64,11 @@ def weight_decay_groups(
     ]
 
 
+# Characters per batch of the final evaluation: far more windows at once than training's batch (no gradients
+# are kept), so tens of thousands of windows take a few hundred forward passes.
+FINAL_EVAL_CHARS = 16384
+
+
 class CharLM(L.LightningModule):
     """Trains a `GPT` on characters: optimizer and schedule, logging, validation and sampling."""
 
@@ -95,6 +101,7 @@ class CharLM(L.LightningModule):
         self.val_bpc = MeanMetric()
         self.tokenizer: CharTokenizer | None = None
         self.flops_per_batch: int | None = None  # read by StepThroughput
+        self.final_window_losses: torch.Tensor | None = None  # set when training completes
 
     def configure_model(self) -> None:
         if self.compile and not getattr(self, "_compiled", False):
@@ -170,6 +177,19 @@ class CharLM(L.LightningModule):
             if hasattr(experiment, "add_text"):
                 # Markdown would reflow the verse: indent it as a code block to keep the line breaks.
                 experiment.add_text("sample", "    " + text.replace("\n", "\n    "), self.global_step)
+
+    def on_train_end(self) -> None:
+        # Only a run that completed gets here: a divergence or an interruption raises before. One rank, the
+        # whole model: a sharded (FSDP) run is evaluated from its checkpoint with scripts/eval.py instead.
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is None or not self.trainer.is_global_zero or shards_parameters(self.trainer.strategy):
+            return
+        windows = datamodule.final_windows().batches(
+            max(datamodule.batch_size, FINAL_EVAL_CHARS // datamodule.block_size)
+        )
+        with self.trainer.precision_plugin.forward_context():  # the precision validation ran in
+            self.final_window_losses = window_losses(self.model, windows)
+        self.log_at_step({FINAL_VAL_LOSS: float(self.final_window_losses.mean())})
 
     def configure_gradient_clipping(
         self,

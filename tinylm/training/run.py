@@ -34,6 +34,8 @@ from tinylm.errors import ConfigError, Interrupted
 from tinylm.layout import (
     BEST_VAL_LOSS,
     CONFIG_FILE,
+    FINAL_VAL_LOSS,
+    FINAL_WINDOW_LOSSES,
     HYDRA_DIR,
     TENSORBOARD_DIR,
     TOKENIZER_FILE,
@@ -188,6 +190,10 @@ class PreparedRun:
         best = trainer.checkpoint_callback
         if best is not None and best.best_model_score is not None:
             metrics[BEST_VAL_LOSS] = float(best.best_model_score)
+        if module.final_window_losses is not None:
+            metrics[FINAL_VAL_LOSS] = float(module.final_window_losses.mean())
+            # Rounded to 1e-6 nats: far below any difference between runs, and a third of the file.
+            metrics[FINAL_WINDOW_LOSSES] = [round(float(v), 6) for v in module.final_window_losses]
         metrics["step"] = trainer.global_step
         metrics["params"] = module.model.num_params()
         metrics.update(batch.hparams())  # world_size, accumulate_grad_batches, effective_batch_size
@@ -254,6 +260,9 @@ def summary_line(metrics: dict[str, Any], run_dir: Path, tensorboard: bool) -> s
     parts = [f"{metrics['step']} steps in {minutes}m{seconds:02d}s ({metrics['chars_per_s']:,.0f} chars/s)"]
     if loss is not None:
         parts.append(f"val loss {loss:.4f} nats/char = {loss / math.log(2):.3f} bits/char")
+    full = metrics.get(FINAL_VAL_LOSS)
+    if full is not None:
+        parts.append(f"on all {len(metrics[FINAL_WINDOW_LOSSES])} validation windows {full:.4f}")
     if best is not None:
         parts.append(f"best {best:.4f}")
     parts.append(f"checkpoint {last_checkpoint(run_dir)}")

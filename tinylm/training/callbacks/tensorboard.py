@@ -8,7 +8,7 @@ import lightning.pytorch as L
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch.utils.tensorboard.summary import hparams
 
-from tinylm.layout import VAL_BPC, VAL_LOSS
+from tinylm.layout import FINAL_VAL_LOSS, VAL_BPC, VAL_LOSS
 
 
 class StepTensorBoardLogger(TensorBoardLogger):
@@ -20,10 +20,12 @@ class StepTensorBoardLogger(TensorBoardLogger):
 
 
 class TensorBoardHParams(L.Callback):
-    """Registers the run's choices in TensorBoard's HParams tab, with the validation loss as the metric: only
-    its tag, as TensorBoard shows the latest value the run logs, i.e. the final validation loss."""
+    """Registers the run's choices in TensorBoard's HParams tab, with the losses as its metrics: only their
+    tags, as TensorBoard shows the latest value the run logs (the final evaluation's, the last validation's)."""
 
-    def __init__(self, params: dict[str, Any], metrics: tuple[str, ...] = (VAL_LOSS, VAL_BPC)) -> None:
+    def __init__(
+        self, params: dict[str, Any], metrics: tuple[str, ...] = (FINAL_VAL_LOSS, VAL_LOSS, VAL_BPC)
+    ) -> None:
         self.params = params
         self.metrics = metrics
 
