@@ -1,18 +1,10 @@
-"""Compare a sweep's settings: `python scripts/report.py SWEEP_DIR [--baseline norm=pre,act=gelu] [--x step]`.
+"""Compare a sweep's settings: `python scripts/report.py SWEEP_DIR [--baseline norm=pre,act=gelu] [--min-effect 0.01]`.
 
 Writes SWEEP_DIR/report.md (also printed), report.json, report.png and, when the learning rate varies,
 lr_sensitivity.png (docs/sweeps.md).
 """
 
-import argparse
-from typing import NoReturn
-
-from tinylm.cli import USAGE_EXIT_CODE, exit_with
-
-
-class OneLineErrors(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        exit_with(f"{message}; usage: {self.format_usage().strip().removeprefix('usage: ')}", USAGE_EXIT_CODE)
+from tinylm.cli import USAGE_EXIT_CODE, OneLineErrors, exit_with
 
 
 def main() -> None:
@@ -23,7 +15,13 @@ def main() -> None:
     parser.add_argument("sweep_dir", help="a sweep directory, e.g. runs/multirun/<date>/<time>")
     parser.add_argument(
         "--baseline",
-        help="the setting to compare against, e.g. norm=pre,act=gelu (default: the best setting)",
+        help="the setting to compare against, e.g. norm=pre,act=gelu (default: the experiment preset's "
+        "`baseline:`; without one, no verdicts)",
+    )
+    parser.add_argument(
+        "--min-effect",
+        type=float,
+        help="δ, the smallest difference worth a claim, in nats/char (default 0.01): within ±δ is equivalent",
     )
     parser.add_argument(
         "--x", choices=("step", "chars", "time"), default="step", help="the curves' x axis (default: step)"
@@ -36,12 +34,16 @@ def main() -> None:
         help="plot another logged scalar than the validation loss, e.g. training_health/attn_max_logit/block_4",
     )
     args = parser.parse_args()
+    if args.min_effect is not None and not args.min_effect > 0:
+        parser.error("--min-effect must be a positive number of nats/char")
 
     from tinylm.analysis.sweep_report import write_report  # after parsing: --help and usage errors stay fast
     from tinylm.errors import UserError
 
     try:
-        text, written = write_report(args.sweep_dir, args.baseline, args.x, args.band, args.curve)
+        text, written = write_report(
+            args.sweep_dir, args.baseline, args.x, args.band, args.curve, args.min_effect
+        )
     except UserError as error:
         exit_with(str(error), USAGE_EXIT_CODE)
     except OSError as error:

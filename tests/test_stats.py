@@ -9,10 +9,22 @@ from pathlib import Path
 
 import pytest
 import yaml
+from scipy.stats import t as student_t
 
 from tinylm.analysis.report import build_report, markdown, to_json
 from tinylm.analysis.runs import ReportError
-from tinylm.analysis.stats import BETTER, ONE_SEED, UNRESOLVED, WORSE, best_key, compare, estimate
+from tinylm.analysis.stats import (
+    BETTER,
+    IDENTICAL_VERDICT,
+    ONE_SEED,
+    UNRESOLVED,
+    WORSE,
+    Divergence,
+    best_key,
+    compare,
+    cross_fit,
+    estimate,
+)
 from tinylm.layout import write_run_record
 
 # --- estimate -----------------------------------------------------------------------------------------------
@@ -49,6 +61,9 @@ def test_paired_difference_over_matching_seeds_resolves_a_consistent_gain():
     # mean -0.2, sd sqrt(0.02 / 3) = 0.0816497, t(0.975, 3) = 3.1824463: half-width 0.1299228
     assert d.mean == pytest.approx(-0.2) and d.sd == pytest.approx(0.0816497, abs=1e-6)
     assert (d.low, d.high) == (pytest.approx(-0.3299228, abs=1e-6), pytest.approx(-0.0700772, abs=1e-6))
+    # t = -0.2 / (0.0816497 / 2) = -4.898979 on 3 df: two-sided p = 0.016277
+    assert c.p_value == pytest.approx(2 * student_t.sf(0.2 / (math.sqrt(0.02 / 3) / 2), 3), rel=1e-9)
+    assert c.p_value == pytest.approx(0.016277, abs=1e-6) and c.p_adjusted == c.p_value  # a family of one
     assert c.seeds == ("1", "2", "3", "4") and c.verdict == BETTER
     # The same gain, unpaired, would be lost in the spread between seeds (0.29 sd): pairing is what resolves it.
     assert estimate(list(baseline.values())).high > estimate(list(setting.values())).low
@@ -59,23 +74,74 @@ def test_verdicts_worse_unresolved_and_one_seed():
     assert compare({"1": 2.2, "2": 2.25, "3": 2.3}, baseline).verdict == WORSE  # +0.25, CI [0.126, 0.374]
     # differences -0.1, +0.2, 0.0: the interval crosses 0
     assert compare({"1": 1.9, "2": 2.2, "3": 2.0}, baseline).verdict == UNRESOLVED
-    one = compare({"1": 1.0}, baseline)
-    assert one.verdict == ONE_SEED and one.difference.mean == pytest.approx(-1.0)
+    one = compare({"1": 1.0}, {"1": 2.0})
+    assert one.verdict == ONE_SEED and one.difference.mean == pytest.approx(-1.0) and one.power is None
 
 
-def test_only_seeds_both_sides_have_are_paired():
+def test_two_seeds_are_judged_on_one_degree_of_freedom():
+    c = compare({"1": 1.90, "2": 1.91}, {"1": 2.00, "2": 2.02})  # -0.10, -0.11: t = -21 on 1 df
+    assert c.p_value == pytest.approx(0.0303, abs=1e-3) and c.verdict == BETTER
+
+
+def test_a_difference_inside_the_minimum_effect_is_equivalent_and_a_small_resolved_one_says_so():
+    baseline = {str(s): 2.0 + 0.01 * s for s in range(1, 9)}
+    tiny = {
+        s: v + d
+        for (s, v), d in zip(baseline.items(), (1e-3, -1e-3, 2e-3, 0, -2e-3, 1e-3, 0, -1e-3), strict=True)
+    }
+    assert compare(tiny, baseline, min_effect=0.01).verdict == "equivalent within ±0.01"
+    small = {
+        s: v - 0.004 + d / 4
+        for (s, v), d in zip(baseline.items(), (1e-3, -1e-3, 2e-3, 0, -2e-3, 1e-3, 0, -1e-3), strict=True)
+    }
+    assert compare(small, baseline, min_effect=0.01).verdict == "better, but by less than 0.01"
+    assert compare(small, baseline, min_effect=0.001).verdict == BETTER
+
+
+def test_identical_results_and_a_constant_offset_are_named_not_tested():
+    baseline = {"1": 2.0, "2": 2.1, "3": 1.9}
+    same = compare(dict(baseline), baseline)
+    assert same.verdict == IDENTICAL_VERDICT and same.p_value is None and same.power is None
+    offset = compare({k: v + 1e-12 for k, v in baseline.items()}, baseline)
+    assert offset.verdict == IDENTICAL_VERDICT  # rounding, not a design difference: never "worse"
+    constant = compare({k: v + 0.05 for k, v in baseline.items()}, baseline, min_effect=0.01)
+    assert constant.verdict == "worse (the same difference on every seed)"
+    assert compare({k: v - 0.005 for k, v in baseline.items()}, baseline, min_effect=0.01).verdict == (
+        "equivalent within ±0.01 (the same difference on every seed)"
+    )
+
+
+def test_only_seeds_both_sides_have_are_paired_and_the_others_are_named():
     c = compare({"1": 1.0, "2": 1.1, "3": 0.9}, {"2": 1.3, "3": 1.2, "4": 9.0})
-    assert c.seeds == ("2", "3")
+    assert c.seeds == ("2", "3") and c.unmatched == ("1", "4")
     assert c.difference.mean == pytest.approx(((1.1 - 1.3) + (0.9 - 1.2)) / 2)
     assert compare({"1": 1.0}, {"2": 1.0}).verdict == "no seeds in common with the baseline"
 
 
-def test_divergence_decides_the_verdict_without_an_interval():
+def test_divergence_is_a_rate_with_an_exact_test_beside_the_finished_seeds_difference():
     baseline = {"1": 2.0, "2": 2.0, "3": 2.0}
-    worse = compare({"1": 1.5, "2": math.inf, "3": 1.5}, baseline)
-    assert worse.difference is None and worse.verdict == "worse: diverged on 1 of 3 seeds"
-    better = compare(baseline, {"1": math.inf, "2": 2.5, "3": math.inf})
-    assert better.verdict == "better: the baseline diverged on 2 of 3 seeds"
+    once = compare({"1": 1.5, "2": math.inf, "3": 1.52}, baseline)
+    # One seed of three diverged, none of the baseline's: McNemar's exact p = 1. The finished seeds' gain stays.
+    assert once.divergence == Divergence(mine=1, theirs=0, n=3, p_value=1.0)
+    assert once.difference.mean == pytest.approx(-0.49) and once.difference.n == 2
+    assert once.verdict.startswith(BETTER) and "diverged 1/3 vs 0/3 (exact p = 1)" in once.verdict
+    # Both sides diverged, on different seeds: two discordant seeds, one each way.
+    crossed = compare({"1": math.inf, "2": 2.1, "3": 2.2}, {"1": 2.0, "2": math.inf, "3": 2.1})
+    assert crossed.divergence == Divergence(1, 1, 3, 1.0) and crossed.difference.n == 1
+    assert crossed.verdict.startswith(ONE_SEED)
+    both = compare({"1": math.inf, "2": math.inf}, {"1": math.inf, "2": math.inf})
+    assert both.divergence.mine == both.divergence.theirs == 2 and both.difference is None
+    assert both.verdict.startswith("not resolved: every seed diverged")
+
+
+def test_a_baseline_that_diverged_on_every_seed_is_beaten_only_when_the_rate_is_clear():
+    finite = {str(s): 2.0 for s in range(1, 8)}
+    dead = {str(s): math.inf for s in range(1, 8)}
+    c = compare(finite, dead)
+    # 7 of 7 against 0 of 7: exact p = 2 * 0.5^7 = 0.0156
+    assert c.divergence.p_value == pytest.approx(2 * 0.5**7) and c.verdict == "better: diverges less often"
+    three = compare({"1": 2.0, "2": 2.0, "3": 2.0}, {"1": math.inf, "2": math.inf, "3": math.inf})
+    assert three.divergence.p_value == pytest.approx(0.25) and three.verdict.startswith("not resolved")
 
 
 def test_the_best_learning_rate_is_the_lowest_mean_and_never_one_that_diverged():
@@ -87,6 +153,19 @@ def test_the_best_learning_rate_is_the_lowest_mean_and_never_one_that_diverged()
     }
     assert best_key(by_lr) == "0.003"
     assert best_key({"a": [math.inf], "b": [math.inf, 1.0]}) in ("a", "b")  # nothing finite: any
+
+
+def test_cross_fitting_takes_each_seed_at_the_rate_the_other_seeds_chose():
+    fit = cross_fit({
+        "0.001": {"1": 2.10, "2": 2.20, "3": 2.00},
+        "0.003": {"1": 1.70, "2": math.inf, "3": 1.70},  # diverged once: chosen only where seed 2 is left out
+    })  # fmt: skip
+    assert fit.rates == {"1": "0.001", "2": "0.003", "3": "0.001"}
+    assert fit.values == {"1": 2.10, "2": math.inf, "3": 2.00}
+    assert cross_fit({"0.001": {"1": 2.0}}) is None  # one seed cannot be left out
+    sparse = cross_fit({"0.001": {"1": 2.0, "2": 2.1}, "0.003": {"1": 1.5, "3": 1.6}})
+    # Leaving seed 2 out, 0.003 (mean 1.55 over seeds 1, 3) beats 0.001 (2.0, seed 1): seed 2 has no run there.
+    assert sparse.missing == ("2",) and sparse.values == {"1": 1.5, "3": 1.6}
 
 
 # --- the report from made-up run records ---------------------------------------------------------------------
@@ -133,8 +212,8 @@ def lr_sweep(tmp_path) -> Path:
     return sweep
 
 
-def test_report_on_made_up_records_has_the_known_means_intervals_and_tuned_verdicts(lr_sweep):
-    report = build_report(lr_sweep)
+def test_report_on_made_up_records_has_the_known_means_intervals_and_cross_fitted_verdicts(lr_sweep):
+    report = build_report(lr_sweep, baseline="norm=pre")
     assert report.setting_columns == ["norm", "norm_type", "act", "optim.lr"]
     # Hydra's override parser reads 3e-3 as a float: the report shows it as 0.003.
     by_choice = {(s.choices["norm"], s.choices["optim.lr"]): s for s in report.settings}
@@ -149,18 +228,27 @@ def test_report_on_made_up_records_has_the_known_means_intervals_and_tuned_verdi
     assert by_choice[("pre", "0.001")].without_result == 1  # the failed seed-4 run
     assert report.settings[0] is pre_best  # ranked by mean; the diverged setting last
 
-    # Tuned: each norm at its best lr; post's is 1e-3 because 3e-3 diverged once.
+    # Cross-fitted: pre takes 3e-3 on every seed. Post's other seeds choose 1e-3 for seeds 1 and 3 (3e-3
+    # diverged on seed 2), and 3e-3 for seed 2, which diverged there: counted, not hidden by the choice.
     tuned = {s.choices["norm"]: s for s in report.tuned}
-    assert tuned["pre"].choices["optim.lr"] == "0.003" and tuned["post"].choices["optim.lr"] == "0.001"
-    assert report.tuned_baseline is tuned["pre"]
-    c = tuned["post"].comparison  # differences +0.30, +0.35, +0.25
-    assert c.difference.mean == pytest.approx(0.30) and c.verdict == WORSE
+    assert tuned["pre"].rates == {"1": "0.003", "2": "0.003", "3": "0.003"}
+    assert tuned["post"].rates == {"1": "0.001", "2": "0.003", "3": "0.001"}
+    assert tuned["post"].results == {"1": 2.20, "2": math.inf, "3": 2.05}
+    assert report.tuned_baseline is tuned["pre"] and report.baseline is None
+    c = tuned["post"].comparison  # finished seeds' differences +0.30, +0.25; diverged 1 of 3
+    assert c.difference.mean == pytest.approx(0.275) and c.divergence.describe() == "1/3 vs 0/3 (exact p = 1)"
+    # Two finished pairs cannot both choose a rate (leave one out) and estimate its error (the jackknife).
+    assert (
+        c.verdict
+        == "two finished seeds: too few to both choose a rate and test; diverged 1/3 vs 0/3 (exact p = 1)"
+    )
 
     text = markdown(report)
-    assert "## Each setting at its own best learning rate" in text
+    assert "## Each setting at a cross-fitted learning rate" in text
     assert "| 1 | pre | layer | gelu | 0.003 | 3 | 1.9000 |" in text
+    assert "| pre | layer | gelu | 0.003 ×3 | 1.9000 | 3 | baseline |" in text
     record = json.loads(json.dumps(to_json(report)))  # plain JSON, no NaN or infinity
-    assert record["tuned_baseline"]["optim.lr"] == "0.003"
+    assert record["tuned_baseline"]["norm"] == "pre" and record["baseline_source"] == "--baseline"
     diverged = next(
         s
         for s in record["settings"]
@@ -169,15 +257,17 @@ def test_report_on_made_up_records_has_the_known_means_intervals_and_tuned_verdi
     assert diverged["final_val_loss"]["mean"] == "inf" and diverged["results"]["2"] == "inf"
 
 
+def test_without_a_named_baseline_there_are_estimates_and_no_verdicts(lr_sweep):
+    report = build_report(lr_sweep)
+    assert report.tuned_baseline is None and all(s.comparison is None for s in report.tuned)
+    assert "No verdicts: no baseline was named." in markdown(report)
+
+
 def test_a_named_baseline_is_compared_against_and_a_bad_one_is_refused(lr_sweep):
-    report = build_report(lr_sweep, baseline="norm=post,optim.lr=1e-3")
-    assert report.baseline.choices["norm"] == "post" and report.baseline.choices["optim.lr"] == "0.001"
+    report = build_report(lr_sweep, baseline="norm=post,optim.lr=1e-3")  # the rate is cross-fitted anyway
     assert report.tuned_baseline.choices["norm"] == "post"
     pre_tuned = next(s for s in report.tuned if s.choices["norm"] == "pre")
-    assert (
-        pre_tuned.comparison.difference.mean == pytest.approx(-0.30)
-        and pre_tuned.comparison.verdict == BETTER
-    )
+    assert pre_tuned.comparison.difference.mean == pytest.approx(-0.275)
     with pytest.raises(ReportError, match="do not vary in this sweep"):
         build_report(lr_sweep, baseline="dropout=0.1")
     with pytest.raises(ReportError, match="matches no setting"):
@@ -186,12 +276,49 @@ def test_a_named_baseline_is_compared_against_and_a_bad_one_is_refused(lr_sweep)
         build_report(lr_sweep, baseline="pre")
 
 
+def test_a_baseline_naming_several_settings_asks_for_the_column_that_tells_them_apart(tmp_path):
+    sweep = tmp_path / "sweep"
+    for number, (norm, act) in enumerate([("pre", "gelu"), ("pre", "swiglu"), ("post", "gelu")]):
+        fake_run(sweep, number, "completed", 2.0, norm=norm, act=act)
+    with pytest.raises(ReportError, match="matches 2 settings; name its act too"):
+        build_report(sweep, baseline="norm=pre")
+
+
 def test_one_seed_per_setting_says_so_instead_of_an_interval(tmp_path):
     sweep = tmp_path / "sweep"
     fake_run(sweep, 0, "completed", 2.0, act="gelu")
     fake_run(sweep, 1, "completed", 1.9, act="swiglu")
-    report = build_report(sweep)
+    report = build_report(sweep, baseline="act=swiglu")
     assert not report.lr_varies and report.baseline.choices["act"] == "swiglu"
     gelu = next(s for s in report.settings if s.choices["act"] == "gelu")
     assert gelu.comparison.verdict == ONE_SEED and gelu.comparison.difference.mean == pytest.approx(0.1)
-    assert "| gelu | 1 | +0.1000 | — | one seed: no interval |" in markdown(report)
+    assert "| pre | layer | gelu | 1 | +0.1000 | — | — | — | one seed: no interval |" in markdown(report)
+
+
+def test_a_sequential_design_chooses_each_rate_on_its_first_look_and_judges_the_seeds_added_since(tmp_path):
+    sweep = tmp_path / "sweep"
+    number = 0
+    # GELU is best at 1e-3 on seeds 1-2 (the first look) though 1e-2 is better later: the choice stands.
+    losses = {
+        ("gelu", "1e-3"): [2.00, 2.00, 2.10, 2.11, 2.12, 2.10],
+        ("gelu", "1e-2"): [2.05, 2.06, 2.00, 2.00, 2.00, 2.00],
+        ("swiglu", "1e-3"): [2.10, 2.10, 2.30, 2.30, 2.30, 2.30],
+        ("swiglu", "1e-2"): [2.00, 2.01, 2.00, 2.03, 2.01, 2.00],
+    }
+    for (act, lr), values in losses.items():
+        for seed, loss in enumerate(values, start=1):
+            fake_run(sweep, number, "completed", loss, act=act, **{"optim.lr": lr}, seed=str(seed))
+            number += 1
+    design = {"alpha": 0.05, "min_effect": 0.02, "max_seeds": 6, "baseline": "act=gelu",
+              "looks": [["1", "2"], ["1", "2", "3", "4"], ["1", "2", "3", "4", "5", "6"]], "round": None}  # fmt: skip
+    (sweep / "sequential.json").write_text(json.dumps(design), encoding="utf-8")
+    report = build_report(sweep)
+    tuned = {s.choices["act"]: s for s in report.tuned}
+    assert set(tuned["gelu"].rates.values()) == {"0.001"} and set(tuned["swiglu"].rates.values()) == {"0.01"}
+    assert sorted(tuned["gelu"].results) == ["3", "4", "5", "6"]  # the choosing seeds are not judged
+    c = tuned["swiglu"].comparison
+    assert c.difference.mean == pytest.approx(
+        ((2.00 - 2.10) + (2.03 - 2.11) + (2.01 - 2.12) + (2.00 - 2.10)) / 4
+    )
+    assert c.verdict.endswith("(look 3, 4 seeds)") and c.verdict.startswith(BETTER)
+    assert "## Each setting at the rate its first seeds chose" in markdown(report)

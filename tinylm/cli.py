@@ -10,6 +10,7 @@ until the task starts and, if Hydra ends the command instead, printed as one lin
 
 from __future__ import annotations
 
+import argparse
 import errno
 import functools
 import io
@@ -216,6 +217,13 @@ def route_lightning_logs_through_hydra() -> None:
 def full_error_requested() -> bool:
     """HYDRA_FULL_ERROR=1, Hydra's own switch: raise everything with its traceback."""
     return os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
+class OneLineErrors(argparse.ArgumentParser):
+    """argparse, its usage errors as one `error:` line with the usage, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        exit_with(f"{message}; usage: {self.format_usage().strip().removeprefix('usage: ')}", USAGE_EXIT_CODE)
 
 
 def exit_with(message: str, code: int) -> NoReturn:

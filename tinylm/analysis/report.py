@@ -8,10 +8,12 @@ diverged run counts as a result (+inf, the worst); a failed or unfinished one as
 
 from __future__ import annotations
 
+import json
 import math
+import statistics
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,22 @@ from tinylm.analysis.runs import (
     natural_key,
     read_runs,
 )
-from tinylm.analysis.stats import Comparison, Estimate, best_key, compare, estimate
+from tinylm.analysis.stats import (
+    ALPHA,
+    MIN_EFFECT,
+    UNRESOLVED,
+    Comparison,
+    Estimate,
+    cross_fit,
+    estimate,
+    first_verdicts,
+    judge,
+    look_levels,
+    mean_or_inf,
+    paired_tests,
+    seeds_needed,
+    tuned_tests,
+)
 from tinylm.files import plain
 from tinylm.overrides import OverrideError, parse
 
@@ -31,18 +48,25 @@ REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
 REPORT_PNG = "report.png"
 SENSITIVITY_PNG = "lr_sensitivity.png"
+# Written by scripts/add_seeds.py: the sequential design its rounds follow, and the seeds of every look.
+DESIGN_FILE = "sequential.json"
 LR = "optim.lr"
 
 
 @dataclass
 class Setting:
-    """The runs that differ only in their seed."""
+    """The runs that differ only in their seed; in the tuned table, the runs of every learning rate, each
+    seed's result taken at the rate the other seeds chose (`rates`)."""
 
     choices: dict[str, str]
     runs: list[RunSummary]
     results: dict[str, float] = field(default_factory=dict)  # seed -> final val loss (+inf: diverged)
+    windows: dict[str, list[float]] = field(default_factory=dict)  # seed -> final per-window losses
     estimate: Estimate | None = None
     comparison: Comparison | None = None
+    rates: dict[str, str] = field(default_factory=dict)  # tuned: seed -> the rate chosen on the other seeds
+    by_rate: dict[str, dict[str, float]] = field(default_factory=dict)  # tuned: rate -> seed -> result
+    missing: tuple[str, ...] = ()  # tuned: seeds with no run at the rate the other seeds chose
 
     @property
     def diverged(self) -> int:
@@ -55,6 +79,24 @@ class Setting:
     def label(self, columns: Sequence[str]) -> str:
         return " ".join(f"{c}={self.choices.get(c, '—')}" for c in columns) or "all runs"
 
+    def key(self, columns: Sequence[str]) -> tuple[str, ...]:
+        return tuple(self.choices.get(c, "—") for c in columns)
+
+
+@dataclass(frozen=True)
+class Design:
+    """A sequential design (scripts/add_seeds.py): the looks so far, each the seeds it judged, and the
+    levels it judges them at: α spent O'Brien-Fleming-style over at most `max_seeds` seeds."""
+
+    alpha: float
+    min_effect: float
+    max_seeds: int
+    baseline: str
+    looks: tuple[tuple[str, ...], ...]
+
+    def levels(self) -> list[float]:
+        return look_levels([len(seeds) for seeds in self.looks], self.max_seeds, self.alpha)
+
 
 @dataclass
 class SweepReport:
@@ -64,14 +106,31 @@ class SweepReport:
     common: dict[str, str]  # overrides every run shares
     settings: list[Setting]  # ranked by mean
     setting_columns: list[str]  # the columns that tell settings apart (all but seed)
-    baseline: Setting | None
-    tuned: list[Setting] = field(default_factory=list)  # each setting at its best lr (when lr varies)
+    baseline: Setting | None  # among `settings`, when the learning rate does not vary
+    tuned: list[Setting] = field(default_factory=list)  # each setting at cross-fitted rates (lr varies)
     tuned_baseline: Setting | None = None
     confidence: float = 0.95
+    alpha: float = ALPHA
+    min_effect: float = MIN_EFFECT
+    baseline_source: str | None = None  # where the baseline was named: --baseline or the runs' config
+    design: Design | None = None
 
     @property
     def lr_varies(self) -> bool:
         return LR in self.setting_columns
+
+    @property
+    def family(self) -> list[Setting]:
+        """The settings the verdicts are about: the tuned ones when the learning rate varies."""
+        return self.tuned if self.lr_varies else self.settings
+
+    @property
+    def family_columns(self) -> list[str]:
+        return [c for c in self.setting_columns if c != LR] if self.lr_varies else self.setting_columns
+
+    @property
+    def family_baseline(self) -> Setting | None:
+        return self.tuned_baseline if self.lr_varies else self.baseline
 
 
 def parse_choices(text: str) -> dict[str, str]:
@@ -90,7 +149,11 @@ def parse_choices(text: str) -> dict[str, str]:
 
 
 def build_report(
-    sweep_dir: str | Path, baseline: str | None = None, confidence: float = 0.95, curve: str | None = None
+    sweep_dir: str | Path,
+    baseline: str | None = None,
+    confidence: float = 0.95,
+    curve: str | None = None,
+    min_effect: float | None = None,
 ) -> SweepReport:
     sweep_dir = Path(sweep_dir)
     runs = read_runs(sweep_dir, curve)
@@ -102,24 +165,57 @@ def build_report(
         common.pop(key, None)
     setting_columns = [c for c in columns if c != "seed"]
 
+    design = read_design(sweep_dir)
+    if design is not None:
+        if min_effect is not None and min_effect != design.min_effect:
+            raise ReportError(
+                f"--min-effect {min_effect:g}: this sweep's seeds were added to resolve comparisons within "
+                f"±{design.min_effect:g} ({DESIGN_FILE}); its verdicts hold only at that δ"
+            )
+        if baseline is not None and parse_choices(baseline) != parse_choices(design.baseline):
+            raise ReportError(
+                f"--baseline {baseline}: this sweep's seeds were added against {design.baseline} "
+                f"({DESIGN_FILE}); its verdicts hold only against that baseline"
+            )
+    baseline, source = named_baseline(baseline, runs, design)
     settings = group_settings(runs, setting_columns, confidence)
-    wanted = parse_choices(baseline) if baseline else None
-    base = pick_baseline(settings, wanted, setting_columns)
-    compare_all(settings, base, confidence)
-
     report = SweepReport(
-        sweep_dir, rank_runs(runs), columns, common, settings, setting_columns, base, confidence=confidence
-    )
+        sweep_dir, rank_runs(runs), columns, common, settings, setting_columns, None, confidence=confidence,
+        alpha=design.alpha if design else ALPHA, baseline_source=source, design=design,
+        min_effect=design.min_effect if design else (MIN_EFFECT if min_effect is None else min_effect),
+    )  # fmt: skip
     if report.lr_varies:
-        tuned_columns = [c for c in setting_columns if c != LR]
-        groups = _groups(settings, tuned_columns).values()
-        best = sorted((min(group, key=_mean) for group in groups if any(s.results for s in group)), key=_mean)
-        # Copies: the tuned table compares them with another baseline.
-        report.tuned = [Setting(s.choices, s.runs, s.results, s.estimate) for s in best]
-        tuned_wanted = {k: v for k, v in wanted.items() if k != LR} if wanted else None
-        report.tuned_baseline = pick_baseline(report.tuned, tuned_wanted, tuned_columns)
-        compare_all(report.tuned, report.tuned_baseline, confidence)
+        choose_on = design.looks[0] if design and design.looks else None
+        report.tuned = tuned_settings(settings, report.family_columns, confidence, choose_on=choose_on)
+    if baseline is None:
+        return report
+    wanted = {k: v for k, v in parse_choices(baseline).items() if not (report.lr_varies and k == LR)}
+    base = pick_baseline(report.family, wanted, report.family_columns)
+    if report.lr_varies:
+        report.tuned_baseline = base
+    else:
+        report.baseline = base
+    judge_family(report.family, base, report)
+    if design is not None:
+        replay(report, design)
     return report
+
+
+def named_baseline(
+    flag: str | None, runs: Sequence[RunSummary], design: Design | None
+) -> tuple[str | None, str | None]:
+    """The baseline and who named it: --baseline, the sequential design, or the experiment's `baseline:`
+    (in every run's config). Never the best setting: that is picked from the data it would then judge."""
+    if flag:
+        return flag, "--baseline"
+    if design is not None:
+        return design.baseline, DESIGN_FILE
+    named = {run.baseline for run in runs if run.baseline}
+    if len(named) > 1:
+        raise ReportError(
+            f"the runs name different baselines ({', '.join(sorted(named))}); choose one with --baseline"
+        )
+    return (named.pop(), "the experiment's `baseline:`") if named else (None, None)
 
 
 def group_settings(runs: Sequence[RunSummary], columns: Sequence[str], confidence: float) -> list[Setting]:
@@ -131,10 +227,58 @@ def group_settings(runs: Sequence[RunSummary], columns: Sequence[str], confidenc
         setting.runs.append(run)
         if run.result is not None:
             setting.results[run.seed] = run.result
+            if run.window_losses:
+                setting.windows[run.seed] = run.window_losses
     for setting in settings.values():
         if setting.results:
             setting.estimate = estimate(list(setting.results.values()), confidence)
     return sorted(settings.values(), key=_mean)
+
+
+def tuned_settings(
+    settings: Sequence[Setting],
+    columns: Sequence[str],
+    confidence: float,
+    seeds: Collection[str] | None = None,
+    choose_on: Collection[str] | None = None,
+) -> list[Setting]:
+    """Each group of settings that differ only in their learning rate, at a rate chosen on other seeds than
+    those judged: by cross-fitting (every seed at the rate with the lowest mean over the group's other
+    seeds), or, with `choose_on` (a sequential design's first look), at the rate those seeds chose, judged
+    on the seeds added since. `seeds`: only these."""
+    tuned = []
+    for key, group in _groups(settings, columns).items():
+        by_rate = {
+            s.choices[LR]: {seed: v for seed, v in s.results.items() if seeds is None or seed in seeds}
+            for s in group
+        }
+        setting = Setting(dict(zip(columns, key, strict=True)), [run for s in group for run in s.runs])
+        setting.by_rate = {str(rate): dict(runs) for rate, runs in by_rate.items()}
+        if choose_on is not None:
+            rate = chosen_rate(by_rate, choose_on)
+            setting.results = {seed: v for seed, v in by_rate[rate].items() if seed not in choose_on}
+            setting.rates = dict.fromkeys(setting.results, rate)
+        else:
+            fit = cross_fit(by_rate)
+            if fit is not None:
+                setting.results = {str(seed): v for seed, v in fit.values.items()}
+                setting.rates = {str(seed): str(rate) for seed, rate in fit.rates.items()}
+                setting.missing = tuple(str(seed) for seed in fit.missing)
+        at_rate = {s.choices[LR]: s for s in group}
+        setting.windows = {
+            seed: at_rate[rate].windows[seed]
+            for seed, rate in setting.rates.items()
+            if seed in at_rate[rate].windows
+        }
+        if setting.results:
+            setting.estimate = estimate(list(setting.results.values()), confidence)
+        tuned.append(setting)
+    return sorted(tuned, key=_mean)
+
+
+def chosen_rate(by_rate: dict[str, dict[str, float]], choose_on: Collection[str]) -> str:
+    """The rate with the lowest mean over the `choose_on` seeds (one that diverged on any never wins)."""
+    return min(by_rate, key=lambda rate: mean_or_inf([v for s, v in by_rate[rate].items() if s in choose_on]))
 
 
 def _mean(setting: Setting) -> float:
@@ -144,35 +288,95 @@ def _mean(setting: Setting) -> float:
 def _groups(settings: Sequence[Setting], columns: Sequence[str]) -> dict[tuple[str, ...], list[Setting]]:
     groups: dict[tuple[str, ...], list[Setting]] = {}
     for setting in settings:
-        groups.setdefault(tuple(setting.choices.get(c, "—") for c in columns), []).append(setting)
+        groups.setdefault(setting.key(columns), []).append(setting)
     return groups
 
 
-def pick_baseline(
-    settings: Sequence[Setting], wanted: dict[str, str] | None, columns: Sequence[str]
-) -> Setting | None:
-    """The setting named by `wanted` (the best of them if it names several), else the best setting."""
-    with_results = [s for s in settings if s.results]
-    if wanted is None:
-        return min(with_results, key=_mean) if with_results else None
+def pick_baseline(settings: Sequence[Setting], wanted: dict[str, str], columns: Sequence[str]) -> Setting:
+    """The one setting `wanted` names."""
     unknown = sorted(set(wanted) - set(columns))
     if unknown:
         raise ReportError(
-            f"--baseline names {unknown}, which do not vary in this sweep; choose among {', '.join(columns)}"
+            f"the baseline names {unknown}, which do not vary in this sweep; choose among {', '.join(columns)}"
         )
-    matching = [s for s in with_results if all(s.choices.get(k) == v for k, v in wanted.items())]
-    if not matching:
-        described = ",".join(f"{k}={v}" for k, v in wanted.items())
-        raise ReportError(f"--baseline {described} matches no setting with a result in this sweep")
-    groups = {id(s): list(s.results.values()) for s in matching}
-    best = best_key(groups)
-    return next(s for s in matching if id(s) == best)
+    described = ",".join(f"{k}={v}" for k, v in wanted.items())
+    matching = [s for s in settings if all(s.choices.get(k) == v for k, v in wanted.items())]
+    if len(matching) > 1:
+        unnamed = [c for c in columns if c not in wanted and len({s.choices.get(c) for s in matching}) > 1]
+        raise ReportError(
+            f"the baseline {described} matches {len(matching)} settings; name its {', '.join(unnamed)} too"
+        )
+    if not matching or not matching[0].results:
+        raise ReportError(f"the baseline {described} matches no setting with a result in this sweep")
+    return matching[0]
 
 
-def compare_all(settings: Sequence[Setting], baseline: Setting | None, confidence: float) -> None:
-    for setting in settings:
-        if baseline is not None and setting is not baseline and setting.results:
-            setting.comparison = compare(setting.results, baseline.results, confidence)
+def judge_family(
+    settings: Sequence[Setting], base: Setting, report: SweepReport, level: float | None = None
+) -> None:
+    """Compare every setting with `base`, seed by seed, and judge them together as one family."""
+    others = [s for s in settings if s is not base]
+    compared = [tests_against(s, base, report) for s in others]
+    judged = judge(compared, report.min_effect, report.alpha, level, with_power=level is None)
+    for setting, comparison in zip(others, judged, strict=True):
+        setting.comparison = comparison
+
+
+def tests_against(setting: Setting, base: Setting, report: SweepReport) -> Comparison:
+    """The tests of one row: paired over seeds, or, when the rate varies, between cross-fitted settings (in
+    a sequential design, the rates are chosen on its first look's seeds and the others are plainly paired)."""
+    windows = (setting.windows, base.windows)
+    if report.lr_varies and report.design is None:
+        return tuned_tests(setting.by_rate, base.by_rate, report.min_effect, report.confidence, windows)
+    return paired_tests(setting.results, base.results, report.min_effect, report.confidence, windows)
+
+
+def replay(report: SweepReport, design: Design) -> None:
+    """The sequential design's verdicts: each look judges the seeds it had, at the α it spends, and a
+    comparison keeps the first verdict a look gives it. The estimates shown stay those over every seed."""
+    columns = report.family_columns
+    rows = [s for s in report.family if s.comparison is not None]
+    if not design.looks:
+        for setting in rows:
+            setting.comparison = replace(setting.comparison, verdict=f"{UNRESOLVED}: no look yet")
+        return
+    looks = []
+    for seeds in design.looks:
+        family = {s.key(columns): s for s in restricted_family(report, set(seeds))}
+        base = family[report.family_baseline.key(columns)]
+        looks.append([tests_against(family[s.key(columns)], base, report) for s in rows])
+    first = first_verdicts(looks, design.levels(), report.min_effect, report.alpha)
+    for setting, found in zip(rows, first, strict=True):
+        verdict = f"{UNRESOLVED} after {len(design.looks)} looks"
+        if found is not None:
+            number, c = found
+            verdict = f"{c.verdict} (look {number + 1}, {len(c.seeds)} seeds)"
+        setting.comparison = replace(setting.comparison, verdict=verdict)
+
+
+def restricted_family(report: SweepReport, seeds: Collection[str]) -> list[Setting]:
+    """The family's settings as they were with only `seeds` in."""
+    if report.lr_varies:
+        choose_on = report.design.looks[0] if report.design else None
+        return tuned_settings(report.settings, report.family_columns, report.confidence, seeds, choose_on)
+    return [
+        Setting(s.choices, s.runs, {k: v for k, v in s.results.items() if k in seeds})
+        for s in report.settings
+    ]
+
+
+def read_design(sweep_dir: Path) -> Design | None:
+    path = sweep_dir / DESIGN_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return Design(
+            float(data["alpha"]), float(data["min_effect"]), int(data["max_seeds"]), str(data["baseline"]),
+            tuple(tuple(str(s) for s in look) for look in data["looks"]),
+        )  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ReportError(f"{path} is not a sequential design scripts/add_seeds.py wrote: {err}") from None
 
 
 def rank_runs(runs: Sequence[RunSummary]) -> list[RunSummary]:
@@ -230,48 +434,203 @@ def _settings_rows(
     return rows
 
 
-def _comparison_rows(
-    settings: Sequence[Setting], columns: Sequence[str], baseline: Setting | None
-) -> list[list]:
+def _p(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2g}"
+
+
+def _seeds_cell(s: Setting, c: Comparison) -> str:
+    text = str(len(c.seeds))
+    if c.unmatched:
+        text += f" (unpaired, not used: seed {', '.join(c.unmatched)})"
+    if s.missing:
+        text += f" (no run at the chosen rate: seed {', '.join(s.missing)})"
+    return text
+
+
+def _rates_cell(s: Setting) -> str:
+    counts = Counter(s.rates.values())
+    return ", ".join(f"{rate} ×{n}" for rate, n in sorted(counts.items(), key=lambda kv: float(kv[0]))) or "—"
+
+
+def _family_rows(report: SweepReport) -> list[list]:
     rows = []
-    for s in settings:
-        if s is baseline or s.comparison is None:
+    base, columns = report.family_baseline, report.family_columns
+    for s in report.family:
+        choices = [s.choices.get(col, "—") for col in columns]
+        tuned = [_rates_cell(s), _fmt(s.estimate.mean if s.estimate else None)] if report.lr_varies else []
+        if s is base:
+            rows.append([*choices, *tuned, len(s.results), "baseline", *[""] * 9])
             continue
         c = s.comparison
+        if c is None:
+            continue
+        d, pw, dv = c.difference, c.power, c.divergence
         rows.append([
-            *(s.choices.get(col, "—") for col in columns),
-            len(c.seeds),
-            _fmt(c.difference.mean if c.difference else None, signed=True),
-            _fmt_interval(c.difference, signed=True),
-            c.verdict,
+            *choices, *tuned, _seeds_cell(s, c), _fmt(d.mean if d else None, signed=True),
+            _fmt_interval(d, signed=True), _p(c.p_adjusted), _p(c.p_equivalence_adjusted), c.verdict,
+            dv.describe() if dv else f"0/{len(c.seeds)} vs 0/{len(c.seeds)}", _fmt(pw.sd if pw else None),
+            _fmt(pw.resolvable if pw else None, 3), pw.seeds_for_min_effect if pw else "—",
+            _fmt(c.eval_se, 4) if c.eval_se is not None else "—",
         ])  # fmt: skip
     return rows
 
 
-def _tuned_rows(settings: Sequence[Setting], columns: Sequence[str], baseline: Setting | None) -> list[list]:
-    rows = []
-    for rank, s in enumerate(settings, start=1):
+def _family_section(report: SweepReport) -> list[str]:
+    pct = f"{report.confidence:.0%}"
+    columns, base = report.family_columns, report.family_baseline
+    text = []
+    if report.lr_varies and report.design is not None and report.design.looks:
+        first = report.design.looks[0]
+        text += [
+            "## Each setting at the rate its first seeds chose",
+            "",
+            f"Each setting's rate is the one with the lowest mean over the sweep's first seeds ({', '.join(first)}), "
+            "and it is judged on the seeds added since, which had no part in choosing it: picking the best "
+            "rate on the runs it is judged on flatters a setting whose optimum is broad.",
+            "",
+        ]
+    elif report.lr_varies:
+        text += [
+            "## Each setting at a cross-fitted learning rate",
+            "",
+            "Each seed's result is taken at the rate with the lowest mean over the setting's *other* seeds "
+            "(leave one seed out), so no seed both chooses the rate and is judged at it: picking the best "
+            "rate on the runs it is judged on flatters a setting whose optimum is broad. `rates chosen` "
+            "counts the seeds judged at each rate.",
+            "",
+        ]
+    if base is None:
+        return [
+            *text,
+            "No verdicts: no baseline was named. The best setting is not used as one: it is picked from the "
+            "same runs it would be judged on, which tilts every other row toward `worse`. Name it with "
+            "`--baseline key=value[,key=value]`, or with `baseline:` in the experiment preset.",
+            "",
+        ]
+    if not report.lr_varies:
+        text += [f"## Against the baseline `{base.label(columns)}`", ""]
+    text += [
+        f"Baseline `{base.label(columns)}` (named by {report.baseline_source}). Paired seed by seed: the mean "
+        f"of (setting − baseline) over the seeds both finished, with its {pct} interval; < 0 is a lower loss.",
+        "",
+    ]
+    tuned = ["rates chosen", "mean"] if report.lr_varies else []
+    header = [*columns, *tuned, "seeds", "difference", f"{pct} CI", "p (Holm)", "equivalence p (Holm)",
+              "verdict", "diverged", "paired sd", "resolves (80%)", f"seeds for ±{report.min_effect:g}",
+              "eval SE"]  # fmt: skip
+    text += [*_table(header, _family_rows(report)), ""]
+    text += [*_family_notes(report), ""]
+    return text
+
+
+def _family_notes(report: SweepReport) -> list[str]:
+    comparisons = [s.comparison for s in report.family if s.comparison is not None]
+    tests = sum(c.p_value is not None for c in comparisons) + sum(
+        c.divergence is not None for c in comparisons
+    )
+    equivalence = sum(c.p_equivalence is not None for c in comparisons)
+    delta = f"{report.min_effect:g}"
+    test = (
+        "t on the cross-fitted differences, with the standard error of the jackknife over seeds of the whole "
+        "choose-then-compare procedure; `paired sd` is √n times it"
+        if report.lr_varies and report.design is None
+        else "paired t"
+    )
+    notes = [
+        f"One family: {tests} test{'s' if tests != 1 else ''} of difference ({test}; for diverged seeds, "
+        f"McNemar's exact test), Holm-adjusted so that the chance of any false `better`/`worse` in the table "
+        f"is at most α = {report.alpha:g}; {equivalence} test{'s' if equivalence != 1 else ''} of equivalence "
+        f"(two one-sided tests within ±δ, δ = {delta} nats/char, `--min-effect`), Holm-adjusted apart. `better, but by "
+        f"less than {delta}`: both. A difference below {1e-6:g} on every seed is `identical on every seed`. "
+        f"`resolves (80%)`: the smallest |difference| these seeds find with 80% power at α/{max(1, tests)}; "
+        f"`seeds for ±{delta}`: the seeds a difference of δ would need. `eval SE`: the standard error the "
+        "final evaluation's finite set of windows adds to the difference (part of the seed interval already).",
+    ]
+    if report.design is not None:
+        design = report.design
+        levels = ", ".join(
+            f"{len(look)} seeds at α {level:.2g}"
+            for look, level in zip(design.looks, design.levels(), strict=True)
+        )
+        notes += [
+            "",
+            f"Seeds were added in rounds (scripts/add_seeds.py, {DESIGN_FILE}): looks {levels}, up to "
+            f"{design.max_seeds} seeds. Each look is judged at the α it spends (Lan-DeMets O'Brien-Fleming "
+            "spending, summed over the looks by the union bound), so the family-wise error over every look "
+            "stays at most α; a verdict names the look that gave it. Intervals are over every seed and not "
+            "adjusted for the looks.",
+        ]
+    notes += _cost_lines(report)
+    return notes
+
+
+def _cost_lines(report: SweepReport) -> list[str]:
+    """What resolving the open rows would take: per row, the seeds that find its observed difference, or δ
+    when that is smaller (below δ the answer sought is equivalence, which needs about as many), with 80%
+    power; runs and minutes from the runs' own median wall times."""
+    base = report.family_baseline
+    open_rows = [
+        s for s in report.family
+        if s is not base and s.comparison is not None and not s.comparison.resolved
+    ]  # fmt: skip
+    if not open_rows or base is None:
+        return []
+    lines, needed_base, total_runs, total_s = [], 0, 0, 0.0
+    for s in open_rows:
         c = s.comparison
-        rows.append([
-            rank, *(s.choices.get(col, "—") for col in columns), s.choices.get(LR, "—"), len(s.results),
-            _fmt(s.estimate.mean if s.estimate else None), _fmt_interval(s.estimate),
-            "baseline" if s is baseline else _fmt(c.difference.mean if c and c.difference else None, signed=True),
-            _fmt_interval(c.difference if c else None, signed=True),
-            c.verdict if c else "",
-        ])  # fmt: skip
-    return rows
+        if c.power is None or c.difference is None:
+            lines.append(f"- `{s.label(report.family_columns)}`: too few finished seeds to size it")
+            continue
+        effect = max(abs(c.difference.mean), report.min_effect)
+        needed = seeds_needed(effect / c.power.sd, c.power.level)
+        if needed is None:
+            continue
+        more = max(0, needed - len(c.seeds))
+        needed_base = max(needed_base, more)
+        runs, seconds = _run_cost(s, more)
+        total_runs, total_s = total_runs + runs, total_s + seconds
+        lines.append(f"- `{s.label(report.family_columns)}`: {needed} seeds ({more} more, {runs} runs)")
+    runs, seconds = _run_cost(base, needed_base)
+    total_runs, total_s = total_runs + runs, total_s + seconds
+    if total_runs:
+        per_seed = (
+            ", every rate of a setting at each new seed (cross-fitting needs them)"
+            if report.lr_varies
+            else ""
+        )
+        lines.insert(0, (
+            f"What resolving the {len(open_rows)} open row{'s' if len(open_rows) != 1 else ''} would take, "
+            f"if each difference is what it seems (or δ, if smaller): {total_runs:,} more runs with the "
+            f"baseline's{per_seed}, {_fmt_duration(total_s)} of run time at these runs' median wall times; "
+            "`python scripts/add_seeds.py <sweep dir>` adds them in rounds until each is resolved."
+        ))  # fmt: skip
+    return ["", *lines] if lines else []
+
+
+def _fmt_duration(seconds: float) -> str:
+    hours = seconds / 3600
+    return f"{hours:,.1f} hours" if hours >= 2 else f"{seconds / 60:.0f} minutes"
+
+
+def _run_cost(s: Setting, seeds: int) -> tuple[int, float]:
+    times = [run.wall_time_s for run in s.runs if run.wall_time_s is not None]
+    rates = max(1, len({run.choices.get(LR) for run in s.runs}))
+    runs = seeds * rates
+    return runs, runs * (statistics.median(times) if times else 0.0)
 
 
 def markdown(report: SweepReport) -> str:
-    """The report as markdown: settings with intervals, paired comparisons, the tuned table, every run."""
+    """The report as markdown: settings with intervals, the family of comparisons, every run."""
     pct = f"{report.confidence:.0%}"
     cols = report.setting_columns
     text = [f"# Sweep report: {report.sweep_dir}", ""]
     n_seeds = max((len(s.results) for s in report.settings), default=0)
     text += [
         f"Final validation loss (nats/char) of {len(report.runs)} runs in {len(report.settings)} settings, "
-        f"up to {n_seeds} seed{'s' if n_seeds != 1 else ''} each. Intervals are {pct} confidence intervals for the mean (Student t over "
-        "seeds); a diverged run counts as the worst result, a failed or unfinished one as none.",
+        f"up to {n_seeds} seed{'s' if n_seeds != 1 else ''} each: the mean over the final evaluation's windows "
+        "(every validation window, up to data.final_val_windows), or the last validation for a run without one. "
+        f"Intervals are {pct} confidence intervals for the mean (Student t over seeds); a diverged run counts "
+        "as the worst result, a failed or unfinished one as none.",
         "",
     ]
     if report.common:
@@ -280,32 +639,8 @@ def markdown(report: SweepReport) -> str:
     text += ["## Settings", ""]
     header = ["rank", *cols, "seeds", "mean", "sd", f"{pct} CI", "diverged", "no result", "note"]
     text += [*_table(header, _settings_rows(report.settings, cols, report.baseline)), ""]
-
-    if report.lr_varies:
-        tuned_cols = [c for c in cols if c != LR]
-        base = report.tuned_baseline
-        text += [
-            "## Each setting at its own best learning rate",
-            "",
-            "The learning rate with the lowest mean over seeds, per setting; compared with "
-            f"{'the baseline' if base is None else '`' + base.label(tuned_cols) + '`'} at its own best "
-            "learning rate, seed by seed (difference < 0: lower loss than the baseline). The best rate is "
-            "chosen on the same runs it is judged on, so the intervals are slightly optimistic.",
-            "",
-        ]
-        header = ["rank", *tuned_cols, "best lr", "seeds", "mean", f"{pct} CI"]
-        header += ["vs baseline", f"{pct} CI", "verdict"]
-        text += [*_table(header, _tuned_rows(report.tuned, tuned_cols, base)), ""]
-    elif report.baseline is not None and len(report.settings) > 1:
-        text += [
-            f"## Against the baseline `{report.baseline.label(cols)}`",
-            "",
-            "Paired seed by seed: the mean of (setting - baseline) over the seeds both have, and its "
-            f"{pct} interval; < 0 is a lower loss than the baseline.",
-            "",
-        ]
-        header = [*cols, "seeds", "mean difference", f"{pct} CI", "verdict"]
-        text += [*_table(header, _comparison_rows(report.settings, cols, report.baseline)), ""]
+    if len(report.family) > 1:
+        text += _family_section(report)
 
     text += ["## Runs", "", *_runs_table(report), ""]
     counts = Counter(run.status for run in report.runs)
@@ -346,13 +681,24 @@ def to_json(report: SweepReport) -> dict[str, Any]:
             "final_val_loss": s.estimate,
             "diverged": s.diverged,
             "without_result": s.without_result,
-            "vs_baseline": c and {"seeds": list(c.seeds), "difference": c.difference, "verdict": c.verdict},
-        }
+            "rates": s.rates,
+            "vs_baseline": c and {
+                "seeds": list(c.seeds), "unmatched": list(c.unmatched), "difference": c.difference,
+                "p": c.p_value, "p_holm": c.p_adjusted, "p_equivalence": c.p_equivalence,
+                "p_equivalence_holm": c.p_equivalence_adjusted, "divergence": c.divergence,
+                "p_divergence_holm": c.p_divergence_adjusted, "power": c.power, "eval_se": c.eval_se,
+                "verdict": c.verdict,
+            },
+        }  # fmt: skip
 
     return plain(
         {
             "sweep_dir": report.sweep_dir,
             "confidence": report.confidence,
+            "alpha": report.alpha,
+            "min_effect": report.min_effect,
+            "baseline_source": report.baseline_source,
+            "design": report.design,
             "common": report.common,
             "setting_columns": report.setting_columns,
             "baseline": report.baseline and report.baseline.choices,
@@ -360,7 +706,8 @@ def to_json(report: SweepReport) -> dict[str, Any]:
             "tuned_baseline": report.tuned_baseline and report.tuned_baseline.choices,
             "tuned": [setting(s) for s in report.tuned],
             "runs": [
-                {k: v for k, v in vars(r).items() if k not in ("val_curve", "curve")} for r in report.runs
+                {k: v for k, v in vars(r).items() if k not in ("val_curve", "curve", "window_losses")}
+                for r in report.runs
             ],
         }
     )

@@ -16,7 +16,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from tinylm.errors import UserError
-from tinylm.layout import CONFIG_FILE, HYDRA_DIR, read_run_record
+from tinylm.layout import CONFIG_FILE, FINAL_VAL_LOSS, FINAL_WINDOW_LOSSES, HYDRA_DIR, read_run_record
 from tinylm.overrides import choices
 
 # Always shown: the design choices tinylm exists to compare.
@@ -52,6 +52,10 @@ class RunSummary:
     tokens_per_s: float | None = None
     wall_time_s: float | None = None
     error: str | None = None
+    # The final evaluation's loss of every window (metrics.json), when the run made one: final_val_loss is
+    # then their mean; else it is the last validation of the TensorBoard curve.
+    window_losses: list[float] | None = None
+    baseline: str | None = None  # the setting its experiment compares against (the config's `baseline`)
     # (step, value, seconds since the run's first scalar) of the validation loss, and of the tag plotted
     val_curve: list[tuple[int, float, float]] = field(default_factory=list)
     curve: list[tuple[int, float, float]] = field(default_factory=list)
@@ -130,6 +134,7 @@ def _from_config(run_dir: Path) -> dict[str, Any]:
     return {
         "choices": {name: str(get(f"model.{name}")) for name in DESIGN_CHOICES},
         "seed": str(get("seed")),
+        "baseline": get("baseline"),
         "max_steps": get("trainer.max_steps"),
         "chars_per_step": batch * block * accumulate
         if isinstance(batch, int) and isinstance(block, int)
@@ -197,6 +202,7 @@ def summarize_run(
         seed=config["seed"],
         max_steps=config["max_steps"] if isinstance(config["max_steps"], int) else None,
         chars_per_step=config["chars_per_step"],
+        baseline=str(config["baseline"]) if config["baseline"] else None,
     )
     if record:
         run.params = int(record["params"]) if isinstance(record.get("params"), int | float) else None
@@ -221,6 +227,11 @@ def summarize_run(
         run.final_val_loss = _recorded(record, _VAL_LOSS)
         run.best_val_loss = _recorded(record, _BEST_VAL_LOSS)
         run.final_bpc = _recorded(record, _VAL_BPC)
+    if record and _number(record.get(FINAL_VAL_LOSS)) is not None:
+        run.final_val_loss = _number(record[FINAL_VAL_LOSS])
+        run.final_bpc = run.final_val_loss / math.log(2)
+        windows = record.get(FINAL_WINDOW_LOSSES)
+        run.window_losses = [float(v) for v in windows] if isinstance(windows, list) else None
     if record and isinstance(record.get("step"), int):
         run.steps = record["step"]
     return run

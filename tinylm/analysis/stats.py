@@ -1,21 +1,47 @@
-"""The statistics behind a comparison: a mean over seeds with its Student-t confidence interval, a paired
-difference against a baseline with a verdict, and the best learning rate of a setting (docs/sweeps.md).
-Lower is better (validation losses); a diverged run counts as +inf: a result, and the worst one.
+"""The statistics behind a comparison (docs/sweeps.md): a mean over seeds with its Student-t interval; a
+setting against a baseline, paired seed by seed, with a test of difference, a test of equivalence within ±δ
+and an exact test of how often each side diverged; verdicts over a table of comparisons that keep the
+family-wise error at α (Holm); the power each comparison has; a learning rate chosen on other seeds than
+those it is judged on (cross-fitting); and the levels of a sequential design that adds seeds in rounds.
+
+Lower is better (validation losses); a diverged run counts as +inf. The tests themselves come from scipy and
+statsmodels.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+import warnings
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import numpy as np
+from scipy.stats import binomtest, norm, ttest_rel
 from scipy.stats import t as student_t
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.power import TTestPower
+from statsmodels.stats.weightstats import ttost_paired
+
+ALPHA = 0.05  # the family-wise error rate of a table's verdicts
+MIN_EFFECT = 0.01  # nats/char: δ, the smallest difference worth a claim (report.py --min-effect)
+POWER = 0.8  # the power the "resolves" and "seeds for ±δ" columns are computed at
+# A loss near 2 nats is a float32 with a resolution of 2.4e-7: differences below this are rounding, not design.
+IDENTICAL = 1e-6
 
 BETTER = "better"
 WORSE = "worse"
-UNRESOLVED = "not resolved at this budget"
+UNRESOLVED = "not resolved"
+IDENTICAL_VERDICT = "identical on every seed"
 ONE_SEED = "one seed: no interval"
+
+
+# Each side's per-window losses of the final evaluation, by seed.
+WindowLosses = tuple[Mapping[Hashable, Sequence[float]], Mapping[Hashable, Sequence[float]]]
+
+
+def equivalent(min_effect: float) -> str:
+    return f"equivalent within ±{min_effect:g}"
 
 
 @dataclass(frozen=True)
@@ -47,62 +73,375 @@ def estimate(values: Sequence[float], confidence: float = 0.95) -> Estimate:
     if n == 1:
         return Estimate(mean, 1, confidence=confidence)
     sd = statistics.stdev(values)
-    half = student_t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
+    half = float(student_t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
     return Estimate(mean, n, sd, mean - half, mean + half, confidence)
 
 
 @dataclass(frozen=True)
-class Comparison:
-    """A setting against the baseline: the mean over matching seeds of (setting - baseline), its interval,
-    and what that says. Negative differences mean the setting reaches a lower loss."""
+class Divergence:
+    """How many of the `n` seeds both sides ran diverged on each side, and McNemar's exact test of the
+    difference: a binomial test on the seeds where exactly one side diverged."""
 
-    difference: Estimate | None
+    mine: int
+    theirs: int
+    n: int
+    p_value: float
+
+    def describe(self) -> str:
+        return f"{self.mine}/{self.n} vs {self.theirs}/{self.n} (exact p = {self.p_value:.2g})"
+
+
+@dataclass(frozen=True)
+class Power:
+    """What the seeds of a comparison can resolve: the smallest |difference| they find with `POWER` at the
+    level the row is judged at, and the seeds a difference of δ would need."""
+
+    sd: float
+    level: float
+    resolvable: float | None
+    seeds_for_min_effect: int | None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A setting against the baseline over the seeds both have. `difference` is the mean of (setting -
+    baseline) over the seeds both finished (< 0: the setting reaches a lower loss); the p-values are the
+    paired t test of no difference and the paired two one-sided tests (TOST) of a difference inside ±δ.
+    `judge` fills in the Holm-adjusted p-values, the power and the verdict."""
+
     seeds: tuple[Hashable, ...]
-    verdict: str
+    unmatched: tuple[Hashable, ...] = ()  # seeds only one side has: said, not used
+    difference: Estimate | None = None
+    p_value: float | None = None
+    p_equivalence: float | None = None
+    constant: bool = False  # the same difference on every seed: no test needed, none possible
+    untested: str | None = None  # why there is no test (one seed, ...)
+    divergence: Divergence | None = None
+    eval_se: float | None = None  # the evaluation set's standard error of `difference.mean`
+    p_adjusted: float | None = None
+    p_equivalence_adjusted: float | None = None
+    p_divergence_adjusted: float | None = None
+    power: Power | None = None
+    verdict: str = UNRESOLVED
+
+    @property
+    def resolved(self) -> bool:
+        """The verdict answers the question: better, worse, equivalent or identical."""
+        return self.verdict.startswith((BETTER, WORSE, "equivalent", IDENTICAL_VERDICT))
 
 
 def compare(
-    values: Mapping[Hashable, float], baseline: Mapping[Hashable, float], confidence: float = 0.95
+    values: Mapping[Hashable, float],
+    baseline: Mapping[Hashable, float],
+    min_effect: float = MIN_EFFECT,
+    confidence: float = 0.95,
+    window_losses: WindowLosses | None = None,
 ) -> Comparison:
-    """Pair `values` with `baseline` seed by seed (keys are seeds) and judge the mean difference by where its
-    interval lies against 0. Where one side diverged (+inf), size decides nothing: the verdict says which."""
+    """Pair `values` with `baseline` seed by seed (keys are seeds) and run the tests; `window_losses` (each
+    side's per-window losses by seed) adds the evaluation set's standard error. The verdict is that of a
+    family of one; `judge` gives those of a whole table."""
+    tested = paired_tests(values, baseline, min_effect, confidence, window_losses)
+    return judge([tested], min_effect)[0] if tested.seeds else tested
+
+
+def paired_tests(
+    values: Mapping[Hashable, float],
+    baseline: Mapping[Hashable, float],
+    min_effect: float = MIN_EFFECT,
+    confidence: float = 0.95,
+    window_losses: WindowLosses | None = None,
+) -> Comparison:
+    """`compare`'s tests, without a verdict: the raw material of `judge`."""
     seeds = tuple(sorted(set(values) & set(baseline), key=str))
+    unmatched = tuple(sorted(set(values) ^ set(baseline), key=str))
     if not seeds:
-        return Comparison(None, seeds, "no seeds in common with the baseline")
-    mine_diverged = [s for s in seeds if not math.isfinite(values[s])]
-    theirs_diverged = [s for s in seeds if not math.isfinite(baseline[s])]
-    if mine_diverged or theirs_diverged:
-        if set(mine_diverged) == set(theirs_diverged) == set(seeds):
-            return Comparison(None, seeds, "both diverged")
-        if len(mine_diverged) > len(theirs_diverged):
-            return Comparison(None, seeds, f"{WORSE}: diverged on {len(mine_diverged)} of {len(seeds)} seeds")
-        if len(theirs_diverged) > len(mine_diverged):
-            return Comparison(
-                None,
-                seeds,
-                f"{BETTER}: the baseline diverged on {len(theirs_diverged)} of {len(seeds)} seeds",
-            )
-        return Comparison(None, seeds, "both diverged on some seeds")
-    difference = estimate([values[s] - baseline[s] for s in seeds], confidence)
-    return Comparison(difference, seeds, verdict(difference))
+        return Comparison(seeds, unmatched, verdict="no seeds in common with the baseline")
+    finished = [s for s in seeds if math.isfinite(values[s]) and math.isfinite(baseline[s])]
+    divergence = None
+    if len(finished) < len(seeds):
+        mine = sum(not math.isfinite(values[s]) for s in seeds)
+        theirs = sum(not math.isfinite(baseline[s]) for s in seeds)
+        only_mine = sum(not math.isfinite(values[s]) and math.isfinite(baseline[s]) for s in seeds)
+        only_theirs = sum(math.isfinite(values[s]) and not math.isfinite(baseline[s]) for s in seeds)
+        discordant = only_mine + only_theirs
+        p = binomtest(only_mine, discordant, 0.5).pvalue if discordant else 1.0
+        divergence = Divergence(mine, theirs, len(seeds), float(p))
+    comparison = Comparison(seeds, unmatched, divergence=divergence)
+    if not finished:
+        return comparison
+    mine_values = np.array([values[s] for s in finished])
+    theirs_values = np.array([baseline[s] for s in finished])
+    differences = mine_values - theirs_values
+    difference = estimate([float(d) for d in differences], confidence)
+    comparison = replace(comparison, difference=difference)
+    if window_losses is not None:
+        comparison = replace(comparison, eval_se=evaluation_se(finished, *window_losses))
+    if len(finished) < 2:
+        return replace(comparison, untested=ONE_SEED)
+    if float(np.std(differences)) <= IDENTICAL:
+        return replace(comparison, constant=True)
+    p = float(ttest_rel(mine_values, theirs_values).pvalue)
+    p_equivalence = float(ttost_paired(mine_values, theirs_values, -min_effect, min_effect)[0])
+    return replace(comparison, p_value=p, p_equivalence=p_equivalence)
 
 
-def verdict(difference: Estimate) -> str:
-    if not difference.has_interval:
-        return ONE_SEED
-    assert difference.low is not None and difference.high is not None
-    if difference.high < 0:
-        return BETTER
-    if difference.low > 0:
-        return WORSE
-    return UNRESOLVED
+def evaluation_se(
+    seeds: Sequence[Hashable],
+    mine: Mapping[Hashable, Sequence[float]],
+    theirs: Mapping[Hashable, Sequence[float]],
+) -> float | None:
+    """The standard error the finite evaluation set adds to a mean paired difference: per seed, that of the
+    mean of the window-by-window differences (both runs saw the same windows), combined over seeds."""
+    variances = []
+    for seed in seeds:
+        a, b = mine.get(seed), theirs.get(seed)
+        if a is None or b is None or len(a) != len(b) or len(a) < 2:
+            return None
+        d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+        variances.append(float(np.var(d, ddof=1)) / len(d))
+    return math.sqrt(sum(variances)) / len(variances) if variances else None
+
+
+def judge(
+    comparisons: Sequence[Comparison],
+    min_effect: float = MIN_EFFECT,
+    alpha: float = ALPHA,
+    level: float | None = None,
+    with_power: bool = True,
+) -> list[Comparison]:
+    """Verdicts for one table, a family: Holm's step-down adjustment over its tests of difference (the loss
+    tests and the divergence tests), and separately over its tests of equivalence, each compared with
+    `level` (default `alpha`; a sequential design's look uses the α it spends there). The power of each row
+    is computed at α / the number of tests of difference (`with_power=False` skips it: it is slow)."""
+    level = alpha if level is None else level
+    family = [(i, "loss", c.p_value) for i, c in enumerate(comparisons) if c.p_value is not None]
+    family += [(i, "divergence", c.divergence.p_value) for i, c in enumerate(comparisons) if c.divergence]
+    equivalence = [(i, c.p_equivalence) for i, c in enumerate(comparisons) if c.p_equivalence is not None]
+    adjusted = dict(zip([(i, kind) for i, kind, _ in family], holm([p for *_, p in family]), strict=True))
+    adjusted_eq = dict(zip([i for i, _ in equivalence], holm([p for _, p in equivalence]), strict=True))
+    size = max(1, len(family))
+    judged = []
+    for i, c in enumerate(comparisons):
+        c = replace(
+            c,
+            p_adjusted=adjusted.get((i, "loss")),
+            p_equivalence_adjusted=adjusted_eq.get(i),
+            p_divergence_adjusted=adjusted.get((i, "divergence")),
+        )
+        if with_power:
+            c = replace(c, power=power(c, min_effect, alpha / size))
+        judged.append(replace(c, verdict=verdict(c, min_effect, level)))
+    return judged
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values (statsmodels), in the order given."""
+    if not p_values:
+        return []
+    return [float(p) for p in multipletests(list(p_values), method="holm")[1]]
+
+
+def verdict(c: Comparison, min_effect: float, level: float) -> str:
+    if not c.seeds:
+        return c.verdict
+    d = c.difference
+    divergence = c.divergence
+    if divergence is not None and c.p_divergence_adjusted is not None and c.p_divergence_adjusted <= level:
+        direction = WORSE if divergence.mine > divergence.theirs else BETTER
+        return f"{direction}: diverges more often" if direction == WORSE else f"{BETTER}: diverges less often"
+    note = f"; diverged {divergence.describe()}" if divergence else ""
+    if d is None:
+        return f"{UNRESOLVED}: every seed diverged on one side or both{note}"
+    if c.constant:
+        if abs(d.mean) <= IDENTICAL:
+            return IDENTICAL_VERDICT + note
+        if abs(d.mean) < min_effect:
+            return f"{equivalent(min_effect)} (the same difference on every seed){note}"
+        return f"{BETTER if d.mean < 0 else WORSE} (the same difference on every seed){note}"
+    if c.p_adjusted is None:
+        return (c.untested or ONE_SEED) + note
+    equivalent_too = c.p_equivalence_adjusted is not None and c.p_equivalence_adjusted <= level
+    if c.p_adjusted <= level:
+        found = BETTER if d.mean < 0 else WORSE
+        return found + (f", but by less than {min_effect:g}" if equivalent_too else "") + note
+    if equivalent_too:
+        return equivalent(min_effect) + note
+    return UNRESOLVED + note
+
+
+def power(c: Comparison, min_effect: float, level: float) -> Power | None:
+    """The paired sd of the comparison and what its seeds can resolve at `level` (two-sided paired t)."""
+    d = c.difference
+    if d is None or d.sd is None or d.n < 2 or d.sd <= IDENTICAL:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # as in seeds_needed
+        try:
+            resolvable = float(TTestPower().solve_power(nobs=d.n, alpha=level, power=POWER)) * d.sd
+        except (ValueError, RuntimeError):
+            resolvable = None
+    resolvable = resolvable if resolvable is not None and math.isfinite(resolvable) else None
+    return Power(d.sd, level, resolvable, seeds_needed(min_effect / d.sd, level))
+
+
+def seeds_needed(effect_size: float, level: float, power: float = POWER) -> int | None:
+    """The paired seeds a standardised difference needs to be found with `power` at `level` (at least 2)."""
+    analysis = TTestPower()
+    if analysis.power(effect_size=effect_size, nobs=2, alpha=level) >= power:
+        return 2  # below 2 seeds there is no interval at all
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # statsmodels warns, then returns nan, when its root finder fails
+        try:
+            n = analysis.solve_power(effect_size=effect_size, alpha=level, power=power)
+        except (ValueError, RuntimeError):
+            return None
+    n = float(np.asarray(n).reshape(-1)[0])
+    return max(2, math.ceil(n)) if math.isfinite(n) else None
+
+
+@dataclass(frozen=True)
+class CrossFit:
+    """A setting at a learning rate chosen on other seeds than each one it is judged on: for every seed, its
+    result at the rate whose mean over the *other* seeds is lowest (leave one seed out)."""
+
+    values: dict[Hashable, float]
+    rates: dict[Hashable, Hashable]  # seed -> the rate chosen for it
+    missing: tuple[Hashable, ...] = ()  # seeds with no run at the rate the other seeds chose
+
+
+def cross_fit(by_rate: Mapping[Hashable, Mapping[Hashable, float]]) -> CrossFit | None:
+    """Leave-one-seed-out tuning over `by_rate` (rate -> seed -> result); None with fewer than two seeds."""
+    seeds = sorted({s for runs in by_rate.values() for s in runs}, key=str)
+    if len(seeds) < 2:
+        return None
+    values, rates, missing = {}, {}, []
+    for seed in seeds:
+        means = {
+            rate: mean_or_inf([v for s, v in runs.items() if s != seed])
+            for rate, runs in by_rate.items()
+            if any(s != seed for s in runs)
+        }
+        rate = min(means, key=lambda r: means[r])
+        if seed in by_rate[rate]:
+            values[seed], rates[seed] = by_rate[rate][seed], rate
+        else:
+            missing.append(seed)
+    return CrossFit(values, rates, tuple(missing))
+
+
+TWO_SEEDS_TUNED = "two finished seeds: too few to both choose a rate and test"
+
+
+def tuned_tests(
+    mine: Mapping[Hashable, Mapping[Hashable, float]],
+    theirs: Mapping[Hashable, Mapping[Hashable, float]],
+    min_effect: float = MIN_EFFECT,
+    confidence: float = 0.95,
+    window_losses: WindowLosses | None = None,
+) -> Comparison:
+    """Two settings, each at a rate chosen by cross-fitting (rate -> seed -> result), compared over the seeds
+    both have: the mean paired difference of the cross-fitted results, and its standard error from the
+    jackknife over seeds of the whole choose-then-compare procedure. A plain paired t test would be too
+    liberal: a seed that helps choose the others' rates is not independent of their results. The
+    jackknife errs the other way (the Efron-Stein inequality), so the tests keep their level."""
+    common = set(_seeds(mine)) & set(_seeds(theirs))
+    unmatched = tuple(sorted(set(_seeds(mine)) ^ set(_seeds(theirs)), key=str))
+
+    def fitted(keep: set[Hashable]) -> tuple[CrossFit, CrossFit] | None:
+        a, b = cross_fit(_only(mine, keep)), cross_fit(_only(theirs, keep))
+        return (a, b) if a is not None and b is not None else None
+
+    fit = fitted(common)
+    if fit is None:
+        return Comparison(
+            tuple(sorted(common, key=str)), unmatched,
+            verdict="no seeds in common with the baseline" if not common else ONE_SEED,
+        )  # fmt: skip
+    c = replace(
+        paired_tests(fit[0].values, fit[1].values, min_effect, confidence, window_losses), unmatched=unmatched
+    )
+    if c.difference is None or c.constant or c.p_value is None:
+        return c
+    n = c.difference.n
+    if n < 3:
+        return replace(c, p_value=None, p_equivalence=None, untested=TWO_SEEDS_TUNED)
+    leave_one_out = []
+    for seed in common:
+        sub = fitted(common - {seed})
+        pairs = (
+            [sub[0].values[s] - sub[1].values[s] for s in sub[0].values if s in sub[1].values] if sub else []
+        )
+        pairs = [d for d in pairs if math.isfinite(d)]
+        if not pairs:
+            return replace(c, p_value=None, p_equivalence=None, untested="too few finished seeds to test")
+        leave_one_out.append(statistics.fmean(pairs))
+    k = len(leave_one_out)
+    se = math.sqrt((k - 1) / k * sum((d - statistics.fmean(leave_one_out)) ** 2 for d in leave_one_out))
+    mean, df = c.difference.mean, n - 1
+    if se <= IDENTICAL:
+        return replace(c, constant=True, p_value=None, p_equivalence=None)
+    half = float(student_t.ppf(0.5 + confidence / 2, df)) * se
+    difference = Estimate(mean, n, se * math.sqrt(n), mean - half, mean + half, confidence)
+    p = float(2 * student_t.sf(abs(mean) / se, df))
+    p_equivalence = float(
+        max(student_t.sf((mean + min_effect) / se, df), student_t.cdf((mean - min_effect) / se, df))
+    )
+    return replace(c, difference=difference, p_value=p, p_equivalence=p_equivalence)
+
+
+def _seeds(by_rate: Mapping[Hashable, Mapping[Hashable, float]]) -> list[Hashable]:
+    return sorted({s for runs in by_rate.values() for s in runs}, key=str)
+
+
+def _only(
+    by_rate: Mapping[Hashable, Mapping[Hashable, float]], keep: set[Hashable]
+) -> dict[Hashable, dict[Hashable, float]]:
+    return {rate: {s: v for s, v in runs.items() if s in keep} for rate, runs in by_rate.items()}
 
 
 def best_key(groups: Mapping[Hashable, Sequence[float]]) -> Hashable:
     """The key whose values have the lowest mean; a group with a diverged (+inf) value never wins unless
     every group has one."""
-    return min(groups, key=lambda key: _mean_or_inf(groups[key]))
+    return min(groups, key=lambda key: mean_or_inf(groups[key]))
 
 
-def _mean_or_inf(values: Sequence[float]) -> float:
+def mean_or_inf(values: Sequence[float]) -> float:
     return statistics.fmean(values) if values and all(math.isfinite(v) for v in values) else math.inf
+
+
+def first_verdicts(
+    looks: Sequence[Sequence[Comparison]],
+    levels: Sequence[float],
+    min_effect: float = MIN_EFFECT,
+    alpha: float = ALPHA,
+) -> list[tuple[int, Comparison] | None]:
+    """A sequential design's verdicts: `looks[k]` holds the tests (`paired_tests`) of every row of one family
+    on the seeds look k had, in the same row order at every look; each look is judged at `levels[k]` (Holm
+    over the whole family), and a row keeps the first verdict a look gives it, with that look's index."""
+    first: list[tuple[int, Comparison] | None] = [None] * (len(looks[0]) if looks else 0)
+    for number, (family, level) in enumerate(zip(looks, levels, strict=True)):
+        for row, c in enumerate(judge(family, min_effect, alpha, level, with_power=False)):
+            if first[row] is None and c.resolved:
+                first[row] = (number, c)
+    return first
+
+
+def spent(information: float, alpha: float = ALPHA) -> float:
+    """Lan & DeMets' (1983) O'Brien-Fleming-type spending function: the α spent once a fraction
+    `information` (seeds so far / the most seeds the design allows) of the data is in."""
+    if information <= 0:
+        return 0.0
+    information = min(1.0, information)
+    return float(2 - 2 * norm.cdf(norm.ppf(1 - alpha / 2) / math.sqrt(information)))
+
+
+def look_levels(seed_counts: Sequence[int], max_seeds: int, alpha: float = ALPHA) -> list[float]:
+    """The level each look is judged at: the α spent between it and the look before. The levels sum to at
+    most α whatever the looks' correlation (the union bound), so the family-wise error over every look stays
+    at most α: conservative against the exact group-sequential boundaries, and free of their assumptions."""
+    levels, before = [], 0.0
+    for count in seed_counts:
+        now = spent(count / max_seeds, alpha)
+        levels.append(max(0.0, now - before))
+        before = max(before, now)
+    return levels

@@ -25,11 +25,12 @@ def write_report(
     x_axis: str = "step",
     band: str = "minmax",
     curve: str | None = None,
+    min_effect: float | None = None,
 ) -> tuple[str, list[Path]]:
     """Build the report and write report.md, report.json and report.png (or `report_<curve>.png` for another
     scalar than the validation loss), and lr_sensitivity.png when the learning rate varies, into the sweep
     directory; returns the markdown and the paths written."""
-    report = build_report(sweep_dir, baseline, curve=curve)
+    report = build_report(sweep_dir, baseline, curve=curve, min_effect=min_effect)
     if curve and not any(run.curve for run in report.runs):
         raise ReportError(
             f"--curve {curve}: no run of this sweep logged it; try loss/train, lr, or "
