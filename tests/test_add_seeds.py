@@ -1,0 +1,121 @@
+"""Seeds until the answer is known, on a real tiny sweep: rounds add seeds to the open comparison only (and
+the baseline), the merged report counts them by the sequential design, and an interrupted round carries on
+where it stopped (tinylm/analysis/add_seeds.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_script, run_sweep
+
+from tinylm.analysis.add_seeds import ADDED_DIR, Budget, add_seeds
+from tinylm.analysis.report import DESIGN_FILE, build_report
+from tinylm.analysis.runs import ReportError
+
+TRAIN = [sys.executable, str(REPO / "scripts" / "train.py")]
+# optimized_metric changes nothing a run learns, only what it hands a sweeper: GELU's second row is identical
+# to the baseline on every seed (CPU runs are deterministic) and resolved at the first look; SwiGLU's two rows
+# (also identical to each other) after 6 steps on 2 seeds are not.
+BASELINE = "act=gelu,optimized_metric=loss/val_full"
+
+
+@pytest.fixture(scope="module")
+def two_seed_sweep(tmp_path_factory) -> Path:
+    sweep_dir, result = run_sweep(
+        tmp_path_factory.mktemp("seeds"),
+        "act=gelu,swiglu",
+        "optimized_metric=loss/val_full,loss/val",
+        "seed=1,2",
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return sweep_dir
+
+
+def copy_of(sweep: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "sweep"
+    shutil.copytree(sweep, target)
+    return target
+
+
+def seeds_of(report, **choices: str) -> list[str]:
+    setting = next(s for s in report.settings if all(s.choices.get(k) == v for k, v in choices.items()))
+    return sorted(setting.results)
+
+
+def test_rounds_add_seeds_to_the_open_comparison_only_and_the_report_counts_them(two_seed_sweep, tmp_path):
+    sweep = copy_of(two_seed_sweep, tmp_path)
+    lines: list[str] = []
+    report = add_seeds(sweep, TRAIN, BASELINE, min_effect=1e-6, budget=Budget(4, 2), echo=lines.append)
+
+    assert seeds_of(report, act="gelu", optimized_metric="loss/val_full") == [
+        "1",
+        "2",
+        "3",
+        "4",
+    ]  # the baseline
+    for metric in ("loss/val_full", "loss/val"):
+        assert seeds_of(report, act="swiglu", optimized_metric=metric) == ["1", "2", "3", "4"]
+    assert seeds_of(report, act="gelu", optimized_metric="loss/val") == [
+        "1",
+        "2",
+    ]  # resolved: no more seeds
+    design = json.loads((sweep / DESIGN_FILE).read_text())
+    assert design["looks"] == [["1", "2"], ["1", "2", "3", "4"]] and design["round"] is None
+    assert lines[0].startswith("look 1: 2 seeds; 2 of 3 comparisons open")
+
+    # The report read afresh judges the merged sweep by the design's looks, from its file alone.
+    again = build_report(sweep)
+    verdicts = {
+        (s.choices["act"], s.choices["optimized_metric"]): s.comparison for s in again.family if s.comparison
+    }
+    assert verdicts["gelu", "loss/val"].verdict == "identical on every seed (look 1, 2 seeds)"
+    # Whichever way the second look went, it judged SwiGLU on all four seeds.
+    swiglu = verdicts["swiglu", "loss/val_full"]
+    assert swiglu.verdict == "not resolved after 2 looks" or swiglu.verdict.endswith("(look 2, 4 seeds)")
+    assert len(swiglu.seeds) == 4
+    assert len(list((sweep / ADDED_DIR).glob("*/*/metrics.json"))) == 3 * 2  # 3 settings, seeds 3 and 4
+
+
+def test_an_interrupted_round_loses_nothing_and_the_same_command_carries_on(two_seed_sweep, tmp_path):
+    sweep = copy_of(two_seed_sweep, tmp_path)
+    launched: list[str] = []
+
+    def interrupt_before_the_second_launch(line: str) -> None:
+        if line.startswith("  "):
+            launched.append(line)
+            if len(launched) == 2:
+                raise KeyboardInterrupt  # as a Ctrl-C between the round's multiruns would
+
+    with pytest.raises(KeyboardInterrupt):
+        add_seeds(sweep, TRAIN, BASELINE, 1e-6, budget=Budget(3, 1), echo=interrupt_before_the_second_launch)
+    design = json.loads((sweep / DESIGN_FILE).read_text())
+    assert design["round"]["seeds"] == ["3"] and design["looks"] == [["1", "2"]]
+    done = build_report(sweep)
+    # The round adds seed 3 to the baseline and both open rows, one multirun each: the first finished and is
+    # kept, the other two never started.
+    in_round = [("gelu", "loss/val_full"), ("swiglu", "loss/val_full"), ("swiglu", "loss/val")]
+    assert sum(len(seeds_of(done, act=a, optimized_metric=m)) for a, m in in_round) == 2 * 3 + 1
+
+    lines: list[str] = []
+    report = add_seeds(sweep, TRAIN, echo=lines.append, min_effect=1e-6, budget=Budget(3, 1))
+    for act, metric in in_round:
+        assert seeds_of(report, act=act, optimized_metric=metric) == ["1", "2", "3"]
+    assert sum(line.startswith("  ") for line in lines) == 2  # only the runs that were missing
+    assert json.loads((sweep / DESIGN_FILE).read_text())["looks"] == [["1", "2"], ["1", "2", "3"]]
+
+
+def test_a_design_cannot_change_between_looks_and_bad_flags_get_one_line(two_seed_sweep, tmp_path):
+    sweep = copy_of(two_seed_sweep, tmp_path)
+    with pytest.raises(ReportError, match="name the baseline"):
+        add_seeds(sweep, TRAIN, budget=Budget(2, 1))
+    add_seeds(sweep, TRAIN, BASELINE, 1e-6, budget=Budget(2, 1), echo=lambda _: None)  # 2 seeds: no round
+    with pytest.raises(ReportError, match="cannot change between its looks"):
+        add_seeds(sweep, TRAIN, min_effect=0.02, budget=Budget(2, 1))
+    with pytest.raises(ReportError, match="its verdicts hold only at that δ"):
+        build_report(sweep, min_effect=0.5)
+    result = run_script("add_seeds.py", str(sweep), "--per-round", "0")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "--per-round" in result.stderr

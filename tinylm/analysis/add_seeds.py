@@ -1,0 +1,253 @@
+"""Seeds until the answer is known: `python scripts/add_seeds.py SWEEP_DIR` adds seeds, in rounds, to the
+settings whose comparison with the baseline is still open (and to the baseline), until every comparison is
+`better`, `worse` or `equivalent`, or the budget is spent (docs/sweeps.md).
+
+Every round is a look of a sequential design written to SWEEP_DIR/sequential.json before any run starts: the
+family-wise error over all the looks stays at α (`stats.look_levels`), and the report, reading that file,
+judges the merged sweep by the same looks. The new runs are launched with each setting's own recorded
+overrides and the sweep's own Hydra launcher, into SWEEP_DIR/added/, where the report finds them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from tinylm.analysis.report import (
+    DESIGN_FILE,
+    LR,
+    ReportError,
+    Setting,
+    SweepReport,
+    build_report,
+    chosen_rate,
+    named_baseline,
+    parse_choices,
+)
+from tinylm.analysis.runs import RunSummary, natural_key, read_runs
+from tinylm.analysis.stats import ALPHA, MIN_EFFECT
+from tinylm.errors import Interrupted
+from tinylm.files import write_json
+from tinylm.layout import HYDRA_DIR
+from tinylm.overrides import parse
+
+ADDED_DIR = "added"
+# Hydra's own settings of the original command that must not carry over: where and how that sweep ran.
+NOT_CARRIED = ("hydra.sweep.", "hydra.run.", "hydra.mode")
+
+
+@dataclass(frozen=True)
+class Budget:
+    max_seeds: int = 16  # per setting, the design's horizon: α is spent over up to this many seeds
+    per_round: int = 2
+    max_minutes: float | None = None  # of this command's wall time; a round that would overrun is not started
+
+
+def add_seeds(
+    sweep_dir: str | Path,
+    train_command: Sequence[str],
+    baseline: str | None = None,
+    min_effect: float = MIN_EFFECT,
+    alpha: float = ALPHA,
+    budget: Budget = Budget(),
+    echo: Callable[[str], Any] = print,
+) -> SweepReport:
+    """Run rounds until every comparison is resolved or the budget ends; returns the final report. Safe to
+    interrupt: rerun the same command and it carries on from the files (the design, the runs)."""
+    sweep_dir = Path(sweep_dir)
+    design = start_design(sweep_dir, baseline, min_effect, alpha, budget)
+    started = time.monotonic()
+    while True:
+        report = build_report(sweep_dir)
+        if design.get("round"):  # a round was interrupted: finish it before looking
+            run_round(report, design, sweep_dir, train_command, echo)
+            design["round"] = None
+            continue
+        # Every seed the baseline has a result for, those that chose its rate included.
+        seeds = sorted(
+            {run.seed for run in report.family_baseline.runs if run.result is not None}, key=natural_key
+        )
+        if not design["looks"] or design["looks"][-1] != seeds:
+            design["looks"].append(seeds)
+            save(sweep_dir, design)
+            report = build_report(sweep_dir)
+        open_rows = [s for s in report.family if s.comparison is not None and not s.comparison.resolved]
+        look = len(design["looks"])
+        echo(
+            f"look {look}: {len(seeds)} seeds; {len(open_rows)} of {len(report.family) - 1} comparisons open"
+        )
+        if not open_rows:
+            echo("every comparison is resolved")
+            return report
+        if len(seeds) >= budget.max_seeds:
+            echo(f"stopped: the baseline has {len(seeds)} seeds, the most this design allows (--max-seeds)")
+            return report
+        new_seeds = next_seeds(report.runs, min(budget.per_round, budget.max_seeds - len(seeds)))
+        settings = [report.family_baseline, *open_rows]
+        minutes = round_minutes(report, settings, len(new_seeds))
+        elapsed = (time.monotonic() - started) / 60
+        if budget.max_minutes is not None and elapsed + minutes > budget.max_minutes:
+            echo(
+                f"stopped: the next round would take about {minutes:.0f} min, past --max-minutes "
+                f"{budget.max_minutes:g} ({elapsed:.0f} min spent)"
+            )
+            return report
+        design["round"] = {"seeds": new_seeds, "settings": [s.choices for s in settings]}
+        save(sweep_dir, design)
+        run_round(report, design, sweep_dir, train_command, echo)
+        design["round"] = None
+        save(sweep_dir, design)
+
+
+def start_design(
+    sweep_dir: Path, baseline: str | None, min_effect: float, alpha: float, budget: Budget
+) -> dict[str, Any]:
+    """The design on disk, checked against the flags; or a new one, written before any run starts."""
+    path = sweep_dir / DESIGN_FILE
+    if path.is_file():
+        build_report(sweep_dir)  # validates the file and the baseline
+        design = OmegaConf.to_container(OmegaConf.load(path))
+        fixed = {"min_effect": min_effect, "alpha": alpha, "max_seeds": budget.max_seeds}
+        for key, value in fixed.items():
+            if not math.isclose(float(design[key]), float(value)):
+                raise ReportError(
+                    f"--{key.replace('_', '-')} {value:g}: this sweep's design ({path}) has {design[key]:g}; "
+                    "a design cannot change between its looks (drop the flag to carry on)"
+                )
+        if baseline and parse_choices(baseline) != parse_choices(design["baseline"]):
+            raise ReportError(f"--baseline {baseline}: this sweep's design ({path}) has {design['baseline']}")
+        return design
+    named, _ = named_baseline(baseline, read_runs(sweep_dir), None)
+    if named is None:
+        raise ReportError(
+            "name the baseline: --baseline key=value[,key=value] (the experiment preset names none)"
+        )
+    build_report(sweep_dir, named, min_effect=min_effect)  # refuses a baseline that matches no setting
+    design = {
+        "alpha": alpha, "min_effect": min_effect, "max_seeds": budget.max_seeds, "baseline": named,
+        "spending": "Lan-DeMets O'Brien-Fleming-type, union bound over looks", "looks": [], "round": None,
+    }  # fmt: skip
+    save(sweep_dir, design)
+    return design
+
+
+def save(sweep_dir: Path, design: dict[str, Any]) -> None:
+    write_json(sweep_dir / DESIGN_FILE, design)
+
+
+def next_seeds(runs: Sequence[RunSummary], count: int) -> list[str]:
+    """`count` seeds above every seed the sweep has used, so that every setting gets the same new ones."""
+    used = [int(run.seed) for run in runs if run.seed.lstrip("-").isdigit()]
+    top = max(used, default=0)
+    return [str(top + i) for i in range(1, count + 1)]
+
+
+def runs_of(report: SweepReport, setting: Setting) -> list[Setting]:
+    """The settings a family row stands for: itself, or with the learning rate varying, the one at the rate
+    the design's first look chose (before the first look: each of its rates)."""
+    if not report.lr_varies:
+        return [setting]
+    key = setting.key(report.family_columns)
+    group = [s for s in report.settings if s.key(report.family_columns) == key]
+    if report.design is not None and report.design.looks:  # the rate is chosen: new seeds are judged at it
+        rate = chosen_rate(setting.by_rate, report.design.looks[0])
+        return [s for s in group if s.choices[LR] == rate]
+    return group
+
+
+def round_minutes(report: SweepReport, settings: Sequence[Setting], seeds: int) -> float:
+    """A round's expected wall time: its runs at the sweep's median run time, as many at once as its
+    launcher ran."""
+    runs = [run for s in settings for raw in runs_of(report, s) for run in raw.runs]
+    times = [run.wall_time_s for run in runs if run.wall_time_s is not None]
+    count = seeds * sum(len(runs_of(report, s)) for s in settings)
+    parallel = max(1, launcher_jobs(runs[0].path)) if runs else 1
+    return count * (statistics.median(times) if times else 0.0) / parallel / 60
+
+
+def launcher_jobs(run_dir: Path) -> int:
+    hydra = OmegaConf.load(run_dir / HYDRA_DIR / "hydra.yaml")
+    jobs = OmegaConf.select(hydra, "hydra.launcher.n_jobs", default=1)
+    return int(jobs) if isinstance(jobs, int) and jobs > 0 else os.cpu_count() or 1
+
+
+def command_for(run: RunSummary, seeds: Sequence[str], sweep_dir: Path) -> list[str]:
+    """The overrides that made `run`, with `seeds` in place of its seed, into a new directory of the sweep."""
+    hydra = OmegaConf.load(run.path / HYDRA_DIR / "hydra.yaml").hydra.overrides
+    carried = [o for o in hydra.hydra if not str(o).startswith(NOT_CARRIED)]
+    task = [str(o) for o in hydra.task if parse([str(o)])[0].key != "seed"]
+    return ["-m", *map(str, carried), *task, f"seed={','.join(seeds)}", f"hydra.sweep.dir={sweep_dir}"]
+
+
+def run_round(
+    report: SweepReport,
+    design: dict[str, Any],
+    sweep_dir: Path,
+    train_command: Sequence[str],
+    echo: Callable[[str], Any],
+) -> None:
+    """Launch the round's runs that have no result yet, one multirun per setting (its seeds in parallel as
+    its launcher allows), each into its own new directory under SWEEP_DIR/added/."""
+    planned = design["round"]
+    seeds = [str(s) for s in planned["seeds"]]
+    wanted = [dict(choices) for choices in planned["settings"]]
+    rows = [s for s in report.family if s.choices in wanted]
+    added = sweep_dir / ADDED_DIR
+    look = len(design["looks"])
+    for row in rows:
+        for setting in runs_of(report, row):
+            missing = [seed for seed in seeds if seed not in setting.results]
+            if not missing:
+                continue
+            attempt = 1
+            while (target := added / f"look{look}_{slug(setting)}_{attempt}").exists():
+                attempt += 1
+            echo(f"  {setting.label(report.setting_columns)}: seeds {', '.join(missing)} -> {target}")
+            launch([*train_command, *command_for(setting.runs[0], missing, target)], target)
+
+
+def slug(setting: Setting) -> str:
+    """`act-gelu_optim.lr-0.01`: a directory name that a Hydra override can carry unquoted."""
+    text = "_".join(f"{k}-{v}" for k, v in setting.choices.items())
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)[:100]
+
+
+def launch(command: list[str], target: Path) -> None:
+    """Run one multirun to its end, its output into target/launch.log. On Ctrl-C, the runs save their
+    checkpoints and record themselves as interrupted (StopOnSignal); this waits for that, then stops."""
+    target.mkdir(parents=True)
+    with open(target / "launch.log", "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            code = process.wait()
+        except KeyboardInterrupt:
+            # A Ctrl-C at the terminal reached the runs too (one process group): let them save and stop. A
+            # second one, to them, would quit at once.
+            try:
+                process.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                process.terminate()
+                process.wait()
+            raise Interrupted(
+                "stopped during a round; its finished runs are kept and its interrupted ones recorded: rerun "
+                "the same command to carry on",
+                signal.SIGINT,
+            ) from None
+    if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):  # its runs were stopped by a signal
+        raise Interrupted(
+            "a round's runs were stopped by a signal; they saved and recorded themselves: rerun the same "
+            "command to carry on",
+            code - 128,
+        )
+    if code != 0:
+        raise ReportError(f"a round's multirun failed (exit {code}); its log: {target / 'launch.log'}")
