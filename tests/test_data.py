@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
 import re
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,6 +32,7 @@ from tinylm.data.corpora import (
     load_corpus,
     scan_characters,
 )
+from tinylm.data.reference import reference_levels
 from tinylm.training.module import learning_rate
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak. Café — naïve!\n"
@@ -568,3 +571,27 @@ def test_schedule_never_rises_after_warmup():
 def test_no_warmup_starts_at_lr():
     assert learning_rate(0, LR, MIN_LR, 0, DECAY) == pytest.approx(LR)
     assert math.isclose(learning_rate(DECAY, LR, MIN_LR, 0, DECAY), MIN_LR)
+
+
+# --- reference levels ---------------------------------------------------------------------------------------
+
+
+def test_reference_levels_by_hand():
+    # Training 0101...: each character half the time; 0 is followed by 1 three times, 1 by 0 twice.
+    levels = reference_levels(np.array([0, 1, 0, 1, 0, 1]), np.array([0, 1]), vocab_size=2)
+    assert levels.uniform == pytest.approx(math.log(2)) and levels.unigram == pytest.approx(math.log(2))
+    # First character by the unigram (1/2); then P(1 | 0) = (3 + 10 · 1/2) / (3 + 10) = 8/13.
+    assert levels.bigram == pytest.approx((math.log(2) + math.log(13 / 8)) / 2)
+
+
+@pytest.mark.skipif(not TINYSHAKESPEARE.is_file(), reason=f"{TINYSHAKESPEARE} is absent")
+def test_tiny_shakespeare_unigram_level_is_the_stall_of_post_norm_runs_and_is_cached(tmp_path):
+    datamodule = CharDataModule(DataConfig(source="tinyshakespeare", path=str(TINYSHAKESPEARE)))
+    datamodule.prepare()
+    levels = datamodule.reference_levels()
+    # 3.347 nats/char: where 12-block post-norm runs stall (docs/results.md); 65 characters.
+    assert levels.unigram == pytest.approx(3.3473, abs=1e-4) and levels.uniform == pytest.approx(math.log(65))
+    assert levels.bigram < levels.unigram < levels.uniform
+    (cache,) = Path(datamodule.tokens_file).parent.glob(Path(datamodule.tokens_file).name + ".levels-*.json")
+    assert json.loads(cache.read_text()) == dataclasses.asdict(levels)
+    assert datamodule.reference_levels() == levels  # read back from the cache

@@ -322,3 +322,27 @@ def test_a_sequential_design_chooses_each_rate_on_its_first_look_and_judges_the_
     )
     assert c.verdict.endswith("(look 3, 4 seeds)") and c.verdict.startswith(BETTER)
     assert "## Each setting at the rate its first seeds chose" in markdown(report)
+
+
+def test_the_reference_levels_runs_share_are_stated_and_each_setting_gets_its_gain_over_the_unigram(tmp_path):
+    sweep = tmp_path / "sweep"
+    levels = {"uniform": 4.1744, "unigram": 3.3473, "bigram": 2.4872}
+    for number, (act, loss) in enumerate([("gelu", 2.10), ("swiglu", 3.3473)]):
+        run = fake_run(sweep, number, "completed", loss, act=act)
+        record = json.loads((run / "metrics.json").read_text())
+        write_run_record(run, "completed", **{k: v for k, v in record.items() if k != "status"},
+                         reference_levels=levels)  # fmt: skip
+    report = build_report(sweep)
+    assert report.reference == levels
+    text = markdown(report)
+    assert "unigram 3.3473, bigram 2.4872" in text
+    assert "| 1 | pre | layer | gelu | 1 | 2.1000 | — | — | +1.2473 | 0 | 0 |  |" in text
+    assert (
+        "| 2 | pre | layer | swiglu | 1 | 3.3473 | — | — | +0.0000 | 0 | 0 |  |" in text
+    )  # learned no context
+    # Runs on another split share no levels: none are shown rather than the wrong ones.
+    other = fake_run(sweep, 2, "completed", 2.0, act="geglu")
+    record = json.loads((other / "metrics.json").read_text())
+    write_run_record(other, "completed", **{k: v for k, v in record.items() if k != "status"},
+                     reference_levels={**levels, "unigram": 3.0})  # fmt: skip
+    assert build_report(sweep).reference is None

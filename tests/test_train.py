@@ -3,6 +3,7 @@ shrunk Hydra config. What a run writes (config, tokenizer, checkpoints, TensorBo
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -139,6 +140,9 @@ def test_the_final_evaluation_covers_every_validation_window_and_keeps_each_loss
     assert len(losses) == (len(datamodule.val_tokens) - 1) // 32 == 14_955
     assert record["loss/val_full"] == pytest.approx(sum(losses) / len(losses), abs=1e-6)
     assert trained.metrics["loss/val_full"] == record["loss/val_full"]
+    # The split's reference levels beside it, from the same split.
+    assert record["reference_levels"] == dataclasses.asdict(datamodule.reference_levels())
+    assert record["reference_levels"]["uniform"] == pytest.approx(math.log(len(datamodule.tokenizer.chars)))
     # Each stored loss is the model's own loss on that window, recomputed here from the checkpoint in fp32
     # (within bf16 autocast's rounding, where the run used it); neighbouring windows differ by far more.
     model = load_model(trained.run_dir).gpt.eval()

@@ -30,6 +30,8 @@ LEARNING_RATE = "lr"
 # the result a sweep's report compares. metrics.json keeps each window's loss beside it.
 FINAL_VAL_LOSS = "loss/val_full"
 FINAL_WINDOW_LOSSES = "val_full_window_losses"
+# In metrics.json: the validation split's uniform, unigram and bigram levels (tinylm.data.reference).
+REFERENCE_LEVELS = "reference_levels"
 METRICS = (VAL_LOSS, TRAIN_LOSS, VAL_BPC, BEST_VAL_LOSS, LEARNING_RATE, FINAL_VAL_LOSS)
 
 CONFIG_FILE = "config.yaml"

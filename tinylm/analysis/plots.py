@@ -91,12 +91,25 @@ def plot_curves(
             axes.fill_between(xs, lows, highs, color=colour, alpha=0.15, linewidth=0)
     band_name = "min-max over seeds" if band == "minmax" else f"{report.confidence:.0%} CI over seeds"
     axes.set_xlabel(X_AXES[x_axis])
+    if curve is None:
+        _reference_lines(axes, report, ("uniform", "unigram", "bigram"))
     axes.set_ylabel(curve or "validation loss (nats / char)")
     axes.set_title(f"{report.sweep_dir.name}: mean over seeds, band {band_name}")
     axes.grid(alpha=0.3)
     figure.legend(fontsize="small", loc="outside lower center", ncols=legend_columns, frameon=False)
     figure.savefig(path, dpi=120)
     return path
+
+
+def _reference_lines(axes: Axes, report: SweepReport, levels: Sequence[str]) -> None:
+    """The validation split's reference levels as dashed grey lines, labelled at the right edge."""
+    if report.reference is None:
+        return
+    for name in levels:
+        value = report.reference[name]
+        axes.axhline(value, color="grey", linestyle="--", linewidth=0.8)
+        axes.annotate(f"{name} {value:.2f}", (1.0, value), xycoords=("axes fraction", "data"), ha="right",
+                      va="bottom", fontsize="x-small", color="grey")  # fmt: skip
 
 
 def plot_lr_sensitivity(report: SweepReport, path: Path) -> Path:
@@ -131,6 +144,7 @@ def plot_lr_sensitivity(report: SweepReport, path: Path) -> Path:
     axes.set_xscale("log")
     axes.set_ylim(top=top * 1.01)
     axes.set_xlabel("peak learning rate (optim.lr)")
+    _reference_lines(axes, report, ("unigram", "bigram"))
     axes.set_ylabel("final validation loss (nats / char)")
     axes.set_title(f"{report.sweep_dir.name}: learning-rate sensitivity, mean and min-max over seeds")
     axes.grid(alpha=0.3, which="both")

@@ -114,6 +114,7 @@ class SweepReport:
     min_effect: float = MIN_EFFECT
     baseline_source: str | None = None  # where the baseline was named: --baseline or the runs' config
     design: Design | None = None
+    reference: dict[str, float] | None = None  # the levels of the runs' validation split, when they share one
 
     @property
     def lr_varies(self) -> bool:
@@ -184,6 +185,7 @@ def build_report(
         alpha=design.alpha if design else ALPHA, baseline_source=source, design=design,
         min_effect=design.min_effect if design else (MIN_EFFECT if min_effect is None else min_effect),
     )  # fmt: skip
+    report.reference = shared_reference(runs)
     if report.lr_varies:
         choose_on = design.looks[0] if design and design.looks else None
         report.tuned = tuned_settings(settings, report.family_columns, confidence, choose_on=choose_on)
@@ -199,6 +201,18 @@ def build_report(
     if design is not None:
         replay(report, design)
     return report
+
+
+def shared_reference(runs: Sequence[RunSummary]) -> dict[str, float] | None:
+    """The reference levels every run that recorded them shares; None if none did or they differ (runs on
+    different corpora or splits)."""
+    levels = [run.reference for run in runs if run.reference]
+    if not levels or any(
+        set(other) != set(levels[0]) or any(abs(other[k] - levels[0][k]) > 1e-9 for k in other)
+        for other in levels
+    ):
+        return None
+    return levels[0]
 
 
 def named_baseline(
@@ -415,7 +429,10 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
 
 
 def _settings_rows(
-    settings: Sequence[Setting], columns: Sequence[str], baseline: Setting | None
+    settings: Sequence[Setting],
+    columns: Sequence[str],
+    baseline: Setting | None,
+    reference: dict[str, float] | None = None,
 ) -> list[list]:
     rows = []
     for rank, s in enumerate(settings, start=1):
@@ -431,6 +448,9 @@ def _settings_rows(
             s.without_result,
             "baseline" if s is baseline else "",
         ])  # fmt: skip
+        if reference is not None:
+            gain = reference["unigram"] - e.mean if e is not None and math.isfinite(e.mean) else None
+            rows[-1].insert(-3, _fmt(gain, signed=True))
     return rows
 
 
@@ -638,7 +658,18 @@ def markdown(report: SweepReport) -> str:
 
     text += ["## Settings", ""]
     header = ["rank", *cols, "seeds", "mean", "sd", f"{pct} CI", "diverged", "no result", "note"]
-    text += [*_table(header, _settings_rows(report.settings, cols, report.baseline)), ""]
+    if report.reference is not None:
+        header.insert(-3, "gain over unigram")
+    text += [*_table(header, _settings_rows(report.settings, cols, report.baseline, report.reference)), ""]
+    if report.reference is not None:
+        levels = report.reference
+        text += [
+            f"Reference levels of the validation split, estimated on the training split (nats/char): uniform "
+            f"(ln V) {levels['uniform']:.4f}, unigram {levels['unigram']:.4f}, bigram {levels['bigram']:.4f}. "
+            "A loss at the unigram level has learned the characters' frequencies and nothing of their "
+            "context; `gain over unigram` is how far below it a setting got.",
+            "",
+        ]
     if len(report.family) > 1:
         text += _family_section(report)
 
@@ -700,6 +731,7 @@ def to_json(report: SweepReport) -> dict[str, Any]:
             "baseline_source": report.baseline_source,
             "design": report.design,
             "common": report.common,
+            "reference_levels": report.reference,
             "setting_columns": report.setting_columns,
             "baseline": report.baseline and report.baseline.choices,
             "settings": [setting(s) for s in report.settings],

@@ -16,7 +16,14 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from tinylm.errors import UserError
-from tinylm.layout import CONFIG_FILE, FINAL_VAL_LOSS, FINAL_WINDOW_LOSSES, HYDRA_DIR, read_run_record
+from tinylm.layout import (
+    CONFIG_FILE,
+    FINAL_VAL_LOSS,
+    FINAL_WINDOW_LOSSES,
+    HYDRA_DIR,
+    REFERENCE_LEVELS,
+    read_run_record,
+)
 from tinylm.overrides import choices
 
 # Always shown: the design choices tinylm exists to compare.
@@ -56,6 +63,7 @@ class RunSummary:
     # then their mean; else it is the last validation of the TensorBoard curve.
     window_losses: list[float] | None = None
     baseline: str | None = None  # the setting its experiment compares against (the config's `baseline`)
+    reference: dict[str, float] | None = None  # its validation split's uniform, unigram and bigram levels
     # (step, value, seconds since the run's first scalar) of the validation loss, and of the tag plotted
     val_curve: list[tuple[int, float, float]] = field(default_factory=list)
     curve: list[tuple[int, float, float]] = field(default_factory=list)
@@ -208,6 +216,8 @@ def summarize_run(
         run.params = int(record["params"]) if isinstance(record.get("params"), int | float) else None
         run.wall_time_s = _number(record.get("wall_time_s"))
         run.error = record.get("error")
+        levels = record.get(REFERENCE_LEVELS)
+        run.reference = {k: float(v) for k, v in levels.items()} if isinstance(levels, dict) else None
     if scalars is not None and not scalars.empty:
         start = float(scalars.wall_time.min())
         run.val_curve = [(s, v, w - start) for s, v, w in _series(scalars, _VAL_LOSS)]

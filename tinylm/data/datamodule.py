@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader
 
 from tinylm.data.config import DataConfig
 from tinylm.data.corpora import CorpusError, load_corpus
+from tinylm.data.reference import ReferenceLevels, cached_reference_levels
 from tinylm.data.token_cache import corpus_tokens
 from tinylm.data.tokenizer import CharTokenizer
 from tinylm.data.windows import FixedWindows, RandomWindows, UnpaddedDistributedSampler
@@ -28,6 +29,7 @@ class CharDataModule(L.LightningDataModule):
         self.tokenizer = tokenizer
         self.train_tokens: np.ndarray | None = None
         self.val_tokens: np.ndarray | None = None
+        self.tokens_file: str | None = None
 
     def prepare(self) -> CharTokenizer:
         """Tokenise the corpus (once: later runs read the token cache) and split it; returns the tokenizer."""
@@ -52,6 +54,7 @@ class CharDataModule(L.LightningDataModule):
                     + " or a smaller model.block_size"
                 )
         self.tokenizer = tokenizer
+        self.tokens_file = tokens.filename
         self.train_tokens, self.val_tokens = splits["training"], splits["validation"]
         return tokenizer
 
@@ -75,6 +78,13 @@ class CharDataModule(L.LightningDataModule):
             # On resume the trainer has already restored global_step: continue the batch stream from there.
             windows.start_batch = trainer.global_step * trainer.accumulate_grad_batches
         return windows  # batches are already whole: Lightning iterates the stream itself
+
+    def reference_levels(self) -> ReferenceLevels:
+        """The uniform, unigram and bigram levels of the validation split (tinylm.data.reference)."""
+        assert self.train_tokens is not None and self.val_tokens is not None and self.tokenizer is not None
+        return cached_reference_levels(
+            str(self.tokens_file), self.train_tokens, self.val_tokens, self.tokenizer.vocab_size
+        )
 
     def final_windows(self) -> FixedWindows:
         """The run's final evaluation set: every window of the validation split, up to

@@ -37,6 +37,7 @@ from tinylm.layout import (
     FINAL_VAL_LOSS,
     FINAL_WINDOW_LOSSES,
     HYDRA_DIR,
+    REFERENCE_LEVELS,
     TENSORBOARD_DIR,
     TOKENIZER_FILE,
     VAL_LOSS,
@@ -194,6 +195,7 @@ class PreparedRun:
             metrics[FINAL_VAL_LOSS] = float(module.final_window_losses.mean())
             # Rounded to 1e-6 nats: far below any difference between runs, and a third of the file.
             metrics[FINAL_WINDOW_LOSSES] = [round(float(v), 6) for v in module.final_window_losses]
+        metrics[REFERENCE_LEVELS] = dataclasses.asdict(self.datamodule.reference_levels())
         metrics["step"] = trainer.global_step
         metrics["params"] = module.model.num_params()
         metrics.update(batch.hparams())  # world_size, accumulate_grad_batches, effective_batch_size
