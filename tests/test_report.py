@@ -16,7 +16,9 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 from conftest import REPO, run_sweep
+from omegaconf import OmegaConf
 
+from tinylm.analysis.probe import depth_probe
 from tinylm.analysis.report import (
     REPORT_JSON,
     REPORT_MD,
@@ -27,6 +29,7 @@ from tinylm.analysis.report import (
 from tinylm.analysis.runs import ReportError
 from tinylm.analysis.sweep_report import write_report
 from tinylm.layout import RECORD_FILE, read_run_record, write_run_record
+from tinylm.model import ModelConfig
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -212,3 +215,21 @@ def test_report_on_a_directory_that_is_not_a_sweep_fails_in_one_line(grid_sweep,
         build_report(target)
     if before is not None:
         assert sorted(p.name for p in target.iterdir()) == before  # nothing written
+
+
+def test_the_report_probes_each_placement_at_initialisation_at_the_sweeps_own_shape(sweep_copy):
+    code, stderr = report_script(str(sweep_copy))
+    assert code == 0, stderr
+    text = (sweep_copy / REPORT_MD).read_text(encoding="utf-8")
+    rows = {
+        row[0]: row
+        for row in _table_rows(text, "## At initialisation: the depth probe at this sweep's shapes")
+    }
+    assert sorted(rows) == ["post", "pre"]  # the sweep's two placements, each once (two FFNs each)
+    # The numbers are the probe's own at the runs' shape (SHRINK: 2 blocks of width 32, context 32).
+    config = OmegaConf.load(next(sweep_copy.glob("*norm=post*")) / ".hydra" / "config.yaml").model
+    expected = depth_probe(ModelConfig.from_dict(OmegaConf.to_container(config, resolve=True)), batch_size=4,
+                           seq_len=32, causal=True)[-1]  # fmt: skip
+    assert rows["post"][1:3] == ["2", "32"]
+    assert float(rows["post"][4]) == pytest.approx(expected["token_spread"], rel=1e-3)
+    assert float(rows["post"][5]) == pytest.approx(expected["grad_w_q"], rel=1e-2)

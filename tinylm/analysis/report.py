@@ -639,8 +639,9 @@ def _run_cost(s: Setting, seeds: int) -> tuple[int, float]:
     return runs, runs * (statistics.median(times) if times else 0.0)
 
 
-def markdown(report: SweepReport) -> str:
-    """The report as markdown: settings with intervals, the family of comparisons, every run."""
+def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
+    """The report as markdown: settings with intervals, the family of comparisons, `sections` (lines of
+    markdown from elsewhere, e.g. the depth probe), every run."""
     pct = f"{report.confidence:.0%}"
     cols = report.setting_columns
     text = [f"# Sweep report: {report.sweep_dir}", ""]
@@ -673,7 +674,7 @@ def markdown(report: SweepReport) -> str:
     if len(report.family) > 1:
         text += _family_section(report)
 
-    text += ["## Runs", "", *_runs_table(report), ""]
+    text += [*sections, "## Runs", "", *_runs_table(report), ""]
     counts = Counter(run.status for run in report.runs)
     text.append(
         f"{len(report.runs)} runs: " + ", ".join(f"{n} {s}" for s, n in counts.items())

@@ -64,6 +64,7 @@ class RunSummary:
     window_losses: list[float] | None = None
     baseline: str | None = None  # the setting its experiment compares against (the config's `baseline`)
     reference: dict[str, float] | None = None  # its validation split's uniform, unigram and bigram levels
+    model: dict[str, Any] | None = None  # the model section of its config
     # (step, value, seconds since the run's first scalar) of the validation loss, and of the tag plotted
     val_curve: list[tuple[int, float, float]] = field(default_factory=list)
     curve: list[tuple[int, float, float]] = field(default_factory=list)
@@ -141,6 +142,7 @@ def _from_config(run_dir: Path) -> dict[str, Any]:
     accumulate = get("trainer.accumulate_grad_batches") or 1
     return {
         "choices": {name: str(get(f"model.{name}")) for name in DESIGN_CHOICES},
+        "model": OmegaConf.to_container(config.model, resolve=True) if "model" in config else None,
         "seed": str(get("seed")),
         "baseline": get("baseline"),
         "max_steps": get("trainer.max_steps"),
@@ -210,6 +212,7 @@ def summarize_run(
         seed=config["seed"],
         max_steps=config["max_steps"] if isinstance(config["max_steps"], int) else None,
         chars_per_step=config["chars_per_step"],
+        model=config["model"],
         baseline=str(config["baseline"]) if config["baseline"] else None,
     )
     if record:

@@ -16,6 +16,7 @@ from tinylm.analysis.report import (
     markdown,
     to_json,
 )
+from tinylm.analysis.sweep_probe import probe_rows, probe_section
 from tinylm.files import write_json
 
 
@@ -36,7 +37,7 @@ def write_report(
             f"--curve {curve}: no run of this sweep logged it; try loss/train, lr, or "
             "training_health/<quantity>/block_<k> (docs/probe.md lists them)"
         )
-    text = markdown(report)
+    text = markdown(report, probe_section(probe_rows(report.runs)))
     figure = f"report_{curve.replace('/', '_')}.png" if curve else REPORT_PNG
     written = [report.sweep_dir / REPORT_MD, report.sweep_dir / REPORT_JSON, report.sweep_dir / figure]
     written[0].write_text(text, encoding="utf-8")

@@ -1,0 +1,73 @@
+"""The depth probe beside a sweep: each placement the sweep trained, probed at initialisation at the sweep's
+own depth and width, so that a collapse the training curves show can be seen at step 0 too (docs/probe.md).
+One forward and backward pass per shape: seconds."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from tinylm.analysis.runs import RunSummary
+
+# The probe's measurements shown for the last block, where a collapse is deepest.
+SHOWN = ("stream_rms", "token_spread", "grad_w_q", "grad_w_k", "grad_w_v", "grad_w_o")
+
+
+def probe_shapes(runs: Sequence[RunSummary]) -> list[dict[str, Any]]:
+    """One model config per (placement, depth, width) among the runs, the first run's, in the runs' order."""
+    shapes: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for run in runs:
+        if run.model:
+            key = (run.model.get("norm"), run.model.get("n_layer"), run.model.get("d_model"))
+            shapes.setdefault(key, run.model)
+    return list(shapes.values())
+
+
+def probe_rows(runs: Sequence[RunSummary], batch_size: int = 4, seed: int = 0) -> list[dict[str, Any]]:
+    """The last block's measurements per shape: causal attention over the run's own context, the run's own
+    initialisation, `randn` input, float64 (tinylm.analysis.probe.depth_probe)."""
+    from tinylm.analysis.probe import depth_probe  # torch only when a sweep is probed
+    from tinylm.model import ModelConfig
+
+    rows = []
+    for model in probe_shapes(runs):
+        config = ModelConfig.from_dict(dict(model))
+        measured = depth_probe(
+            config, batch_size=batch_size, seq_len=config.block_size, seed=seed, causal=True
+        )
+        rows.append(
+            {"norm": config.norm, "n_layer": config.n_layer, "d_model": config.d_model, **measured[-1]}
+        )
+    return rows
+
+
+def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The report's section: one line per shape."""
+    if not rows:
+        return []
+    from tinylm.analysis.probe import label
+
+    header = ["norm", "blocks", "d_model", *(f"{label(key)}, block n" for key in SHOWN)]
+    lines = [
+        "## At initialisation: the depth probe at this sweep's shapes",
+        "",
+        "Each placement's fresh blocks (no embeddings, no head), initialised as its runs were, one forward and "
+        "backward pass on `randn` input over the runs' context with causal attention, loss a fixed random "
+        "projection, float64; measured after the last block n (docs/probe.md). Token spread near 0 means the "
+        "tokens have collapsed onto one vector; ‖∇W_q‖ and ‖∇W_k‖ orders of magnitude below ‖∇W_v‖ mean "
+        "queries and keys get no gradient to learn from.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+    ]
+    for row in rows:
+        cells = [row["norm"], str(row["n_layer"]), str(row["d_model"]), *(_value(row[key]) for key in SHOWN)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _value(value: float) -> str:
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.3f}" if 0.01 <= abs(value) < 1000 else f"{value:.2e}"
