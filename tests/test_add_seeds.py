@@ -119,3 +119,15 @@ def test_a_design_cannot_change_between_looks_and_bad_flags_get_one_line(two_see
         build_report(sweep, min_effect=0.5)
     result = run_script("add_seeds.py", str(sweep), "--per-round", "0")
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "--per-round" in result.stderr
+
+
+def test_a_round_that_adds_no_result_stops_instead_of_launching_forever(two_seed_sweep, tmp_path):
+    sweep = copy_of(two_seed_sweep, tmp_path)
+    does_nothing = [
+        sys.executable,
+        "-c",
+        "pass",
+    ]  # exits 0 and trains nothing, like a round whose runs all fail
+    with pytest.raises(ReportError, match="the last round added no result to the baseline"):
+        add_seeds(sweep, does_nothing, BASELINE, 1e-6, budget=Budget(4, 2), echo=lambda _: None)
+    assert json.loads((sweep / DESIGN_FILE).read_text())["looks"] == [["1", "2"]]

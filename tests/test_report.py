@@ -222,14 +222,16 @@ def test_the_report_probes_each_placement_at_initialisation_at_the_sweeps_own_sh
     assert code == 0, stderr
     text = (sweep_copy / REPORT_MD).read_text(encoding="utf-8")
     rows = {
-        row[0]: row
+        (row[0], row[1]): row
         for row in _table_rows(text, "## At initialisation: the depth probe at this sweep's shapes")
     }
-    assert sorted(rows) == ["post", "pre"]  # the sweep's two placements, each once (two FFNs each)
+    assert sorted(rows) == [("post", "gelu"), ("post", "swiglu"), ("pre", "gelu"), ("pre", "swiglu")]
     # The numbers are the probe's own at the runs' shape (SHRINK: 2 blocks of width 32, context 32).
-    config = OmegaConf.load(next(sweep_copy.glob("*norm=post*")) / ".hydra" / "config.yaml").model
+    run_dir = next(sweep_copy.glob("*norm=post*act=swiglu*"))
+    config = OmegaConf.load(run_dir / ".hydra" / "config.yaml").model
     expected = depth_probe(ModelConfig.from_dict(OmegaConf.to_container(config, resolve=True)), batch_size=4,
                            seq_len=32, causal=True)[-1]  # fmt: skip
-    assert rows["post"][1:3] == ["2", "32"]
-    assert float(rows["post"][4]) == pytest.approx(expected["token_spread"], rel=1e-3)
-    assert float(rows["post"][5]) == pytest.approx(expected["grad_w_q"], rel=1e-2)
+    row = rows["post", "swiglu"]
+    assert row[2:4] == ["2", "32"]
+    assert float(row[5]) == pytest.approx(expected["token_spread"], rel=1e-3)
+    assert float(row[6]) == pytest.approx(expected["grad_w_q"], rel=1e-2)

@@ -72,13 +72,20 @@ def add_seeds(
         if design.get("round"):  # a round was interrupted: finish it before looking
             run_round(report, design, sweep_dir, train_command, echo)
             design["round"] = None
+            design["rounds_since_look"] = design.get("rounds_since_look", 0) + 1
             continue
         # Every seed the baseline has a result for, those that chose its rate included.
         seeds = sorted(
             {run.seed for run in report.family_baseline.runs if run.result is not None}, key=natural_key
         )
+        if design["looks"] and design["looks"][-1] == seeds and design.get("rounds_since_look"):
+            raise ReportError(
+                f"the last round added no result to the baseline (its runs failed: see their metrics.json under "
+                f"{sweep_dir / ADDED_DIR}); fix the cause, then rerun the same command"
+            )
         if not design["looks"] or design["looks"][-1] != seeds:
             design["looks"].append(seeds)
+            design["rounds_since_look"] = 0
             save(sweep_dir, design)
             report = build_report(sweep_dir)
         open_rows = [s for s in report.family if s.comparison is not None and not s.comparison.resolved]
@@ -106,6 +113,7 @@ def add_seeds(
         save(sweep_dir, design)
         run_round(report, design, sweep_dir, train_command, echo)
         design["round"] = None
+        design["rounds_since_look"] = design.get("rounds_since_look", 0) + 1
         save(sweep_dir, design)
 
 

@@ -1,4 +1,4 @@
-"""The depth probe beside a sweep: each placement the sweep trained, probed at initialisation at the sweep's
+"""The depth probe beside a sweep: each placement (and FFN) the sweep trained, probed at initialisation at the sweep's
 own depth and width, so that a collapse the training curves show can be seen at step 0 too (docs/probe.md).
 One forward and backward pass per shape: seconds."""
 
@@ -15,11 +15,12 @@ SHOWN = ("stream_rms", "token_spread", "grad_w_q", "grad_w_k", "grad_w_v", "grad
 
 
 def probe_shapes(runs: Sequence[RunSummary]) -> list[dict[str, Any]]:
-    """One model config per (placement, depth, width) among the runs, the first run's, in the runs' order."""
+    """One model config per (placement, FFN, depth, width) among the runs, the first run's, in the runs'
+    order."""
     shapes: dict[tuple[Any, ...], dict[str, Any]] = {}
     for run in runs:
         if run.model:
-            key = (run.model.get("norm"), run.model.get("n_layer"), run.model.get("d_model"))
+            key = tuple(run.model.get(name) for name in ("norm", "act", "n_layer", "d_model"))
             shapes.setdefault(key, run.model)
     return list(shapes.values())
 
@@ -36,9 +37,8 @@ def probe_rows(runs: Sequence[RunSummary], batch_size: int = 4, seed: int = 0) -
         measured = depth_probe(
             config, batch_size=batch_size, seq_len=config.block_size, seed=seed, causal=True
         )
-        rows.append(
-            {"norm": config.norm, "n_layer": config.n_layer, "d_model": config.d_model, **measured[-1]}
-        )
+        shape = {"norm": config.norm, "act": config.act, "n_layer": config.n_layer, "d_model": config.d_model}
+        rows.append({**shape, **measured[-1]})
     return rows
 
 
@@ -48,7 +48,7 @@ def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
         return []
     from tinylm.analysis.probe import label
 
-    header = ["norm", "blocks", "d_model", *(f"{label(key)}, block n" for key in SHOWN)]
+    header = ["norm", "act", "blocks", "d_model", *(f"{label(key)}, block n" for key in SHOWN)]
     lines = [
         "## At initialisation: the depth probe at this sweep's shapes",
         "",
@@ -62,7 +62,8 @@ def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
         "|" + "|".join("---" for _ in header) + "|",
     ]
     for row in rows:
-        cells = [row["norm"], str(row["n_layer"]), str(row["d_model"]), *(_value(row[key]) for key in SHOWN)]
+        shape = [row["norm"], row["act"], str(row["n_layer"]), str(row["d_model"])]
+        cells = [*shape, *(_value(row[key]) for key in SHOWN)]
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
 
