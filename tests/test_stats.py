@@ -336,10 +336,11 @@ def test_the_reference_levels_runs_share_are_stated_and_each_setting_gets_its_ga
     assert report.reference == levels
     text = markdown(report)
     assert "unigram 3.3473, bigram 2.4872" in text
-    assert "| 1 | pre | layer | gelu | 1 | 2.1000 | — | — | +1.2473 | 0 | 0 |  |" in text
+    assert "| 1 | pre | layer | gelu | 1 | 2.1000 | — | — | +1.2473 | 0 | 0 | — |  |" in text
     assert (
-        "| 2 | pre | layer | swiglu | 1 | 3.3473 | — | — | +0.0000 | 0 | 0 |  |" in text
-    )  # learned no context
+        "| 2 | pre | layer | swiglu | 1 | 3.3473 | — | — | +0.0000 | 0 | 0 | ignores context (1/1) |  |"
+        in text
+    )  # learned no context, and the `why` column says so
     # Runs on another split share no levels: none are shown rather than the wrong ones.
     other = fake_run(sweep, 2, "completed", 2.0, act="geglu")
     record = json.loads((other / "metrics.json").read_text())

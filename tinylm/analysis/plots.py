@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tinylm.analysis.report import LR, Setting, SweepReport
-from tinylm.analysis.stats import estimate
+from tinylm.analysis.stats import Estimate, estimate
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -147,6 +147,59 @@ def plot_lr_sensitivity(report: SweepReport, path: Path) -> Path:
     _reference_lines(axes, report, ("unigram", "bigram"))
     axes.set_ylabel("final validation loss (nats / char)")
     axes.set_title(f"{report.sweep_dir.name}: learning-rate sensitivity, mean and min-max over seeds")
+    axes.grid(alpha=0.3, which="both")
+    figure.legend(fontsize="small", loc="outside lower center", ncols=legend_columns, frameon=False)
+    figure.savefig(path, dpi=120)
+    return path
+
+
+def plot_health(
+    curves: dict[str, list[Sequence[tuple[int, float]]]], path: Path, quantity: str, title: str
+) -> Path:
+    """One `training_health/` quantity against the step (log axis), a colour per setting and a line per run:
+    `curves` maps each setting's label to its runs' (step, value) curves."""
+    labels = list(curves)
+    figure, axes, legend_columns = _figure(len(labels), labels)
+    for index, (label, runs) in enumerate(curves.items()):
+        colour = _colour(index, len(labels))
+        for number, series in enumerate(runs):
+            positive = [(step, value) for step, value in series if value > 0 and math.isfinite(value)]
+            if positive:
+                xs, ys = zip(*positive, strict=True)
+                axes.plot(xs, ys, color=colour, marker=".", markersize=3, linewidth=1,
+                          label=f"{label} ({len(runs)} runs)" if number == 0 else None)  # fmt: skip
+    axes.set_yscale("log")
+    axes.set_xlabel(X_AXES["step"])
+    axes.set_ylabel(quantity)
+    axes.set_title(title)
+    axes.grid(alpha=0.3, which="both")
+    figure.legend(fontsize="small", loc="outside lower center", ncols=legend_columns, frameon=False)
+    figure.savefig(path, dpi=120)
+    return path
+
+
+def plot_scale(
+    points: dict[str, list[tuple[float, Estimate]]], path: Path, report: SweepReport, title: str
+) -> Path:
+    """Final validation loss against parameters (log axis), a line per design: `points` maps each design's
+    label to its (parameters, estimate over seeds) at every size, the estimate's interval as error bars."""
+    labels = list(points)
+    figure, axes, legend_columns = _figure(len(labels), labels)
+    for index, (label, sizes) in enumerate(points.items()):
+        finite = [(n, e) for n, e in sorted(sizes, key=lambda p: p[0]) if math.isfinite(e.mean)]
+        if not finite:
+            continue
+        xs = [n for n, _ in finite]
+        ys = [e.mean for _, e in finite]
+        below = [e.mean - e.low if e.has_interval else 0.0 for _, e in finite]
+        above = [e.high - e.mean if e.has_interval else 0.0 for _, e in finite]
+        axes.errorbar(xs, ys, yerr=[below, above], marker="o", capsize=3, color=_colour(index, len(labels)),
+                      label=label)  # fmt: skip
+    axes.set_xscale("log")
+    axes.set_xlabel("parameters (without position embeddings)")
+    axes.set_ylabel("final validation loss (nats / char)")
+    _reference_lines(axes, report, ("bigram",))
+    axes.set_title(title)
     axes.grid(alpha=0.3, which="both")
     figure.legend(fontsize="small", loc="outside lower center", ncols=legend_columns, frameon=False)
     figure.savefig(path, dpi=120)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tinylm.analysis.diagnosis import diagnose, why_cell
 from tinylm.analysis.runs import (
     DESIGN_CHOICES,
     ReportError,
@@ -51,6 +52,9 @@ SENSITIVITY_PNG = "lr_sensitivity.png"
 # Written by scripts/add_seeds.py: the sequential design its rounds follow, and the seeds of every look.
 DESIGN_FILE = "sequential.json"
 LR = "optim.lr"
+# The choice a scale ladder varies (conf/size/): the baseline is then judged size by size (analysis/scale.py).
+SCALE_KEY = "size"
+_CURVES = ("val_curve", "curve", "train_curve", "health", "window_losses")  # too long for report.json
 
 
 @dataclass
@@ -115,6 +119,8 @@ class SweepReport:
     baseline_source: str | None = None  # where the baseline was named: --baseline or the runs' config
     design: Design | None = None
     reference: dict[str, float] | None = None  # the levels of the runs' validation split, when they share one
+    # A scale ladder's baseline choices, without the size: judged at each size (analysis/scale.py), not here.
+    scale_baseline: dict[str, str] | None = None
 
     @property
     def lr_varies(self) -> bool:
@@ -192,6 +198,9 @@ def build_report(
     if baseline is None:
         return report
     wanted = {k: v for k, v in parse_choices(baseline).items() if not (report.lr_varies and k == LR)}
+    if SCALE_KEY in report.family_columns and SCALE_KEY not in wanted:
+        report.scale_baseline = wanted
+        return report
     base = pick_baseline(report.family, wanted, report.family_columns)
     if report.lr_varies:
         report.tuned_baseline = base
@@ -398,7 +407,7 @@ def rank_runs(runs: Sequence[RunSummary]) -> list[RunSummary]:
     return sorted(runs, key=lambda r: (r.result is None, r.result if r.result is not None else 0.0))
 
 
-def _fmt(value: float | None, digits: int = 4, signed: bool = False) -> str:
+def fmt_number(value: float | None, digits: int = 4, signed: bool = False) -> str:
     if value is None:
         return "—"
     if not math.isfinite(value):
@@ -406,10 +415,10 @@ def _fmt(value: float | None, digits: int = 4, signed: bool = False) -> str:
     return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
 
 
-def _fmt_interval(e: Estimate | None, signed: bool = False) -> str:
+def fmt_interval(e: Estimate | None, signed: bool = False) -> str:
     if e is None or not e.has_interval:
         return "—"
-    return f"[{_fmt(e.low, 4, signed)}, {_fmt(e.high, 4, signed)}]"
+    return f"[{fmt_number(e.low, 4, signed)}, {fmt_number(e.high, 4, signed)}]"
 
 
 def _fmt_wall_time(seconds: float | None) -> str:
@@ -423,7 +432,7 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     return lines + ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
 
@@ -441,20 +450,21 @@ def _settings_rows(
             rank if e is not None else "—",
             *(s.choices.get(c, "—") for c in columns),
             len(s.results),
-            _fmt(e.mean if e else None),
-            _fmt(e.sd if e else None),
-            _fmt_interval(e),
+            fmt_number(e.mean if e else None),
+            fmt_number(e.sd if e else None),
+            fmt_interval(e),
             s.diverged,
             s.without_result,
+            why_cell(s.runs, reference),
             "baseline" if s is baseline else "",
         ])  # fmt: skip
         if reference is not None:
             gain = reference["unigram"] - e.mean if e is not None and math.isfinite(e.mean) else None
-            rows[-1].insert(-3, _fmt(gain, signed=True))
+            rows[-1].insert(-4, fmt_number(gain, signed=True))
     return rows
 
 
-def _p(value: float | None) -> str:
+def fmt_p(value: float | None) -> str:
     return "—" if value is None else f"{value:.2g}"
 
 
@@ -467,7 +477,7 @@ def _seeds_cell(s: Setting, c: Comparison) -> str:
     return text
 
 
-def _rates_cell(s: Setting) -> str:
+def rates_cell(s: Setting) -> str:
     counts = Counter(s.rates.values())
     return ", ".join(f"{rate} ×{n}" for rate, n in sorted(counts.items(), key=lambda kv: float(kv[0]))) or "—"
 
@@ -477,7 +487,9 @@ def _family_rows(report: SweepReport) -> list[list]:
     base, columns = report.family_baseline, report.family_columns
     for s in report.family:
         choices = [s.choices.get(col, "—") for col in columns]
-        tuned = [_rates_cell(s), _fmt(s.estimate.mean if s.estimate else None)] if report.lr_varies else []
+        tuned = (
+            [rates_cell(s), fmt_number(s.estimate.mean if s.estimate else None)] if report.lr_varies else []
+        )
         if s is base:
             rows.append([*choices, *tuned, len(s.results), "baseline", *[""] * 9])
             continue
@@ -486,11 +498,11 @@ def _family_rows(report: SweepReport) -> list[list]:
             continue
         d, pw, dv = c.difference, c.power, c.divergence
         rows.append([
-            *choices, *tuned, _seeds_cell(s, c), _fmt(d.mean if d else None, signed=True),
-            _fmt_interval(d, signed=True), _p(c.p_adjusted), _p(c.p_equivalence_adjusted), c.verdict,
-            dv.describe() if dv else f"0/{len(c.seeds)} vs 0/{len(c.seeds)}", _fmt(pw.sd if pw else None),
-            _fmt(pw.resolvable if pw else None, 3), pw.seeds_for_min_effect if pw else "—",
-            _fmt(c.eval_se, 4) if c.eval_se is not None else "—",
+            *choices, *tuned, _seeds_cell(s, c), fmt_number(d.mean if d else None, signed=True),
+            fmt_interval(d, signed=True), fmt_p(c.p_adjusted), fmt_p(c.p_equivalence_adjusted), c.verdict,
+            dv.describe() if dv else f"0/{len(c.seeds)} vs 0/{len(c.seeds)}", fmt_number(pw.sd if pw else None),
+            fmt_number(pw.resolvable if pw else None, 3), pw.seeds_for_min_effect if pw else "—",
+            fmt_number(c.eval_se, 4) if c.eval_se is not None else "—",
         ])  # fmt: skip
     return rows
 
@@ -519,6 +531,12 @@ def _family_section(report: SweepReport) -> list[str]:
             "counts the seeds judged at each rate.",
             "",
         ]
+    if report.scale_baseline is not None:
+        return [
+            *text,
+            "The baseline is judged at each size: see *Across sizes* below.",
+            "",
+        ]
     if base is None:
         return [
             *text,
@@ -538,7 +556,7 @@ def _family_section(report: SweepReport) -> list[str]:
     header = [*columns, *tuned, "seeds", "difference", f"{pct} CI", "p (Holm)", "equivalence p (Holm)",
               "verdict", "diverged", "paired sd", "resolves (80%)", f"seeds for ±{report.min_effect:g}",
               "eval SE"]  # fmt: skip
-    text += [*_table(header, _family_rows(report)), ""]
+    text += [*md_table(header, _family_rows(report)), ""]
     text += [*_family_notes(report), ""]
     return text
 
@@ -658,10 +676,10 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
         text += ["Shared by every run: " + " ".join(f"`{k}={v}`" for k, v in report.common.items()), ""]
 
     text += ["## Settings", ""]
-    header = ["rank", *cols, "seeds", "mean", "sd", f"{pct} CI", "diverged", "no result", "note"]
+    header = ["rank", *cols, "seeds", "mean", "sd", f"{pct} CI", "diverged", "no result", "why", "note"]
     if report.reference is not None:
-        header.insert(-3, "gain over unigram")
-    text += [*_table(header, _settings_rows(report.settings, cols, report.baseline, report.reference)), ""]
+        header.insert(-4, "gain over unigram")
+    text += [*md_table(header, _settings_rows(report.settings, cols, report.baseline, report.reference)), ""]
     if report.reference is not None:
         levels = report.reference
         text += [
@@ -669,6 +687,9 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
             f"(ln V) {levels['uniform']:.4f}, unigram {levels['unigram']:.4f}, bigram {levels['bigram']:.4f}. "
             "A loss at the unigram level has learned the characters' frequencies and nothing of their "
             "context; `gain over unigram` is how far below it a setting got.",
+            "",
+            "`why`: what the runs' curves show, with how many runs showed it and the step it began "
+            "(tinylm/analysis/diagnosis.py; docs/diagnosis.md has each threshold and its reason).",
             "",
         ]
     if len(report.family) > 1:
@@ -695,11 +716,11 @@ def _runs_table(report: SweepReport) -> list[str]:
         status = run.status if not run.error else f"{run.status}: {run.error}"
         rows.append([
             rank if ranked else "—", run.name, *(run.choices.get(c, "—") for c in report.columns),
-            "—" if run.params is None else f"{run.params:,}", _fmt(run.final_val_loss), _fmt(run.best_val_loss),
-            _fmt(run.final_bpc, 3), "—" if run.tokens_per_s is None else f"{run.tokens_per_s:,.0f}",
+            "—" if run.params is None else f"{run.params:,}", fmt_number(run.final_val_loss), fmt_number(run.best_val_loss),
+            fmt_number(run.final_bpc, 3), "—" if run.tokens_per_s is None else f"{run.tokens_per_s:,.0f}",
             _fmt_wall_time(run.wall_time_s), steps, status if len(status) <= 120 else status[:117] + "...",
         ])  # fmt: skip
-    return _table(header, rows)
+    return md_table(header, rows)
 
 
 def to_json(report: SweepReport) -> dict[str, Any]:
@@ -739,7 +760,8 @@ def to_json(report: SweepReport) -> dict[str, Any]:
             "tuned_baseline": report.tuned_baseline and report.tuned_baseline.choices,
             "tuned": [setting(s) for s in report.tuned],
             "runs": [
-                {k: v for k, v in vars(r).items() if k not in ("val_curve", "curve", "window_losses")}
+                {k: v for k, v in vars(r).items() if k not in _CURVES}
+                | {"diagnosis": diagnose(r, report.reference)}
                 for r in report.runs
             ],
         }

@@ -34,6 +34,7 @@ _VAL_LOSS = ("loss/val", "val/loss")
 _VAL_BPC = ("loss/val_bpc", "val/bpc")
 _TRAIN_LOSS = ("loss/train", "train/loss")
 _BEST_VAL_LOSS = ("loss/val_best", "best/val_loss")
+HEALTH_PREFIX = "training_health/"
 
 
 class ReportError(UserError, ValueError):
@@ -68,6 +69,9 @@ class RunSummary:
     # (step, value, seconds since the run's first scalar) of the validation loss, and of the tag plotted
     val_curve: list[tuple[int, float, float]] = field(default_factory=list)
     curve: list[tuple[int, float, float]] = field(default_factory=list)
+    train_curve: list[tuple[int, float]] = field(default_factory=list)  # (step, training loss)
+    # Every training_health/<quantity>/block_<k> curve it logged, as (step, value): what `diagnosis` reads.
+    health: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
 
     @property
     def result(self) -> float | None:
@@ -236,6 +240,12 @@ def summarize_run(
         run.tokens_per_s = _tokens_per_second(scalars)
         train = _series(scalars, _TRAIN_LOSS)
         run.steps = train[-1][0] + 1 if train else None
+        run.train_curve = [(step, value) for step, value, _ in train]
+        run.health = {
+            str(tag): [(step, value) for step, value, _ in _series(scalars, str(tag))]
+            for tag in scalars.tag.unique()
+            if str(tag).startswith(HEALTH_PREFIX)
+        }
     if record and run.final_val_loss is None:  # a run logged without TensorBoard still has its record
         run.final_val_loss = _recorded(record, _VAL_LOSS)
         run.best_val_loss = _recorded(record, _BEST_VAL_LOSS)

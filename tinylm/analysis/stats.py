@@ -250,6 +250,8 @@ def verdict(c: Comparison, min_effect: float, level: float) -> str:
         direction = WORSE if divergence.mine > divergence.theirs else BETTER
         return f"{direction}: diverges more often" if direction == WORSE else f"{BETTER}: diverges less often"
     note = f"; diverged {divergence.describe()}" if divergence else ""
+    if d is None and c.untested:
+        return c.untested + note
     if d is None:
         return f"{UNRESOLVED}: every seed diverged on one side or both{note}"
     if c.constant:
@@ -356,6 +358,7 @@ def tuned_tests(
         return Comparison(
             tuple(sorted(common, key=str)), unmatched,
             verdict="no seeds in common with the baseline" if not common else ONE_SEED,
+            untested=None if not common else ONE_SEED,
         )  # fmt: skip
     c = replace(
         paired_tests(fit[0].values, fit[1].values, min_effect, confidence, window_losses), unmatched=unmatched

@@ -16,8 +16,10 @@ from tinylm.analysis.report import (
     markdown,
     to_json,
 )
+from tinylm.analysis.scale import SCALE_PNG, draw_ladder, judge_ladder, ladder_section
 from tinylm.analysis.sweep_probe import probe_rows, probe_section
-from tinylm.files import write_json
+from tinylm.analysis.why import draw_why, why_section
+from tinylm.files import plain, write_json
 
 
 def write_report(
@@ -29,20 +31,31 @@ def write_report(
     min_effect: float | None = None,
 ) -> tuple[str, list[Path]]:
     """Build the report and write report.md, report.json and report.png (or `report_<curve>.png` for another
-    scalar than the validation loss), and lr_sensitivity.png when the learning rate varies, into the sweep
-    directory; returns the markdown and the paths written."""
+    scalar than the validation loss), lr_sensitivity.png when the learning rate varies, scale.png for a scale
+    ladder and why_<quantity>.png for each health curve a diagnosis names, into the sweep directory; returns
+    the markdown and the paths written."""
     report = build_report(sweep_dir, baseline, curve=curve, min_effect=min_effect)
     if curve and not any(run.curve for run in report.runs):
         raise ReportError(
             f"--curve {curve}: no run of this sweep logged it; try loss/train, lr, or "
             "training_health/<quantity>/block_<k> (docs/probe.md lists them)"
         )
-    text = markdown(report, probe_section(probe_rows(report.runs)))
+    ladder = judge_ladder(report)
     figure = f"report_{curve.replace('/', '_')}.png" if curve else REPORT_PNG
     written = [report.sweep_dir / REPORT_MD, report.sweep_dir / REPORT_JSON, report.sweep_dir / figure]
+    why_figures = draw_why(report, report.sweep_dir)
+    sections = ladder_section(report, ladder) if ladder else []
+    sections += why_section(report, why_figures) + probe_section(probe_rows(report.runs))
+    text = markdown(report, sections)
     written[0].write_text(text, encoding="utf-8")
-    write_json(written[1], to_json(report))
+    record = to_json(report)
+    if ladder:
+        record["scale"] = plain(ladder.trends)
+    write_json(written[1], record)
     plot_curves(report, written[2], x_axis, band, curve)
     if report.lr_varies:
         written.append(plot_lr_sensitivity(report, report.sweep_dir / SENSITIVITY_PNG))
+    if ladder:
+        written.append(draw_ladder(report, ladder, report.sweep_dir / SCALE_PNG))
+    written += why_figures.values()
     return text, written

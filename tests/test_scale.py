@@ -1,0 +1,118 @@
+"""The scale ladder: `experiment=scale_ladder` composed as shipped, then run scaled down (two sizes, two rates,
+three seeds, a few steps) and reported size by size; and the verdict across sizes on made-up differences."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib.image
+import pytest
+from conftest import SHRINK, run_script, small_corpus
+from hydra import compose, initialize_config_module
+
+from tinylm.analysis.report import REPORT_JSON, SCALE_KEY, Setting, build_report
+from tinylm.analysis.report import tests_against as comparison_against
+from tinylm.analysis.scale import SCALE_PNG, Rung, judge_ladder, trends
+from tinylm.analysis.stats import Comparison, Estimate
+from tinylm.analysis.sweep_report import write_report
+
+
+@pytest.mark.parametrize(
+    ("size", "n_layer", "d_model", "steps", "warmup"),
+    [("d64_l2", 2, 64, 220, 36), ("d128_l4", 4, 128, 600, 100), ("d192_l6", 6, 192, 1100, 180)],
+)
+def test_each_rung_of_the_ladder_sets_the_shape_and_the_steps(size, n_layer, d_model, steps, warmup):
+    with initialize_config_module("tinylm.conf", version_base="1.3"):
+        cfg = compose("train", overrides=["experiment=scale_ladder", f"size={size}"])
+    # The rung wins over the preset's baby model: its own shape, head width 32.
+    assert (cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head) == (n_layer, d_model, d_model // 32)
+    assert (
+        cfg.trainer.max_steps == steps and cfg.optim.warmup_steps == warmup
+    )  # about a sixth, as the baby's 100 of 600
+    assert cfg.baseline == "norm=pre,act=gelu"
+
+
+@pytest.fixture(scope="module")
+def ladder_sweep(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ladder")
+    sweep_dir = root / "sweep"
+    shrink = [o for o in SHRINK if not o.startswith(("model.n_layer", "model.n_head", "model.d_model"))]
+    result = run_script(
+        "train.py", "-m", *shrink, "data=text", f"data.files={small_corpus(root)}", "experiment=scale_ladder",
+        "size=d64_l2,d128_l4", "norm=pre,post", "act=gelu", "optim.lr=1e-3,1e-2", "seed=1,2,3",
+        "trainer.max_steps=6", "trainer.val_check_interval=3", f"hydra.sweep.dir={sweep_dir}", cwd=root,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return sweep_dir
+
+
+def test_a_scaled_down_ladder_is_judged_size_by_size(ladder_sweep):
+    text, written = write_report(ladder_sweep)
+    across = text.split("## Across sizes")[1].split("\n## ")[0]
+    header = next(line for line in across.splitlines() if line.startswith("| norm"))
+    # Smallest first, with each size's parameters and steps.
+    assert header.index("d64_l2 (0.") < header.index("d128_l4 (0.") and "6 steps" in header
+    differences = across.split("the verdict across sizes:")[1]
+    post = next(line for line in differences.splitlines() if line.startswith("| post"))
+    assert post.count(": ") >= 2  # a verdict at each size
+    assert "The baseline is judged at each size" in text
+    assert ladder_sweep / SCALE_PNG in written
+    assert matplotlib.image.imread(ladder_sweep / SCALE_PNG).shape[0] > 100
+
+    # Each size's post-norm row is its tuned comparison against pre-norm *of that size*.
+    report = build_report(ladder_sweep)
+    ladder = judge_ladder(report)
+    assert [rung.size for rung in ladder.rungs] == ["d64_l2", "d128_l4"]
+    assert ladder.rungs[0].params < ladder.rungs[1].params
+    for rung in ladder.rungs:
+        (post_setting,) = [s for s in rung.settings if s.choices["norm"] == "post"]
+        assert rung.baseline.choices == {
+            "norm": "pre",
+            "norm_type": "layer",
+            "act": "gelu",
+            SCALE_KEY: rung.size,
+        }
+        alone = comparison_against(post_setting, rung.baseline, report)
+        assert post_setting.comparison.difference == alone.difference
+        assert post_setting.comparison.p_value == alone.p_value
+    (trend,) = ladder.trends
+    assert trend.design["norm"] == "post"
+    record = json.loads((ladder_sweep / REPORT_JSON).read_text(encoding="utf-8"))
+    assert all("diagnosis" in run for run in record["runs"])
+
+
+def _rungs(differences: list[tuple[float, float, str]]) -> list[Rung]:
+    """One design against the baseline at each size: (mean difference, its sd, the verdict)."""
+    rungs = []
+    for number, (mean, sd, verdict) in enumerate(differences):
+        size = f"s{number}"
+        base = Setting({"norm": "pre", SCALE_KEY: size}, [])
+        other = Setting({"norm": "post", SCALE_KEY: size}, [])
+        other.comparison = Comparison((1, 2, 3), difference=Estimate(mean, 3, sd), verdict=verdict)
+        rungs.append(Rung(size, 10**number, 100, base, [base, other]))
+    return rungs
+
+
+@pytest.mark.parametrize(
+    ("differences", "expected"),
+    [
+        ([(0.10, 0.02, "worse"), (0.11, 0.02, "worse"), (0.10, 0.02, "worse")], "holds at every size: worse"),
+        ([(-0.10, 0.02, "better"), (0.0, 0.05, "not resolved"), (0.10, 0.02, "worse")], "flips at s2"),
+        ([(0.05, 0.005, "worse"), (0.2, 0.01, "worse"), (0.5, 0.01, "worse")], "grows with size"),
+        ([(0.5, 0.01, "worse"), (0.2, 0.01, "worse"), (0.05, 0.005, "worse")], "shrinks with size"),
+        (
+            [(0.10, 0.02, "worse"), (0.05, 0.2, "not resolved"), (0.10, 0.02, "worse")],
+            "not resolved at every size",
+        ),
+        ([(0.001, 0.002, "equivalent within ±0.01")] * 3, "holds at every size: equivalent"),
+    ],
+)
+def test_the_verdict_across_sizes(differences, expected):
+    (trend,) = trends(_rungs(differences), ["norm"], alpha=0.05)
+    assert trend.verdict.startswith(expected), trend.verdict
+
+
+def test_a_rung_outside_the_ladder_sets_the_same_shape():
+    with initialize_config_module("tinylm.conf", version_base="1.3"):
+        cfg = compose("train", overrides=["+size=d192_l6"])
+    assert (cfg.model.n_layer, cfg.model.d_model, cfg.trainer.max_steps) == (6, 192, 1100)

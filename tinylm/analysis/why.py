@@ -1,0 +1,111 @@
+"""The report's *Why* section: for every setting that lost to the baseline or failed, what its runs' curves
+show (`tinylm.analysis.diagnosis`), in a sentence or two per setting, with a figure of each health curve
+involved, drawn beside the baseline's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tinylm.analysis.diagnosis import NOT_FAILURES, Shared, failed, shared
+from tinylm.analysis.plots import plot_health
+from tinylm.analysis.report import LR, REPORT_PNG, Setting, SweepReport
+from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary
+
+
+def judged_runs(setting: Setting) -> list[RunSummary]:
+    """The runs a family row's results come from: at each seed's chosen rate when the rate was tuned."""
+    if not setting.rates:
+        return setting.runs
+    return [run for run in setting.runs if setting.rates.get(run.seed) == run.choices.get(LR)]
+
+
+def explained(report: SweepReport) -> list[tuple[Setting, list[Shared]]]:
+    """The family's settings that lost (a `worse` verdict) or whose judged runs failed, with what they
+    showed; the settings table's own rows when there is no family."""
+    rows = report.family if len(report.family) > 1 else report.settings
+    found = []
+    for setting in rows:
+        findings = shared(judged_runs(setting), report.reference)
+        lost = setting.comparison is not None and setting.comparison.verdict.startswith("worse")
+        if lost or failed(findings):
+            found.append((setting, findings))
+    return found
+
+
+def why_section(report: SweepReport, figures: dict[str, Path]) -> list[str]:
+    """Markdown lines; `figures`: the health figure of each quantity, as `draw_why` wrote them."""
+    rows = explained(report)
+    if not rows:
+        return []
+    columns = report.family_columns if len(report.family) > 1 else report.setting_columns
+    text = [
+        "## Why",
+        "",
+        "What the curves of each setting that lost or failed show (its judged runs; thresholds in "
+        "docs/diagnosis.md). Loss findings are in "
+        f"{REPORT_PNG} (the reference levels are its dashed lines); health findings in the figure named.",
+        "",
+    ]
+    for setting, findings in rows:
+        c = setting.comparison
+        outcome = f"{c.verdict}, {c.difference.mean:+.3f}" if c is not None and c.difference else "failed"
+        if not findings:
+            text += [f"- **{setting.label(columns)}** ({outcome}): nothing in its curves names a cause.", ""]
+            continue
+        sentences = []
+        for f in findings:
+            if f.kind in NOT_FAILURES and failed(findings):
+                continue
+            example = f.example
+            began = f", from step {example.step}" if example.step is not None else ""
+            figure = figures.get(_quantity(example.tag)) if example.tag else None
+            where = f"`{example.tag}`" + (f", {figure.name}" if figure else "")
+            sentences.append(
+                f"{f.kind} in {f.count}/{f.of} runs (seed {f.seed}{began}: {example.evidence}; {where})"
+            )
+        text += [f"- **{setting.label(columns)}** ({outcome}): " + "; ".join(sentences) + ".", ""]
+    return text
+
+
+def _quantity(tag: str) -> str | None:
+    """`training_health/token_spread/block_12` -> `token_spread`; None for any other tag."""
+    return tag.split("/")[1] if tag.startswith(HEALTH_PREFIX) else None
+
+
+def baseline_of(report: SweepReport, setting: Setting) -> Setting | None:
+    """The setting `setting` is judged against: the family's baseline, or in a scale ladder that of its size."""
+    if report.scale_baseline is None:
+        return report.family_baseline
+    wanted = {**setting.choices, **report.scale_baseline}
+    return next((s for s in report.family if s.choices == wanted), None)
+
+
+def draw_why(report: SweepReport, directory: Path) -> dict[str, Path]:
+    """`why_<quantity>.png` for every health quantity a finding of `explained` names: that tag in each
+    explained setting's runs, and the same block's in the runs of the baseline it is judged against."""
+    columns = report.family_columns if len(report.family) > 1 else report.setting_columns
+    wanted: dict[str, dict[str, list]] = {}
+    for setting, findings in explained(report):
+        for f in findings:
+            quantity = _quantity(f.example.tag or "")
+            if not quantity:
+                continue
+            curves = wanted.setdefault(quantity, {})
+            curves[setting.label(columns)] = [
+                run.health.get(f.example.tag, []) for run in judged_runs(setting)
+            ]
+            base = baseline_of(report, setting)
+            if base is not None and base is not setting:
+                curves.setdefault(
+                    f"{base.label(columns)} (baseline)",
+                    [run.health.get(f.example.tag, []) for run in judged_runs(base)],
+                )
+    return {
+        quantity: plot_health(
+            curves,
+            directory / f"why_{quantity}.png",
+            f"{HEALTH_PREFIX}{quantity}",
+            f"{report.sweep_dir.name}: {quantity}, the runs diagnosed and their baselines",
+        )
+        for quantity, curves in wanted.items()
+    }
