@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary
 from tinylm.analysis.stats import MIN_EFFECT
@@ -238,12 +239,13 @@ class Shared:
         return f"{self.kind} ({self.count}/{self.of}{began})"
 
 
-def shared(runs: Sequence[RunSummary], reference: Mapping[str, float] | None = None) -> list[Shared]:
-    """What a setting's runs showed, in the order of `diagnose`, each with how many runs showed it."""
+def shared(runs: Sequence[RunSummary], findings: Mapping[Path, Sequence[Finding]]) -> list[Shared]:
+    """What a setting's runs showed (`findings`: each run's `diagnose`, by its path), in the order of
+    `diagnose`, each with how many runs showed it."""
     judged = [run for run in runs if run.result is not None]
     found: dict[str, list[tuple[str, Finding]]] = {}
     for run in judged:
-        for finding in diagnose(run, reference):
+        for finding in findings.get(run.path, ()):
             found.setdefault(finding.kind, []).append((run.seed, finding))
     return [
         Shared(kind, len(pairs), len(judged), tuple(f.step for _, f in pairs if f.step is not None), pairs[0][1],
@@ -252,9 +254,9 @@ def shared(runs: Sequence[RunSummary], reference: Mapping[str, float] | None = N
     ]  # fmt: skip
 
 
-def why_cell(runs: Sequence[RunSummary], reference: Mapping[str, float] | None = None) -> str:
+def why_cell(runs: Sequence[RunSummary], findings: Mapping[Path, Sequence[Finding]]) -> str:
     """The settings table's `why`: every finding of the setting's runs, with counts; `—` for none."""
-    return "; ".join(s.describe() for s in shared(runs, reference)) or "—"
+    return "; ".join(s.describe() for s in shared(runs, findings)) or "—"
 
 
 def failed(findings: Sequence[Shared]) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tinylm.analysis.diagnosis import diagnose, why_cell
+from tinylm.analysis.diagnosis import Finding, diagnose, why_cell
 from tinylm.analysis.runs import (
     DESIGN_CHOICES,
     ReportError,
@@ -121,6 +121,7 @@ class SweepReport:
     reference: dict[str, float] | None = None  # the levels of the runs' validation split, when they share one
     # A scale ladder's baseline choices, without the size: judged at each size (analysis/scale.py), not here.
     scale_baseline: dict[str, str] | None = None
+    findings: dict[Path, list[Finding]] = field(default_factory=dict)  # each run's diagnosis, by its path
 
     @property
     def lr_varies(self) -> bool:
@@ -192,6 +193,7 @@ def build_report(
         min_effect=design.min_effect if design else (MIN_EFFECT if min_effect is None else min_effect),
     )  # fmt: skip
     report.reference = shared_reference(runs)
+    report.findings = {run.path: diagnose(run, report.reference) for run in runs}
     if report.lr_varies:
         choose_on = design.looks[0] if design and design.looks else None
         report.tuned = tuned_settings(settings, report.family_columns, confidence, choose_on=choose_on)
@@ -442,6 +444,7 @@ def _settings_rows(
     columns: Sequence[str],
     baseline: Setting | None,
     reference: dict[str, float] | None = None,
+    findings: dict[Path, list[Finding]] | None = None,
 ) -> list[list]:
     rows = []
     for rank, s in enumerate(settings, start=1):
@@ -455,7 +458,7 @@ def _settings_rows(
             fmt_interval(e),
             s.diverged,
             s.without_result,
-            why_cell(s.runs, reference),
+            why_cell(s.runs, findings or {}),
             "baseline" if s is baseline else "",
         ])  # fmt: skip
         if reference is not None:
@@ -679,7 +682,12 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
     header = ["rank", *cols, "seeds", "mean", "sd", f"{pct} CI", "diverged", "no result", "why", "note"]
     if report.reference is not None:
         header.insert(-4, "gain over unigram")
-    text += [*md_table(header, _settings_rows(report.settings, cols, report.baseline, report.reference)), ""]
+    text += [
+        *md_table(
+            header, _settings_rows(report.settings, cols, report.baseline, report.reference, report.findings)
+        ),
+        "",
+    ]
     if report.reference is not None:
         levels = report.reference
         text += [
@@ -761,7 +769,7 @@ def to_json(report: SweepReport) -> dict[str, Any]:
             "tuned": [setting(s) for s in report.tuned],
             "runs": [
                 {k: v for k, v in vars(r).items() if k not in _CURVES}
-                | {"diagnosis": diagnose(r, report.reference)}
+                | {"diagnosis": report.findings.get(r.path, [])}
                 for r in report.runs
             ],
         }

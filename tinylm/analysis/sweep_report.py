@@ -18,7 +18,7 @@ from tinylm.analysis.report import (
 )
 from tinylm.analysis.scale import SCALE_PNG, draw_ladder, judge_ladder, ladder_section
 from tinylm.analysis.sweep_probe import probe_rows, probe_section
-from tinylm.analysis.why import draw_why, why_section
+from tinylm.analysis.why import draw_why, explained, why_section
 from tinylm.files import plain, write_json
 
 
@@ -43,9 +43,10 @@ def write_report(
     ladder = judge_ladder(report)
     figure = f"report_{curve.replace('/', '_')}.png" if curve else REPORT_PNG
     written = [report.sweep_dir / REPORT_MD, report.sweep_dir / REPORT_JSON, report.sweep_dir / figure]
-    why_figures = draw_why(report, report.sweep_dir)
+    lost = explained(report)  # after the ladder: its verdicts are per size
+    why_figures = draw_why(report, lost, report.sweep_dir)
     sections = ladder_section(report, ladder) if ladder else []
-    sections += why_section(report, why_figures) + probe_section(probe_rows(report.runs))
+    sections += why_section(report, lost, why_figures) + probe_section(probe_rows(report.runs))
     text = markdown(report, sections)
     written[0].write_text(text, encoding="utf-8")
     record = to_json(report)

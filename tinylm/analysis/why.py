@@ -19,25 +19,33 @@ def judged_runs(setting: Setting) -> list[RunSummary]:
     return [run for run in setting.runs if setting.rates.get(run.seed) == run.choices.get(LR)]
 
 
+def _rows(report: SweepReport) -> tuple[list[Setting], list[str]]:
+    """The settings explained and the columns that name them: the family's, or the settings table's own
+    when there is no family."""
+    if len(report.family) > 1:
+        return report.family, report.family_columns
+    return report.settings, report.setting_columns
+
+
 def explained(report: SweepReport) -> list[tuple[Setting, list[Shared]]]:
-    """The family's settings that lost (a `worse` verdict) or whose judged runs failed, with what they
-    showed; the settings table's own rows when there is no family."""
-    rows = report.family if len(report.family) > 1 else report.settings
+    """The settings that lost (a `worse` verdict) or whose judged runs failed, with what they showed."""
     found = []
-    for setting in rows:
-        findings = shared(judged_runs(setting), report.reference)
+    for setting in _rows(report)[0]:
+        findings = shared(judged_runs(setting), report.findings)
         lost = setting.comparison is not None and setting.comparison.verdict.startswith("worse")
         if lost or failed(findings):
             found.append((setting, findings))
     return found
 
 
-def why_section(report: SweepReport, figures: dict[str, Path]) -> list[str]:
-    """Markdown lines; `figures`: the health figure of each quantity, as `draw_why` wrote them."""
-    rows = explained(report)
+def why_section(
+    report: SweepReport, rows: list[tuple[Setting, list[Shared]]], figures: dict[str, Path]
+) -> list[str]:
+    """Markdown lines for `rows` (`explained`); `figures`: the health figure of each quantity, as `draw_why`
+    wrote them."""
     if not rows:
         return []
-    columns = report.family_columns if len(report.family) > 1 else report.setting_columns
+    columns = _rows(report)[1]
     text = [
         "## Why",
         "",
@@ -80,12 +88,14 @@ def baseline_of(report: SweepReport, setting: Setting) -> Setting | None:
     return next((s for s in report.family if s.choices == wanted), None)
 
 
-def draw_why(report: SweepReport, directory: Path) -> dict[str, Path]:
-    """`why_<quantity>.png` for every health quantity a finding of `explained` names: that tag in each
-    explained setting's runs, and the same block's in the runs of the baseline it is judged against."""
-    columns = report.family_columns if len(report.family) > 1 else report.setting_columns
+def draw_why(
+    report: SweepReport, rows: list[tuple[Setting, list[Shared]]], directory: Path
+) -> dict[str, Path]:
+    """`why_<quantity>.png` for every health quantity a finding of `rows` (`explained`) names: that tag in
+    each explained setting's runs, and the same block's in the runs of the baseline it is judged against."""
+    columns = _rows(report)[1]
     wanted: dict[str, dict[str, list]] = {}
-    for setting, findings in explained(report):
+    for setting, findings in rows:
         for f in findings:
             quantity = _quantity(f.example.tag or "")
             if not quantity:
