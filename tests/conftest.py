@@ -24,7 +24,10 @@ import tinylm.training.resolvers  # noqa: F401  (registers the resolvers the con
 REPO = Path(__file__).resolve().parents[1]
 TINYSHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
 
-# Small enough for a few real optimizer steps per second on 2 cores, big enough to have every part.
+# Small enough for a few real optimizer steps per second on 2 cores, big enough to have every part. Every size
+# a run can reach is capped (its validation and final evaluation windows, its sample), and the precision is
+# pinned: `auto` would test bf16 on a CPU with AVX512-BF16 and fp32 on one without (tests whose subject is
+# precision set their own).
 SHRINK = [
     "model.n_layer=2",
     "model.n_head=2",
@@ -32,9 +35,11 @@ SHRINK = [
     "model.block_size=32",
     "data.batch_size=4",
     "data.val_windows=4",
+    "data.final_val_windows=16",
     "trainer.max_steps=6",
     "trainer.val_check_interval=3",
     "trainer.log_every_n_steps=1",
+    "trainer.precision=32-true",
     "trainer.enable_model_summary=false",
     "trainer.enable_progress_bar=false",
     "optim.warmup_steps=2",
@@ -109,15 +114,13 @@ def sweep_args(corpus: Path) -> list[str]:
 
 def run_sweep(root: Path, *overrides: str, name: str = "sweep") -> tuple[Path, subprocess.CompletedProcess]:
     """`train.py -m`, shrunk, on a small corpus in `root`, writing the sweep to `root/name`; `overrides`
-    come after SHRINK's, so they win."""
+    come after SHRINK's, so they win. In this process (scripts/train.py's own `main`, argv parsed by Hydra):
+    a fresh interpreter per sweep adds seconds and nothing else (test_train.py runs the script as a user does)."""
+    from script_runner import run_script_in_process
+
     sweep_dir = root / name
-    result = run_script(
-        "train.py",
-        "-m",
-        *sweep_args(small_corpus(root)),
-        *overrides,
-        f"hydra.sweep.dir={sweep_dir}",
-        cwd=root,
+    result = run_script_in_process(
+        "train.py", "-m", *sweep_args(small_corpus(root)), *overrides, f"hydra.sweep.dir={sweep_dir}"
     )
     return sweep_dir, result
 

@@ -1,6 +1,8 @@
 """Seeds until the answer is known, on a real tiny sweep: rounds add seeds to the open comparison only (and
 the baseline), the merged report counts them by the sequential design, and an interrupted round carries on
-where it stopped (tinylm/analysis/add_seeds.py)."""
+where it stopped (tinylm/analysis/add_seeds.py). The rounds launch real multiruns: -m slow; the default run
+keeps the design's checks and the stop on a round that adds nothing (the sequential rule itself, on made-up
+numbers: tests/test_verdicts.py)."""
 
 from __future__ import annotations
 
@@ -46,6 +48,7 @@ def seeds_of(report, **choices: str) -> list[str]:
     return sorted(setting.results)
 
 
+@pytest.mark.slow
 def test_rounds_add_seeds_to_the_open_comparison_only_and_the_report_counts_them(two_seed_sweep, tmp_path):
     sweep = copy_of(two_seed_sweep, tmp_path)
     lines: list[str] = []
@@ -80,6 +83,7 @@ def test_rounds_add_seeds_to_the_open_comparison_only_and_the_report_counts_them
     assert len(list((sweep / ADDED_DIR).glob("*/*/metrics.json"))) == 3 * 2  # 3 settings, seeds 3 and 4
 
 
+@pytest.mark.slow
 def test_an_interrupted_round_loses_nothing_and_the_same_command_carries_on(two_seed_sweep, tmp_path):
     sweep = copy_of(two_seed_sweep, tmp_path)
     launched: list[str] = []

@@ -24,6 +24,7 @@ from lightning.fabric.utilities import rank_zero as fabric_rank_zero
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
 from lightning.pytorch.utilities import rank_zero as pytorch_rank_zero
 from omegaconf import OmegaConf
+from script_runner import run_script_in_process
 from torch.utils.data import DistributedSampler
 
 from tinylm.data import (
@@ -245,9 +246,10 @@ def test_only_rank_zero_writes_the_run_files(tmp_path, monkeypatch, restore_rank
 # --- Hydra sweeps and DDP ---------------------------------------------------------------------------------
 
 
-def test_sweep_with_ddp_that_would_relaunch_itself_is_refused(tmp_path):
+def test_sweep_with_ddp_that_would_relaunch_itself_is_refused(tmp_path, monkeypatch):
     sweep_dir = tmp_path / "sweep"
-    result = run_script(
+    monkeypatch.chdir(tmp_path)
+    result = run_script_in_process(
         "train.py",
         "-m",
         *SHRINK,
@@ -256,8 +258,6 @@ def test_sweep_with_ddp_that_would_relaunch_itself_is_refused(tmp_path):
         "trainer.accelerator=cpu",
         "act=gelu,relu",
         f"hydra.sweep.dir={sweep_dir}",
-        cwd=tmp_path,
-        timeout=180,
     )
     output = result.stdout + result.stderr
     assert result.returncode == 2

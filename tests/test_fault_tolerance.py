@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 import tbparse
 import torch
-from conftest import REPO, SHRINK, PickledCode, compose_train, run_script
+from conftest import REPO, SHRINK, PickledCode, compose_train
 from omegaconf import OmegaConf
 from script_runner import run_script_in_process
 
@@ -307,10 +307,9 @@ def test_divergence_is_a_distinct_exception_a_sweep_can_catch():
 
 def test_a_diverging_job_of_a_real_sweep_is_recorded_and_the_sweep_goes_on(tmp_path, corpus):
     sweep = tmp_path / "sweep"
-    result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "train.py"), "-m", *SHRINK, *settings(corpus),
-         "optim.warmup_steps=0", "optim.lr=1e-3,1e6", f"hydra.sweep.dir={sweep}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+    result = run_script_in_process(
+        "train.py", "-m", *SHRINK, *settings(corpus), "optim.warmup_steps=0", "optim.lr=1e-3,1e6",
+        f"hydra.sweep.dir={sweep}",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     records = {
@@ -379,7 +378,7 @@ def test_divergence_right_before_a_validation_ends_as_a_divergence(tmp_path, cor
 def test_a_second_run_into_a_busy_run_directory_is_refused_and_the_first_is_unharmed(tmp_path, corpus):
     run_dir = tmp_path / "run"
     first = subprocess.Popen(
-        [sys.executable, str(REPO / "scripts" / "train.py"), *settings(corpus, "trainer.max_steps=100000",
+        [sys.executable, str(REPO / "scripts" / "train.py"), *SHRINK, *settings(corpus, "trainer.max_steps=100000",
          "trainer.val_check_interval=1000"), f"hydra.run.dir={run_dir}"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"},
@@ -388,7 +387,7 @@ def test_a_second_run_into_a_busy_run_directory_is_refused_and_the_first_is_unha
     while not (run_dir / "config.yaml").exists() and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     assert first.poll() is None, "the first run ended before the second could start"
-    second = run_script("train.py", *settings(corpus), f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    second = run_script_in_process("train.py", *SHRINK, *settings(corpus), f"hydra.run.dir={run_dir}")
     assert second.returncode == 2
     assert second.stderr.strip() == (
         f"error: another run is training in {str(run_dir)!r}; wait for it to end, or choose another hydra.run.dir"
@@ -402,9 +401,9 @@ def test_a_second_run_into_a_busy_run_directory_is_refused_and_the_first_is_unha
     assert record["status"] == "interrupted" and record["step"] > 0
     assert len(list((run_dir / "tb").rglob("events.out.tfevents.*"))) == 1  # one run's events, not two
     # ...so that a resume, the next run into it, is let in and continues from where it stopped.
-    resumed = run_script(
-        "train.py", *settings(corpus, f"trainer.max_steps={record['step'] + 2}"), f"hydra.run.dir={run_dir}",
-        "ckpt_path=last", cwd=tmp_path,
+    resumed = run_script_in_process(
+        "train.py", *SHRINK, *settings(corpus, f"trainer.max_steps={record['step'] + 2}"), f"hydra.run.dir={run_dir}",
+        "ckpt_path=last",
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert read_run_record(run_dir)["step"] == record["step"] + 2

@@ -13,6 +13,7 @@ import tbparse
 import torch
 import torch.nn.functional as F
 from conftest import compose_train
+from hydra import compose, initialize_config_module
 from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.profilers import SimpleProfiler
 from omegaconf import OmegaConf
@@ -71,8 +72,9 @@ def test_the_peak_flops_are_those_of_the_dtype_the_precision_multiplies_in(preci
 
 
 def test_a_run_saves_the_precision_it_really_used(tmp_path):
-    cfg = compose_train(tmp_path / "run", ["sample.chars=0"])
-    assert cfg.trainer.precision == "auto"  # the CPU preset's default
+    with initialize_config_module("tinylm.conf", version_base="1.3"):
+        assert compose("train").trainer.precision == "auto"  # the CPU preset's default
+    cfg = compose_train(tmp_path / "run", ["sample.chars=0", "trainer.precision=auto"])  # SHRINK pins 32-true
     run(cfg)
     saved = OmegaConf.load(tmp_path / "run" / "config.yaml")
     assert saved.trainer.precision == resolve_precision("auto", "cpu") != "auto"

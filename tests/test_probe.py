@@ -13,6 +13,7 @@ import torch
 from conftest import run_script
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig, open_dict
+from script_runner import run_script_in_process
 
 from tinylm.analysis.probe import build_stack, depth_probe, format_table, run, table_depths
 from tinylm.model import PLACEMENTS, Block, ModelConfig
@@ -266,8 +267,8 @@ def test_probe_script_compares_placements_in_one_run(tmp_path):
 
 
 def test_probe_script_multirun_writes_one_directory_per_placement(tmp_path):
-    result = run_script(
-        "probe.py", "-m", *SHRUNK_PROBE, "norm=pre,post", f"hydra.sweep.dir={tmp_path}", cwd=tmp_path
+    result = run_script_in_process(
+        "probe.py", "-m", *SHRUNK_PROBE, "norm=pre,post", f"hydra.sweep.dir={tmp_path}"
     )
     assert result.returncode == 0, result.stderr[-3000:]
     runs = sorted(p for p in tmp_path.iterdir() if p.is_dir())

@@ -46,6 +46,7 @@ def ladder_sweep(tmp_path_factory):
     return sweep_dir
 
 
+@pytest.mark.slow
 def test_a_scaled_down_ladder_is_judged_size_by_size(ladder_sweep):
     text, written = write_report(ladder_sweep)
     across = text.split("## Across sizes")[1].split("\n## ")[0]

@@ -13,10 +13,11 @@ import optuna
 import pytest
 import tbparse
 import tinylm.conf
-from conftest import run_script, run_sweep, small_corpus, sweep_args
+from conftest import run_sweep, small_corpus, sweep_args
 from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
+from script_runner import run_script_in_process
 
 import tinylm.training.run
 from tinylm.layout import read_run_record
@@ -200,7 +201,7 @@ def test_a_failing_optuna_trial_is_recorded_as_failed_and_the_search_goes_on(tmp
     # The random sampler with seed 10 draws 3, then 2: the failure comes first and the search must go on.
     # (Hydra's grid sampler would be the obvious choice, but it crashes when its last trial fails.)
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
-    result = run_script(
+    result = run_script_in_process(
         "train.py",
         "-m",
         "hparams_search=optuna",
@@ -213,7 +214,6 @@ def test_a_failing_optuna_trial_is_recorded_as_failed_and_the_search_goes_on(tmp
         # a fixed value would take n_head out of the search, whatever the order: drop SHRINK's
         *(a for a in sweep_args(small_corpus(tmp_path)) if not a.startswith("model.n_head=")),
         "model.n_head=choice(3, 2)",
-        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     study = optuna.load_study(study_name="tinylm", storage=storage)

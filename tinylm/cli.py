@@ -173,8 +173,13 @@ def describe_os_error(filename: str | None, reason: str, number: int | None) -> 
 def quiet_known_noise() -> None:
     """Silence what every run would print and no user can act on, and nothing else: Lightning's tip to install
     its cloud logger, a deprecation inside Lightning's own pytree code, `datasets`' progress bars for files
-    it only reads (tinylm shows its own while tokenising)."""
+    it only reads (tinylm shows its own while tokenising), and Lightning's hint to prepend `srun` on any
+    machine where SLURM is installed: a run started there by hand is meant to run there, and `launcher=slurm`
+    starts its jobs with srun already."""
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    warnings.filterwarnings(
+        "ignore", message=r"The `srun` command is available on your system but is not used"
+    )
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoCloudLoggerTip())
     # Read by `datasets` when it is imported (later, and only by the scripts that need it); set, it is kept.
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
