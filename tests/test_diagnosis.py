@@ -40,7 +40,14 @@ from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary, read_runs
 from tinylm.analysis.sweep_report import write_report
 
 # Every case logs its health curves and validates every 20 steps; each overrides the shrunk config's budget.
-EVERY_20 = ["trainer.val_check_interval=20", "callbacks.health.every_n_steps=20", "threads=1"]
+# The final evaluation on every window of the small corpus's validation split, not SHRINK's 16: the thresholds
+# read the final loss.
+EVERY_20 = [
+    "trainer.val_check_interval=20",
+    "callbacks.health.every_n_steps=20",
+    "threads=1",
+    "data.final_val_windows=null",
+]
 CASES = {
     # A 24-character random cycle, learnt by heart: converged far below every reference level. The rate decays
     # to 1e-5 and 64 windows are validated, so its last tenth moves the loss by far less than the
@@ -60,10 +67,14 @@ CASES = {
     ],
     # Warm-up to lr 1.0 over the whole run: the loss falls while the rate is small, then climbs back.
     "warmup_to_lr_1": ["optim.lr=1.0", "optim.warmup_steps=200", "trainer.max_steps=200", "data.val_windows=64"],
+    # One character of context: at best the bigram table, learnt to within 0.01 of its level, and flat at the
+    # end (the rate decays to 1e-5; its last tenth moved the loss by 0.001, a tenth of still-improving's 0.01).
     "one_character_context": [
-        "model.block_size=1", "data.batch_size=512", "data.val_windows=512", "optim.lr=3e-2",
-        "trainer.max_steps=400", "optim.warmup_steps=20",
+        "model.block_size=1", "data.batch_size=512", "data.val_windows=null", "optim.lr=3e-2",
+        "optim.min_lr=1e-5", "trainer.max_steps=1000", "optim.warmup_steps=20",
     ],
+    # Characters drawn independently of each other: no context to use, so any model ends at the unigram level.
+    "independent_characters": ["data.files={iid}", "trainer.max_steps=200", "optim.lr=1e-2", "optim.warmup_steps=20"],
     # A 48-character cycle stopped halfway to learning it by heart.
     "cycle_150_steps": ["data.files={cycle48}", "trainer.max_steps=150", "optim.lr=1e-2", "optim.warmup_steps=20"],
 }  # fmt: skip
@@ -79,10 +90,15 @@ class CaseRuns:
         self.cycle.write_text("".join(rng.choice("abcdefghij") for _ in range(24)) * 1500, encoding="utf-8")
         self.cycle48 = root / "cycle48.txt"
         self.cycle48.write_text("".join(rng.choice("abcdefghij") for _ in range(48)) * 800, encoding="utf-8")
+        self.iid = root / "iid.txt"
+        letters = "etaoinshrdlu \n"
+        self.iid.write_text(
+            "".join(rng.choices(letters, weights=range(len(letters), 0, -1), k=40_000)), encoding="utf-8"
+        )
 
     def __getitem__(self, name: str) -> Path:
         if name not in self.sweeps:
-            overrides = [o.format(cycle=self.cycle, cycle48=self.cycle48) for o in CASES[name]]
+            overrides = [o.format(cycle=self.cycle, cycle48=self.cycle48, iid=self.iid) for o in CASES[name]]
             sweep_dir, result = run_sweep(self.root, *EVERY_20, *overrides, name=name)
             assert result.returncode == 0, result.stderr[-3000:]
             self.sweeps[name] = sweep_dir
@@ -106,9 +122,12 @@ def test_a_healthy_pre_norm_run_that_converged_shows_nothing(case_runs):
 
 
 @pytest.mark.slow
-def test_deep_post_norm_ignores_context_with_collapsed_tokens_and_starved_queries(case_runs):
+def test_deep_post_norm_collapses_its_tokens_and_starves_its_queries(case_runs):
+    # Both by orders of magnitude (spread ~1e-7 against 0.01, W_q/W_v ~1e-8 against 1e-3). Whether it also ends
+    # at the unigram level depends on the precision at this size (it did in bf16, 0.2 below it in fp32), so
+    # that is not asserted here: the independent characters below provoke it.
     found = findings(case_runs["post_norm_12_blocks"])
-    assert {IGNORES_CONTEXT, COLLAPSED, STARVED} <= set(found)
+    assert {COLLAPSED, STARVED} <= set(found)
     assert found[COLLAPSED].tag == "training_health/token_spread/block_12"
     assert found[STARVED].tag == "training_health/grad_w_q/block_12"
     # Collapse begins within the first logged steps of training, as the 400-step run showed.
@@ -138,6 +157,11 @@ def test_warming_up_to_a_rate_of_1_destabilises(case_runs):
 
 
 @pytest.mark.slow
+def test_characters_drawn_independently_end_at_the_unigram_level(case_runs):
+    assert IGNORES_CONTEXT in findings(case_runs["independent_characters"])
+
+
+@pytest.mark.slow
 def test_a_one_character_context_stalls_at_the_bigram_level(case_runs):
     # Its health curves say nothing (one token: no spread, no key to choose), so only the stall is named.
     assert set(findings(case_runs["one_character_context"])) == {BIGRAM_STALL}
@@ -161,9 +185,9 @@ def test_the_report_of_a_deep_post_norm_run_says_why_and_draws_the_curves(case_r
     text, written = write_report(sweep_dir)
     assert text == (sweep_dir / REPORT_MD).read_text(encoding="utf-8")
     settings = text.split("## Settings")[1].split("\n\n")[1]
-    assert "ignores context (1/1" in settings and "tokens collapsed (1/1, from step" in settings
+    assert "tokens collapsed (1/1, from step" in settings and "Q/K starved (1/1, from step" in settings
     why = text.split("## Why")[1].split("\n## ")[0]
-    assert "the unigram level" in why and "training_health/token_spread/block_12" in why
+    assert "training_health/token_spread/block_12" in why and "training_health/grad_w_q/block_12" in why
     assert "why_token_spread.png" in why and "why_grad_w_q.png" in why
     for name in ("why_token_spread.png", "why_grad_w_q.png"):
         assert sweep_dir / name in written
