@@ -37,9 +37,8 @@ _VAL_BPC = ("loss/val_bpc", "val/bpc")
 _TRAIN_LOSS = ("loss/train", "train/loss")
 _BEST_VAL_LOSS = ("loss/val_best", "best/val_loss")
 HEALTH_PREFIX = "training_health/"
-LAST_VALIDATION = (
-    "last validation"  # a run without a final evaluation: its last periodic one (data.val_windows)
-)
+# What a run without a final evaluation is read at: its last periodic validation (data.val_windows).
+LAST_VALIDATION = "last validation"
 
 
 class ReportError(UserError, ValueError):
@@ -278,13 +277,9 @@ def summarize_run(
         windows = record.get(FINAL_WINDOW_LOSSES)
         run.window_losses = [float(v) for v in windows] if isinstance(windows, list) else None
         available = record.get(FINAL_SPLIT_WINDOWS)
-        if run.window_losses:
-            count = len(run.window_losses)
-            run.evaluated = "final, " + evaluated_windows(
-                count, available if isinstance(available, int) else None
-            )
-        else:
-            run.evaluated = "final"
+        available = available if isinstance(available, int) else None
+        count = len(run.window_losses or [])
+        run.evaluated = f"final, {evaluated_windows(count, available)}" if count else "final"
     if record and isinstance(record.get("step"), int):
         run.steps = record["step"]
     return run
