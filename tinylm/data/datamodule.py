@@ -16,9 +16,9 @@ from tinylm.data.token_cache import corpus_tokens
 from tinylm.data.tokenizer import CharTokenizer
 from tinylm.data.windows import FixedWindows, RandomWindows, UnpaddedDistributedSampler
 
-# A window of the final evaluation costs about a sixth of a window trained on (forward only, no gradients,
-# large batches: 1.3 ms against 7.4 ms on a 2-core EPYC at the baby size), so at up to 4 per window trained on
-# it takes less time than the training did: a 20-step trial evaluates 960 windows in about a second, and
+# A window of the final evaluation costs a sixth to a seventh of a window trained on (forward only, no
+# gradients, large batches; measured at the baby size on a 2-core AMD EPYC, fp32 and bf16 alike), so at up to
+# 4 per window trained on it takes less time than the training did: a 20-step trial evaluates 960 windows, and
 # every budget worth comparing (each preset's: at least 220 steps of 12 windows) the whole split.
 FINAL_WINDOWS_PER_TRAINED_WINDOW = 4
 
