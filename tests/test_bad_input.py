@@ -146,7 +146,7 @@ ROWS = [
         "unknown-key",
         "train.py",
         lambda t, e: ["model.n_layers=3"],
-        ["Could not override 'model.n_layers'", "+model.n_layers=3", "Key 'n_layers' is not in struct"],
+        ["model.n_layers is not a setting; did you mean model.n_layer?"],
     ),
     BadInput(
         "unparsable-override",

@@ -51,13 +51,21 @@ def choice(name: str, value: Any, choices: Iterable[str]) -> str:
     return value
 
 
+def nearest(name: str, known: Iterable[str]) -> str | None:
+    """The known name closest to a mistyped one (`nlayers` -> `n_layer`, `Pre` -> `pre`), or None when none
+    is close: difflib's similarity, ignoring case."""
+    by_folded = {option.casefold(): option for option in known}
+    near = difflib.get_close_matches(name.casefold(), list(by_folded), n=1)
+    return by_folded[near[0]] if near else None
+
+
 def known_keys(prefix: str, values: Mapping[str, Any], known: Iterable[str], see: str = "") -> None:
     """Refuse a key that is not a setting of its section, naming the nearest one that is."""
     known = sorted(known)
     for key in values:
         if key not in known:
-            near = difflib.get_close_matches(key, known, n=1)
-            hint = f"did you mean {prefix}{near[0]}?" if near else f"the settings are: {', '.join(known)}"
+            near = nearest(key, known)
+            hint = f"did you mean {prefix}{near}?" if near else f"the settings are: {', '.join(known)}"
             raise ConfigError(f"{prefix}{key} is not a setting{see}; {hint}")
 
 

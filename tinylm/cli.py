@@ -4,7 +4,8 @@ line, `error: <message>`, and its exit code (docs/errors.md); a bug keeps its tr
 Two places report errors. Inside the task, tinylm catches its own `ReportedError`s (and the machine's
 errors: a full disk, a read-only directory). Before the task, Hydra reports what is Hydra's (an unknown
 choice or key, an unparsable override) in its own words: its report, which spans several lines, is held
-until the task starts and, if Hydra ends the command instead, printed as one line. `HYDRA_FULL_ERROR=1`
+until the task starts and, if Hydra ends the command instead, printed as one line, with the nearest choice or
+key where one is near (tinylm.composition). `HYDRA_FULL_ERROR=1`
 (Hydra's own switch) raises everything with its traceback.
 """
 
@@ -29,6 +30,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from tinylm import checks
+from tinylm.composition import with_fix
 from tinylm.errors import ReportedError
 from tinylm.training import resolvers  # noqa: F401  (registers the configs' resolvers)
 
@@ -110,6 +112,8 @@ def hydra_entry_point(
                     held.truncate()
                     release_stderr()
                     message, code = describe_hydra_report(report)
+                    if code == USAGE_EXIT_CODE:
+                        message = with_fix(report, message, CONFIG_MODULE, config_name, sys.argv[1:])
                     exit_with(message, code)
 
         return main

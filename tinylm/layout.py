@@ -26,10 +26,12 @@ VAL_LOSS = "loss/val"
 VAL_BPC = "loss/val_bpc"  # bits per character: VAL_LOSS / ln 2
 BEST_VAL_LOSS = "loss/val_best"  # in metrics.json: the lowest VAL_LOSS of the run
 LEARNING_RATE = "lr"
-# The run's final evaluation, after its last step, on every validation window up to data.final_val_windows:
+# The run's final evaluation, after its last step, on the validation windows its budget warrants:
 # the result a sweep's report compares. metrics.json keeps each window's loss beside it.
 FINAL_VAL_LOSS = "loss/val_full"
 FINAL_WINDOW_LOSSES = "val_full_window_losses"
+# ... and how many windows the split holds: on a short run the evaluation covers some of them (docs/sweeps.md).
+FINAL_SPLIT_WINDOWS = "val_split_windows"
 # In metrics.json: the validation split's uniform, unigram and bigram levels (tinylm.data.reference).
 REFERENCE_LEVELS = "reference_levels"
 METRICS = (VAL_LOSS, TRAIN_LOSS, VAL_BPC, BEST_VAL_LOSS, LEARNING_RATE, FINAL_VAL_LOSS)
@@ -43,6 +45,18 @@ HYDRA_DIR = ".hydra"
 RUN_FILES = (CONFIG_FILE, "checkpoints", RECORD_FILE, HYDRA_DIR, TENSORBOARD_DIR)
 STATUSES = ("completed", "failed", "diverged", "interrupted")
 LAST = "last"  # ckpt_path=last: this run directory's own last.ckpt
+
+
+def evaluated_windows(count: int, available: int | None) -> str:
+    """What a final evaluation covered: `all 7,477 validation windows`, or `960 of 7,477 validation windows`
+    after a short run (`available` unknown in a record older than FINAL_SPLIT_WINDOWS: `… windows`)."""
+    if available is None:
+        return f"{count:,} validation windows"
+    return (
+        f"all {count:,} validation windows"
+        if count >= available
+        else f"{count:,} of {available:,} validation windows"
+    )
 
 
 def holds_a_run(run_dir: str | Path) -> bool:

@@ -5,7 +5,7 @@ Hydra's own override parser: a run's name, its TensorBoard hparams and the sweep
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -28,6 +28,7 @@ class Choice:
     key: str
     value: str
     text: str
+    sweep: bool = False  # a sweep over several values (`act=gelu,swiglu`, `optim.lr=interval(1e-4,1e-2)`)
 
     @property
     def is_group(self) -> bool:
@@ -43,7 +44,11 @@ def parse(overrides: Sequence[str]) -> list[Choice]:
         parsed = OverridesParser.create().parse_overrides([str(line) for line in overrides])
     except OverrideParseException as err:
         raise OverrideError(f"cannot parse {err.override!r}: {str(err.message).splitlines()[0]}") from None
-    return [Choice(o.key_or_group, o.get_value_element_as_str(), o.input_line or "") for o in parsed]
+    return [
+        Choice(o.key_or_group, o.get_value_string() if o.is_sweep_override() else o.get_value_element_as_str(),
+               o.input_line or "", o.is_sweep_override())
+        for o in parsed
+    ]  # fmt: skip
 
 
 def choices(overrides: Sequence[str]) -> list[Choice]:
@@ -51,11 +56,12 @@ def choices(overrides: Sequence[str]) -> list[Choice]:
     return [choice for choice in parse(overrides) if not choice.key.startswith(NOT_A_CHOICE)]
 
 
-def run_label(overrides: Sequence[str], max_chars: int = 100) -> str:
+def run_label(overrides: Sequence[str], max_chars: int = 100, only: Collection[str] | None = None) -> str:
     """A run's name from its command-line overrides, e.g. `norm=pre,act=swiglu`, safe as a directory name:
     group choices first, as given (they say what the run is), then settings, sorted; a long name is cut,
-    keeping a hash of the whole so that names stay unique."""
-    kept = choices(overrides)
+    keeping a hash of the whole so that names stay unique. `only`: the keys to name it by (a sweep's job is
+    named by the keys the sweep varies)."""
+    kept = [c for c in choices(overrides) if only is None or c.key in only]
     groups = [c.text for c in kept if c.is_group]
     label = ",".join(groups + sorted(c.text for c in kept if not c.is_group))
     label = label.replace("/", "_").replace("\\", "_") or "default"

@@ -670,7 +670,8 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
     text += [
         f"Final validation loss (nats/char) of {len(report.runs)} runs in {len(report.settings)} settings, "
         f"up to {n_seeds} seed{'s' if n_seeds != 1 else ''} each: the mean over the final evaluation's windows "
-        "(every validation window, up to data.final_val_windows), or the last validation for a run without one. "
+        "(every validation window, or up to 4 per window a short run trained on; the runs table says how many), "
+        "or the last validation for a run without one. "
         f"Intervals are {pct} confidence intervals for the mean (Student t over seeds); a diverged run counts "
         "as the worst result, a failed or unfinished one as none.",
         "",
@@ -714,7 +715,8 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
 
 
 def _runs_table(report: SweepReport) -> list[str]:
-    header = ["rank", "run", *report.columns, "params", "final val loss", "best val loss", "bits/char"]
+    header = ["rank", "run", *report.columns, "params", "final val loss", "evaluated on", "best val loss"]
+    header += ["bits/char"]
     header += ["tokens/s", "wall time", "steps", "status"]
     rows, rank = [], 0
     for run in report.runs:
@@ -724,7 +726,7 @@ def _runs_table(report: SweepReport) -> list[str]:
         status = run.status if not run.error else f"{run.status}: {run.error}"
         rows.append([
             rank if ranked else "—", run.name, *(run.choices.get(c, "—") for c in report.columns),
-            "—" if run.params is None else f"{run.params:,}", fmt_number(run.final_val_loss), fmt_number(run.best_val_loss),
+            "—" if run.params is None else f"{run.params:,}", fmt_number(run.final_val_loss), run.evaluated, fmt_number(run.best_val_loss),
             fmt_number(run.final_bpc, 3), "—" if run.tokens_per_s is None else f"{run.tokens_per_s:,.0f}",
             _fmt_wall_time(run.wall_time_s), steps, status if len(status) <= 120 else status[:117] + "...",
         ])  # fmt: skip

@@ -15,13 +15,15 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from tinylm.errors import UserError
+from tinylm.errors import ConfigError, UserError
 from tinylm.layout import (
     CONFIG_FILE,
+    FINAL_SPLIT_WINDOWS,
     FINAL_VAL_LOSS,
     FINAL_WINDOW_LOSSES,
     HYDRA_DIR,
     REFERENCE_LEVELS,
+    evaluated_windows,
     read_run_record,
 )
 from tinylm.overrides import choices
@@ -35,6 +37,8 @@ _VAL_BPC = ("loss/val_bpc", "val/bpc")
 _TRAIN_LOSS = ("loss/train", "train/loss")
 _BEST_VAL_LOSS = ("loss/val_best", "best/val_loss")
 HEALTH_PREFIX = "training_health/"
+# What a run without a final evaluation is read at: its last periodic validation (data.val_windows).
+LAST_VALIDATION = "last validation"
 
 
 class ReportError(UserError, ValueError):
@@ -63,6 +67,8 @@ class RunSummary:
     # The final evaluation's loss of every window (metrics.json), when the run made one: final_val_loss is
     # then their mean; else it is the last validation of the TensorBoard curve.
     window_losses: list[float] | None = None
+    # Which evaluation final_val_loss comes from: `final, 960 of 7,477 validation windows`, `last validation`.
+    evaluated: str = "—"
     baseline: str | None = None  # the setting its experiment compares against (the config's `baseline`)
     reference: dict[str, float] | None = None  # its validation split's uniform, unigram and bigram levels
     model: dict[str, Any] | None = None  # the model section of its config
@@ -145,7 +151,7 @@ def _from_config(run_dir: Path) -> dict[str, Any]:
     accumulate = get("trainer.accumulate_grad_batches") or 1
     return {
         "choices": {name: str(get(f"model.{name}")) for name in DESIGN_CHOICES},
-        "model": OmegaConf.to_container(config.model, resolve=True) if "model" in config else None,
+        "model": _buildable_model(config),
         "seed": str(get("seed")),
         "baseline": get("baseline"),
         "max_steps": get("trainer.max_steps"),
@@ -153,6 +159,21 @@ def _from_config(run_dir: Path) -> dict[str, Any]:
         if isinstance(batch, int) and isinstance(block, int)
         else None,
     }
+
+
+def _buildable_model(config: Any) -> dict[str, Any] | None:
+    """The run's model section, checked as training checks it: a job refused for its model settings (a
+    `failed` row, its error recorded) has no model to rebuild, e.g. for the depth probe beside the sweep."""
+    if "model" not in config:
+        return None
+    from tinylm.model.config import ModelConfig  # torch only once a sweep is read
+
+    model = OmegaConf.to_container(config.model, resolve=True)
+    try:
+        ModelConfig.from_dict(dict(model))  # type: ignore[arg-type]
+    except ConfigError:
+        return None
+    return model  # type: ignore[return-value]
 
 
 def read_scalars(sweep_dir: Path, run_dirs: Sequence[Path]) -> dict[Path, Any]:
@@ -233,6 +254,7 @@ def summarize_run(
         finite = [v for _, v, _ in run.val_curve if math.isfinite(v)]
         if run.val_curve:
             run.final_val_loss = run.val_curve[-1][1]
+            run.evaluated = LAST_VALIDATION
         run.best_val_loss = min(finite) if finite else None
         bpc = _series(scalars, _VAL_BPC)
         run.final_bpc = bpc[-1][1] if bpc else None
@@ -246,6 +268,7 @@ def summarize_run(
         }
     if record and run.final_val_loss is None:  # a run logged without TensorBoard still has its record
         run.final_val_loss = _recorded(record, _VAL_LOSS)
+        run.evaluated = LAST_VALIDATION if run.final_val_loss is not None else run.evaluated
         run.best_val_loss = _recorded(record, _BEST_VAL_LOSS)
         run.final_bpc = _recorded(record, _VAL_BPC)
     if record and _number(record.get(FINAL_VAL_LOSS)) is not None:
@@ -253,6 +276,10 @@ def summarize_run(
         run.final_bpc = run.final_val_loss / math.log(2)
         windows = record.get(FINAL_WINDOW_LOSSES)
         run.window_losses = [float(v) for v in windows] if isinstance(windows, list) else None
+        available = record.get(FINAL_SPLIT_WINDOWS)
+        available = available if isinstance(available, int) else None
+        count = len(run.window_losses or [])
+        run.evaluated = f"final, {evaluated_windows(count, available)}" if count else "final"
     if record and isinstance(record.get("step"), int):
         run.steps = record["step"]
     return run

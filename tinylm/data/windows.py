@@ -71,6 +71,7 @@ class FixedWindows(Dataset):
             )
         count = available if max_windows is None else min(available, max_windows)
         stride = available // count * block_size
+        self.available = available  # windows the split holds; len(self) of them are evaluated
         self.tokens = tokens
         self.block_size = block_size
         self.starts = np.arange(count) * stride

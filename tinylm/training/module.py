@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -15,11 +16,12 @@ from lightning.pytorch.utilities import GradClipAlgorithmType
 from torchmetrics.aggregation import MeanMetric
 
 from tinylm.data import CharTokenizer
-from tinylm.layout import FINAL_VAL_LOSS, LEARNING_RATE, TRAIN_LOSS, VAL_BPC, VAL_LOSS
+from tinylm.data.datamodule import FINAL_WINDOWS_PER_TRAINED_WINDOW
+from tinylm.layout import FINAL_VAL_LOSS, LEARNING_RATE, TRAIN_LOSS, VAL_BPC, VAL_LOSS, evaluated_windows
 from tinylm.model import GPT, ModelConfig
 from tinylm.model.evaluation import window_losses
 from tinylm.model.sampling import sample_text
-from tinylm.training.distributed import shards_parameters
+from tinylm.training.distributed import EffectiveBatch, shards_parameters
 from tinylm.training.logging_steps import logs_after, write_at
 from tinylm.training.settings import ADAMW_IMPLEMENTATIONS, OptimConfig
 
@@ -66,6 +68,7 @@ def weight_decay_groups(
 
 # Characters per batch of the final evaluation: far more windows at once than training's batch (no gradients
 # are kept), so tens of thousands of windows take a few hundred forward passes.
+log = logging.getLogger(__name__)
 FINAL_EVAL_CHARS = 16384
 
 
@@ -102,6 +105,7 @@ class CharLM(L.LightningModule):
         self.tokenizer: CharTokenizer | None = None
         self.flops_per_batch: int | None = None  # read by StepThroughput
         self.final_window_losses: torch.Tensor | None = None  # set when training completes
+        self.final_windows_available: int | None = None  # of the validation split, for the record
 
     def configure_model(self) -> None:
         if self.compile and not getattr(self, "_compiled", False):
@@ -184,11 +188,18 @@ class CharLM(L.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is None or not self.trainer.is_global_zero or shards_parameters(self.trainer.strategy):
             return
-        windows = datamodule.final_windows().batches(
-            max(datamodule.batch_size, FINAL_EVAL_CHARS // datamodule.block_size)
-        )
+        trained = EffectiveBatch.of(self.trainer, datamodule.batch_size, datamodule.block_size).windows
+        final = datamodule.final_windows(trained_windows=self.trainer.global_step * trained)
+        log.info(
+            "final evaluation: %s (up to %d per window trained on: %s in %d steps; at most "
+            "data.final_val_windows=%s)", evaluated_windows(len(final), final.available),
+            FINAL_WINDOWS_PER_TRAINED_WINDOW, f"{self.trainer.global_step * trained:,}",
+            self.trainer.global_step, datamodule.config.final_val_windows,
+        )  # fmt: skip
+        windows = final.batches(max(datamodule.batch_size, FINAL_EVAL_CHARS // datamodule.block_size))
         with self.trainer.precision_plugin.forward_context():  # the precision validation ran in
             self.final_window_losses = window_losses(self.model, windows)
+        self.final_windows_available = final.available
         self.log_at_step({FINAL_VAL_LOSS: float(self.final_window_losses.mean())})
 
     def configure_gradient_clipping(

@@ -1,4 +1,4 @@
-"""The resolvers tinylm's configs use (`${run_label:...}`, `${threads_per_job:...}`, `${times:...}`,
+"""The resolvers tinylm's configs use (`${run_label:...}`, `${sweep_run_label:...}`, `${threads_per_job:...}`, `${times:...}`,
 `${slurm_gpus_per_node:...}`), registered on import, which every entry point does before Hydra composes."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from tinylm.overrides import run_label
+from tinylm.training.sweep_record import sweep_run_label
 
 
 def threads_per_job(n_jobs: int | str | None) -> int:
@@ -37,6 +38,8 @@ def times(value: Any, factor: float) -> Any:
 def register_resolvers() -> None:
     # conf/train.yaml names runs and sweep directories with ${run_label:...}.
     OmegaConf.register_new_resolver("run_label", run_label, replace=True)
+    # ... and a sweep's jobs by what the sweep varies: ${sweep_run_label:${hydra.sweep.dir},...}.
+    OmegaConf.register_new_resolver("sweep_run_label", sweep_run_label, replace=True)
     # conf/launcher/joblib.yaml shares the cores out: threads: ${threads_per_job:${hydra:launcher.n_jobs}}.
     OmegaConf.register_new_resolver("threads_per_job", threads_per_job, replace=True)
     # conf/optim/adamw.yaml: min_lr follows lr.

@@ -34,6 +34,7 @@ from tinylm.errors import ConfigError, Interrupted
 from tinylm.layout import (
     BEST_VAL_LOSS,
     CONFIG_FILE,
+    FINAL_SPLIT_WINDOWS,
     FINAL_VAL_LOSS,
     FINAL_WINDOW_LOSSES,
     HYDRA_DIR,
@@ -43,6 +44,7 @@ from tinylm.layout import (
     VAL_LOSS,
     Checkpoint,
     CheckpointError,
+    evaluated_windows,
     holds_a_run,
     last_checkpoint,
     write_run_record,
@@ -195,6 +197,7 @@ class PreparedRun:
             metrics[FINAL_VAL_LOSS] = float(module.final_window_losses.mean())
             # Rounded to 1e-6 nats: far below any difference between runs, and a third of the file.
             metrics[FINAL_WINDOW_LOSSES] = [round(float(v), 6) for v in module.final_window_losses]
+            metrics[FINAL_SPLIT_WINDOWS] = module.final_windows_available
         metrics[REFERENCE_LEVELS] = dataclasses.asdict(self.datamodule.reference_levels())
         metrics["step"] = trainer.global_step
         metrics["params"] = module.model.num_params()
@@ -264,7 +267,8 @@ def summary_line(metrics: dict[str, Any], run_dir: Path, tensorboard: bool) -> s
         parts.append(f"val loss {loss:.4f} nats/char = {loss / math.log(2):.3f} bits/char")
     full = metrics.get(FINAL_VAL_LOSS)
     if full is not None:
-        parts.append(f"on all {len(metrics[FINAL_WINDOW_LOSSES])} validation windows {full:.4f}")
+        windows = evaluated_windows(len(metrics[FINAL_WINDOW_LOSSES]), metrics.get(FINAL_SPLIT_WINDOWS))
+        parts.append(f"on {windows} {full:.4f}")
     if best is not None:
         parts.append(f"best {best:.4f}")
     parts.append(f"checkpoint {last_checkpoint(run_dir)}")

@@ -36,5 +36,11 @@ class TensorBoardHParams(L.Callback):
             if isinstance(logger, TensorBoardLogger):
                 # Into the run's own event file: Lightning's log_hyperparams would also log each metric as a
                 # scalar with a made-up value, and SummaryWriter.add_hparams writes to a new run of its own.
-                for summary in hparams(self.params, dict.fromkeys(self.metrics, 0.0)):
+                for summary in hparams(shown_as_typed(self.params), dict.fromkeys(self.metrics, 0.0)):
                     logger.experiment.file_writer.add_summary(summary)
+
+
+def shown_as_typed(params: dict[str, Any]) -> dict[str, Any]:
+    """TensorBoard stores every number as a float and shows `seed=1` as 1.0000: a whole number goes in as its
+    text, so that it reads as typed."""
+    return {k: str(v) if isinstance(v, int) and not isinstance(v, bool) else v for k, v in params.items()}
