@@ -1,0 +1,429 @@
+"""SLURM for real: a single-node cluster started on this machine (tests/slurm/local_cluster.sh), sweeps
+submitted through `launcher=slurm` (Hydra's submitit launcher, real sbatch and srun), a job signalled before
+its time limit and requeued, a job killed outright and resubmitted, and DDP ranks started by srun.
+
+Marked `slurm` and deselected by default: `python -m pytest -m slurm tests/test_slurm.py`. The cluster needs
+root (and apt-get where SLURM is not installed); without them every test here is skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import tbparse
+import torch
+from conftest import REPO, SHRINK, run_script, small_corpus
+
+from tinylm.layout import read_checkpoint, read_run_record
+
+pytestmark = pytest.mark.slurm
+
+CLUSTER_SCRIPT = REPO / "tests" / "slurm" / "local_cluster.sh"
+# conf/launcher/slurm.yaml asks for 4 CPUs a task, which this 2-core node cannot give: one, and one thread.
+LOCAL_CLUSTER = ["launcher=slurm", "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=10"]
+# Deterministic CPU runs: the same numbers whichever launcher ran them.
+EXACT = ["trainer.precision=32"]
+STEPS = 12
+# A job that runs long enough to be signalled: validations (and so last.ckpt) at steps 4, 8 and 12.
+LONGER = [f"trainer.max_steps={STEPS}", "trainer.val_check_interval=4", "seed=1"]
+PAUSE_STEP = 6
+# SLURM holds a requeued job for 120 s before it may start again (its EligibleTime); tests move that to now.
+JOB_WAIT_S = 300
+
+
+def cannot_start_reason() -> str | None:
+    """Why this machine cannot start the local cluster, or None."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return "the local SLURM cluster needs root (to install SLURM and run slurmd)"
+    installed = all(shutil.which(tool) for tool in ("munged", "slurmctld", "slurmd", "sinfo"))
+    if not installed and shutil.which("apt-get") is None:
+        return "SLURM is not installed and there is no apt-get to install it"
+    return None
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+    """A real single-node SLURM cluster for the session; stopped (exactly its own daemons) at the end."""
+    reason = cannot_start_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    state = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, "TINYLM_SLURM_DIR": str(state)}
+    started = subprocess.run(
+        [str(CLUSTER_SCRIPT), "start"], env=env, capture_output=True, text=True, timeout=900
+    )
+    previous = os.environ.get("SLURM_CONF")
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        os.environ["SLURM_CONF"] = str(state / "slurm.conf")
+        yield SimpleNamespace(state=state, conf=state / "slurm.conf")
+    finally:
+        subprocess.run([str(CLUSTER_SCRIPT), "stop"], env=env, timeout=120, check=False)
+        if previous is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = previous
+
+
+def job_env() -> dict[str, str]:
+    """The environment sbatch passes on to the jobs: tests/ importable (fault_injection), one thread."""
+    return {
+        **os.environ,
+        "HYDRA_FULL_ERROR": "0",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "tests"), os.environ.get("PYTHONPATH")])),
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+
+
+def train_command(corpus: Path, *overrides: str) -> list[str]:
+    return [
+        sys.executable,
+        str(REPO / "scripts" / "train.py"),
+        "-m",
+        *SHRINK,
+        "data=text",
+        f"data.files={corpus}",
+        *EXACT,
+        *overrides,
+    ]
+
+
+def run_sweep(cwd: Path, corpus: Path, *overrides: str) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        train_command(corpus, *overrides),
+        cwd=cwd,
+        env=job_env(),
+        capture_output=True,
+        text=True,
+        timeout=JOB_WAIT_S,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def start_sweep(cwd: Path, corpus: Path, *overrides: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        train_command(corpus, *overrides),
+        cwd=cwd,
+        env=job_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def slurm(*args: str) -> str:
+    return subprocess.run(args, check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+
+
+def the_running_job() -> str:
+    (job,) = slurm("squeue", "--noheader", "--states=RUNNING", "--format=%i").split()
+    return job
+
+
+def wait_for(condition, what: str, timeout: float = JOB_WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} after {timeout} s"
+        time.sleep(0.2)
+
+
+def wait_for_requeue_and_start_it(job: str) -> None:
+    """SLURM puts a requeued job back in the queue, held until 120 s from now (Reason=BeginTime); start it now."""
+    wait_for(lambda: slurm("squeue", "--noheader", f"--jobs={job}", "--format=%T") == "PENDING", "requeue")
+    slurm("scontrol", "update", f"JobId={job}", "StartTime=now")
+
+
+def only_job_dir(sweep_dir: Path) -> Path:
+    (job_dir,) = [p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    return job_dir
+
+
+def train_losses(run_dir: Path) -> list[tuple[int, float]]:
+    """(step, loss/train) from every TensorBoard event file of the run, in step order, repeats kept."""
+    scalars = tbparse.SummaryReader(str(run_dir / "tb")).scalars
+    rows = scalars[scalars.tag == "loss/train"]
+    return sorted((int(s), float(v)) for s, v in zip(rows.step, rows.value, strict=True))
+
+
+def tensorboard_runs(run_dir: Path) -> list[Path]:
+    """The directories TensorBoard shows as runs: those holding event files."""
+    return sorted({p.parent for p in (run_dir / "tb").rglob("events.out.tfevents.*")})
+
+
+def final_numbers(run_dir: Path) -> dict[str, float]:
+    record = read_run_record(run_dir)
+    return {key: record[key] for key in ("step", "loss/train", "loss/val", "loss/val_full")}
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    first, second = read_checkpoint(a).contents, read_checkpoint(b).contents
+    assert first["global_step"] == second["global_step"]
+    for name, tensor in first["state_dict"].items():
+        assert torch.equal(tensor, second["state_dict"][name]), name
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return small_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Path:
+    """The run the interrupted ones must end as: the same settings, Hydra's basic launcher, no signal."""
+    root = tmp_path_factory.mktemp("uninterrupted")
+    run_sweep(root, corpus, *LONGER, "threads=1", f"hydra.sweep.dir={root / 'sweep'}")
+    return only_job_dir(root / "sweep")
+
+
+# --- the cluster itself ---------------------------------------------------------------------------------
+
+
+def test_the_local_cluster_runs_a_job_with_srun(slurm_cluster, tmp_path):
+    assert slurm("sinfo", "--noheader", "--format=%t") == "idle"
+    output = tmp_path / "job.out"
+    job = slurm(
+        "sbatch", "--parsable", f"--output={output}", "--wrap=srun --ntasks=1 echo task $SLURM_PROCID"
+    )
+    wait_for(lambda: output.exists() and "task 0" in output.read_text(), f"output of job {job}", timeout=60)
+
+
+# --- a sweep through launcher=slurm ------------------------------------------------------------------------
+
+
+def report_tables(report_md: str) -> list[str]:
+    """The report's settings table and its verdict table: every line of both, as markdown."""
+    return [line for line in report_md.splitlines() if line.startswith("|")]
+
+
+def test_a_sweep_through_slurm_reports_what_the_basic_launcher_reports(slurm_cluster, tmp_path, corpus):
+    grid = ["act=gelu,swiglu", "seed=1,2"]
+    through_slurm = tmp_path / "slurm"
+    run_sweep(tmp_path, corpus, *LOCAL_CLUSTER, *grid, f"hydra.sweep.dir={through_slurm}")
+    basic = tmp_path / "basic"
+    run_sweep(tmp_path, corpus, *grid, "threads=1", f"hydra.sweep.dir={basic}")
+
+    # A job array of 4, each task its own run directory with a completed run.
+    job_dirs = sorted(p for p in through_slurm.iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert [p.name.split("_")[0] for p in job_dirs] == ["0", "1", "2", "3"]
+    assert all(read_run_record(p)["status"] == "completed" for p in job_dirs)
+    # submitit's files where docs/scaling.md says: <sweep dir>/.submitit/<array job id>/ holds the sbatch
+    # script, <sweep dir>/.submitit/<array job id>_<index>/ each task's logs.
+    submitit = through_slurm / ".submitit"
+    (script,) = submitit.glob("*/*_submission.sh")
+    array_id = script.parent.name
+    assert "#SBATCH --array=0-3%" in script.read_text()
+    for index in range(4):
+        task = submitit / f"{array_id}_{index}"
+        out = (task / f"{array_id}_{index}_0_log.out").read_text()
+        assert f"JobEnvironment(job_id={array_id}_{index}" in out  # run as that SLURM array task
+        assert (task / f"{array_id}_{index}_0_log.err").is_file()
+
+    # The same report: the same final losses, run by run, and the same tables.
+    reports = {}
+    for sweep in (through_slurm, basic):
+        result = run_script("report.py", "--baseline", "act=gelu", str(sweep), cwd=tmp_path)
+        assert result.returncode == 0, result.stderr[-3000:]
+        reports[sweep] = json.loads((sweep / "report.json").read_text())
+    slurm_report, basic_report = reports[through_slurm], reports[basic]
+    assert slurm_report["settings"] == basic_report["settings"]
+    by_run = lambda report: {  # noqa: E731
+        (run["choices"]["act"], run["seed"]): (run["final_val_loss"], run["best_val_loss"], run["steps"])
+        for run in report["runs"]
+    }
+    assert by_run(slurm_report) == by_run(basic_report)
+    assert len(by_run(slurm_report)) == 4
+    slurm_tables = report_tables((through_slurm / "report.md").read_text())
+    basic_tables = report_tables((basic / "report.md").read_text())
+    # Every table line but the runs' own (their tokens/s and wall times depend on the machine's load).
+    runs_header = next(i for i, line in enumerate(slurm_tables) if line.startswith("| rank | run |"))
+    assert slurm_tables[:runs_header] == basic_tables[:runs_header]
+    print("\n--- report through SLURM ---\n" + "\n".join(slurm_tables))
+    print("--- report through the basic launcher ---\n" + "\n".join(basic_tables))
+
+
+# --- preemption and time limits ----------------------------------------------------------------------------
+
+
+def test_a_job_signalled_before_its_time_limit_is_requeued_and_ends_as_if_uninterrupted(
+    slurm_cluster, tmp_path, corpus, uninterrupted
+):
+    marker = tmp_path / "paused"
+    # A time-stamped sweep directory, as by default: the requeued job must not get a new one
+    # (lightning-hydra-template #146).
+    sweep = start_sweep(
+        tmp_path,
+        corpus,
+        *LOCAL_CLUSTER,
+        *LONGER,
+        "+callbacks.pause._target_=fault_injection.PauseAtStep",
+        f"+callbacks.pause.at_step={PAUSE_STEP}",
+        f"+callbacks.pause.marker={marker}",
+        f"hydra.sweep.dir={tmp_path / 'multirun'}/${{now:%H-%M-%S-%f}}",
+    )
+    try:
+        wait_for(marker.exists, f"training paused at step {PAUSE_STEP}")
+        job = the_running_job()
+        slurm("scancel", "--signal=USR1", job)
+        wait_for_requeue_and_start_it(job)
+        output, _ = sweep.communicate(timeout=JOB_WAIT_S)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    assert sweep.returncode == 0, output[-3000:]
+
+    (sweep_dir,) = (tmp_path / "multirun").iterdir()  # one sweep directory, kept by the requeued job
+    run_dir = only_job_dir(sweep_dir)
+    log_dir = sweep_dir / ".submitit" / job
+    err, out = (log_dir / f"{job}_0_log.err").read_text(), (log_dir / f"{job}_0_log.out").read_text()
+    assert (
+        f"error: stopped by SIGUSR1 after step {PAUSE_STEP}; saved {run_dir}/checkpoints/last.ckpt; " in err
+    )
+    assert f"requeued SLURM job {job}: it continues from this checkpoint" in err
+    assert f"requeued SLURM job (restart 1): continuing from {run_dir}/checkpoints/last.ckpt" in out
+
+    # The same run as without the signal: every step's training loss, the final losses and the weights.
+    resumed, straight = train_losses(run_dir), train_losses(uninterrupted)
+    assert [step for step, _ in resumed] == list(range(STEPS))  # one continuous curve: no step twice
+    assert resumed == straight
+    assert final_numbers(run_dir) == final_numbers(uninterrupted)
+    assert_same_weights(run_dir / "checkpoints" / "last.ckpt", uninterrupted / "checkpoints" / "last.ckpt")
+    # TensorBoard shows one run: both attempts' event files are in the run's one tb directory.
+    runs = tensorboard_runs(run_dir)
+    assert runs == [run_dir / "tb"]
+    assert len(list(runs[0].glob("events.out.tfevents.*"))) == 2
+    print(
+        f"\nrequeue: signal after step {PAUSE_STEP}; final (interrupted+resumed) {final_numbers(run_dir)}; "
+        f"final (uninterrupted) {final_numbers(uninterrupted)}; TensorBoard runs {len(runs)}"
+    )
+
+
+def test_the_time_limit_signal_of_the_sbatch_script_requeues_the_job(
+    slurm_cluster, tmp_path, corpus, uninterrupted
+):
+    # A 2-minute job: submitit's script asks SLURM for SIGUSR2 100 s before the limit (--signal=USR2@100),
+    # i.e. 20 s in; training holds at step 6 until it comes. The requeued job has 2 minutes again and needs
+    # a few seconds.
+    marker = tmp_path / "paused"
+    sweep_dir = tmp_path / "sweep"
+    sweep = start_sweep(
+        tmp_path,
+        corpus,
+        *LOCAL_CLUSTER,
+        "hydra.launcher.timeout_min=2",
+        "hydra.launcher.signal_delay_s=100",
+        *LONGER,
+        "+callbacks.pause._target_=fault_injection.PauseAtStep",
+        f"+callbacks.pause.at_step={PAUSE_STEP}",
+        f"+callbacks.pause.marker={marker}",
+        "+callbacks.pause.timeout_s=110",
+        f"hydra.sweep.dir={sweep_dir}",
+    )
+    try:
+        wait_for(marker.exists, f"training paused at step {PAUSE_STEP}")
+        job = the_running_job()
+        wait_for_requeue_and_start_it(job)
+        output, _ = sweep.communicate(timeout=JOB_WAIT_S)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    assert sweep.returncode == 0, output[-3000:]
+    assert "#SBATCH --signal=USR2@100" in (sweep_dir / ".submitit" / job / f"{job}_submission.sh").read_text()
+    run_dir = only_job_dir(sweep_dir)
+    err = (sweep_dir / ".submitit" / job / f"{job}_0_log.err").read_text()
+    assert f"error: stopped by SIGUSR2 after step {PAUSE_STEP}; " in err
+    assert [step for step, _ in train_losses(run_dir)] == list(range(STEPS))
+    assert final_numbers(run_dir) == final_numbers(uninterrupted)
+
+
+def test_a_killed_job_leaves_a_loadable_checkpoint_and_a_resubmission_resumes_it(
+    slurm_cluster, tmp_path, corpus, uninterrupted
+):
+    marker = tmp_path / "paused"
+    sweep_dir = tmp_path / "sweep"
+    command = [
+        *LOCAL_CLUSTER,
+        *LONGER,
+        "+callbacks.pause._target_=fault_injection.PauseAtStep",
+        f"+callbacks.pause.at_step={PAUSE_STEP}",
+        f"+callbacks.pause.marker={marker}",
+        f"hydra.sweep.dir={sweep_dir}",
+    ]
+    sweep = start_sweep(tmp_path, corpus, *command)
+    try:
+        wait_for(marker.exists, f"training paused at step {PAUSE_STEP}")
+        job = the_running_job()
+        # SIGKILL to the training process (srun's step 0 of the job), as a node failure or the OOM killer
+        # would: nothing can save anything. The job fails with it.
+        slurm("scancel", "--signal=KILL", f"{job}.0")
+        wait_for(lambda: not slurm("squeue", "--noheader", f"--jobs={job}", "--format=%T"), "end of the job")
+    finally:
+        # Without an accounting database (sacct) submitit cannot see that a job died without a result and
+        # would wait for it: the submitting process is ended here, as a user would end it.
+        sweep.send_signal(signal.SIGINT)
+        try:
+            sweep.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            sweep.kill()
+            sweep.communicate()
+
+    run_dir = only_job_dir(sweep_dir)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    killed_at = read_checkpoint(last).contents["global_step"]  # loadable, weights_only, whole
+    assert killed_at == 4  # the last validation before the kill saved it
+    assert read_run_record(run_dir) is None  # killed: no record of how it ended
+
+    # The same command again, with ckpt_path=last (not part of the run's name): the same run directory,
+    # continued from step 4 (the marker is there: no pause this time).
+    result = run_sweep(tmp_path, corpus, *command, "ckpt_path=last")
+    (resubmitted,) = [p for p in (sweep_dir / ".submitit").iterdir() if p.name != job and p.is_dir()]
+    out = next(resubmitted.glob("*_0_log.out")).read_text()
+    assert f"Restoring states from the checkpoint path at {last}" in out, result.stdout[-3000:]
+    assert only_job_dir(sweep_dir) == run_dir
+    assert final_numbers(run_dir) == final_numbers(uninterrupted)
+    assert_same_weights(last, uninterrupted / "checkpoints" / "last.ckpt")
+
+
+# --- DDP with srun-started ranks ---------------------------------------------------------------------------
+
+DDP = [
+    "trainer=ddp",
+    "trainer.num_nodes=1",
+    "trainer.devices=2",
+    "trainer.accelerator=cpu",
+    "trainer.max_steps=20",
+    "trainer.val_check_interval=10",
+    "data.val_windows=9",
+    "trainer.precision=32-true",
+]
+
+
+def test_ddp_ranks_started_by_srun_train_as_lightnings_own_ddp(slurm_cluster, tmp_path, corpus):
+    # One job of 2 tasks, one per rank, started by srun: Lightning takes the ranks from SLURM.
+    sweep_dir = tmp_path / "sweep"
+    run_sweep(tmp_path, corpus, *LOCAL_CLUSTER, *DDP, f"hydra.sweep.dir={sweep_dir}")
+    (script,) = (sweep_dir / ".submitit").glob("*/*_submission.sh")
+    assert "#SBATCH --ntasks-per-node=2\n" in script.read_text()
+    through_slurm = only_job_dir(sweep_dir)
+    # The 2-process DDP the slow tests run (tests/test_ddp.py): Lightning starts rank 1 itself.
+    plain = tmp_path / "plain"
+    result = run_script(
+        "train.py", *SHRINK, "data=text", f"data.files={corpus}", *DDP, f"hydra.run.dir={plain}", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    assert read_run_record(through_slurm)["world_size"] == read_run_record(plain)["world_size"] == 2
+    assert final_numbers(through_slurm) == final_numbers(plain)
+    assert_same_weights(through_slurm / "checkpoints" / "last.ckpt", plain / "checkpoints" / "last.ckpt")
+    print(f"\nDDP: srun-started {final_numbers(through_slurm)}; Lightning-started {final_numbers(plain)}")
