@@ -23,10 +23,9 @@ import pytest
 import tbparse
 import torch
 from conftest import REPO, SHRINK, run_script, small_corpus
+from hydra import compose, initialize_config_module
 
 from tinylm.layout import read_checkpoint, read_run_record
-
-pytestmark = pytest.mark.slurm
 
 CLUSTER_SCRIPT = REPO / "tests" / "slurm" / "local_cluster.sh"
 # conf/launcher/slurm.yaml asks for 4 CPUs a task, which this 2-core node cannot give: one, and one thread.
@@ -187,9 +186,31 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Pat
     return only_job_dir(root / "sweep")
 
 
+# --- what launcher=slurm asks SLURM for (no cluster needed) -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "nodes", "tasks", "gpus"),
+    [
+        ([], 1, 1, None),
+        (["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"], 1, 2, None),
+        (["trainer=ddp", "trainer.accelerator=gpu", "trainer.num_nodes=2", "trainer.devices=4"], 2, 4, 4),
+    ],
+)
+def test_launcher_slurm_asks_for_one_task_per_rank_and_gpus_only_on_gpu(overrides, nodes, tasks, gpus):
+    # Multi-node and GPU jobs cannot run on the one-node CPU cluster below: their request is checked here.
+    with initialize_config_module("tinylm.conf", version_base="1.3"):
+        cfg = compose("train", overrides=["launcher=slurm", *overrides], return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
+    assert (launcher.nodes, launcher.tasks_per_node, launcher.gpus_per_node) == (nodes, tasks, gpus)
+    assert launcher.cpus_per_task == 4 and launcher.partition is None
+
+
 # --- the cluster itself ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slurm
 def test_the_local_cluster_runs_a_job_with_srun(slurm_cluster, tmp_path):
     assert slurm("sinfo", "--noheader", "--format=%t") == "idle"
     output = tmp_path / "job.out"
@@ -207,6 +228,7 @@ def report_tables(report_md: str) -> list[str]:
     return [line for line in report_md.splitlines() if line.startswith("|")]
 
 
+@pytest.mark.slurm
 def test_a_sweep_through_slurm_reports_what_the_basic_launcher_reports(slurm_cluster, tmp_path, corpus):
     grid = ["act=gelu,swiglu", "seed=1,2"]
     through_slurm = tmp_path / "slurm"
@@ -256,6 +278,7 @@ def test_a_sweep_through_slurm_reports_what_the_basic_launcher_reports(slurm_clu
 # --- preemption and time limits ----------------------------------------------------------------------------
 
 
+@pytest.mark.slurm
 def test_a_job_signalled_before_its_time_limit_is_requeued_and_ends_as_if_uninterrupted(
     slurm_cluster, tmp_path, corpus, uninterrupted
 ):
@@ -309,6 +332,7 @@ def test_a_job_signalled_before_its_time_limit_is_requeued_and_ends_as_if_uninte
     )
 
 
+@pytest.mark.slurm
 def test_the_time_limit_signal_of_the_sbatch_script_requeues_the_job(
     slurm_cluster, tmp_path, corpus, uninterrupted
 ):
@@ -347,6 +371,7 @@ def test_the_time_limit_signal_of_the_sbatch_script_requeues_the_job(
     assert final_numbers(run_dir) == final_numbers(uninterrupted)
 
 
+@pytest.mark.slurm
 def test_a_killed_job_leaves_a_loadable_checkpoint_and_a_resubmission_resumes_it(
     slurm_cluster, tmp_path, corpus, uninterrupted
 ):
@@ -409,6 +434,7 @@ DDP = [
 ]
 
 
+@pytest.mark.slurm
 def test_ddp_ranks_started_by_srun_train_as_lightnings_own_ddp(slurm_cluster, tmp_path, corpus):
     # One job of 2 tasks, one per rank, started by srun: Lightning takes the ranks from SLURM.
     sweep_dir = tmp_path / "sweep"
