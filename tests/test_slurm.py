@@ -25,7 +25,10 @@ import torch
 from conftest import REPO, SHRINK, run_script, small_corpus
 from hydra import compose, initialize_config_module
 
+from tinylm.errors import Interrupted
 from tinylm.layout import read_checkpoint, read_run_record
+from tinylm.training import slurm as tinylm_slurm
+from tinylm.training.callbacks import StopOnSignal
 
 CLUSTER_SCRIPT = REPO / "tests" / "slurm" / "local_cluster.sh"
 # conf/launcher/slurm.yaml asks for 4 CPUs a task, which this 2-core node cannot give: one, and one thread.
@@ -205,6 +208,85 @@ def test_launcher_slurm_asks_for_one_task_per_rank_and_gpus_only_on_gpu(override
     assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
     assert (launcher.nodes, launcher.tasks_per_node, launcher.gpus_per_node) == (nodes, tasks, gpus)
     assert launcher.cpus_per_task == 4 and launcher.partition is None
+
+
+# --- the requeue, on constructed inputs (no cluster needed) ------------------------------------------------
+
+IN_A_SLURM_ARRAY_TASK = {
+    "SLURM_NTASKS": "1",
+    "SLURM_JOB_NAME": "train",
+    "SLURM_JOB_ID": "9",
+    "SLURM_ARRAY_JOB_ID": "7",
+    "SLURM_ARRAY_TASK_ID": "2",
+}
+
+
+@pytest.fixture
+def in_a_slurm_array_task(monkeypatch):
+    for key, value in IN_A_SLURM_ARRAY_TASK.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+
+
+def test_the_job_to_requeue_is_the_array_task_not_the_whole_array(in_a_slurm_array_task, monkeypatch):
+    assert tinylm_slurm.slurm_job_id() == "7_2"
+    monkeypatch.delenv("SLURM_ARRAY_JOB_ID")
+    assert tinylm_slurm.slurm_job_id() == "9"
+
+
+def test_only_a_requeued_job_with_a_checkpoint_continues_its_run_directory(
+    in_a_slurm_array_task, tmp_path, monkeypatch
+):
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    last.parent.mkdir()
+    last.write_bytes(b"")
+    assert tinylm_slurm.checkpoint_to_continue(tmp_path) is None  # its first run: a fresh start
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # as SLURM sets it in a requeued job
+    assert tinylm_slurm.checkpoint_to_continue(tmp_path) == "last"
+    last.unlink()  # requeued before its first checkpoint
+    assert tinylm_slurm.checkpoint_to_continue(tmp_path) is None
+
+
+def fake_scontrol(directory: Path, exit_code: int, checkpoint: Path) -> Path:
+    """An `scontrol` that records its arguments and whether the checkpoint was already saved."""
+    calls = directory / "scontrol.calls"
+    script = directory / "scontrol"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'if [ -f "{checkpoint}" ]; then saved=saved; else saved=unsaved; fi\n'
+        f'echo "$* $saved" >> "{calls}"\n'
+        f'[ {exit_code} -eq 0 ] || {{ echo "Invalid job id specified" >&2; exit {exit_code}; }}\n'
+    )
+    script.chmod(0o755)
+    return calls
+
+
+@pytest.mark.parametrize("scontrol_exit", [0, 1])
+def test_a_requeue_signal_saves_between_steps_then_requeues(
+    in_a_slurm_array_task, tmp_path, monkeypatch, scontrol_exit
+):
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    calls = fake_scontrol(tmp_path, scontrol_exit, last)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    trainer = SimpleNamespace(
+        world_size=1, log_every_n_steps=1, global_step=6, is_global_zero=True, default_root_dir=str(tmp_path)
+    )
+    trainer.strategy = SimpleNamespace(reduce_boolean_decision=lambda decision, all: decision)
+    trainer.save_checkpoint = lambda path: Path(path).parent.mkdir() or Path(path).write_bytes(b"saved")
+    stop = StopOnSignal()
+    stop.received = signal.SIGUSR1  # as the handler notes it, during step 6
+    with pytest.raises(Interrupted) as stopped:
+        stop.on_train_batch_start(trainer)
+    assert (stopped.value.step, stopped.value.exit_code) == (6, 128 + signal.SIGUSR1)
+    assert calls.read_text() == "requeue 7_2 saved\n"  # after the checkpoint, the array task alone
+    message = str(stopped.value)
+    assert message.startswith(f"stopped by SIGUSR1 after step 6; saved {last}; ")
+    if scontrol_exit == 0:
+        assert message.endswith("requeued SLURM job 7_2: it continues from this checkpoint")
+    else:
+        assert message.endswith(
+            "requeuing SLURM job 7_2 failed (Invalid job id specified); resubmit it with ckpt_path=last"
+        )
 
 
 # --- the cluster itself ---------------------------------------------------------------------------------
