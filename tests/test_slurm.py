@@ -147,6 +147,35 @@ def wait_for_requeue_and_start_it(job: str) -> None:
     slurm("scontrol", "update", f"JobId={job}", "StartTime=now")
 
 
+def pause_once(marker: Path, *extra: str) -> list[str]:
+    """Overrides that hold training after step PAUSE_STEP until a signal comes (tests/fault_injection.py)."""
+    return [
+        "+callbacks.pause._target_=fault_injection.PauseAtStep",
+        f"+callbacks.pause.at_step={PAUSE_STEP}",
+        f"+callbacks.pause.marker={marker}",
+        *extra,
+    ]
+
+
+def requeued_sweep(cwd: Path, corpus: Path, *overrides: str, send: signal.Signals | None) -> str:
+    """Submit a one-job sweep that pauses at PAUSE_STEP, `send` it a signal there (None: wait for SLURM's own),
+    start it again as soon as it is requeued, and wait for the sweep to end; returns the job id."""
+    marker = cwd / "paused"
+    sweep = start_sweep(cwd, corpus, *LOCAL_CLUSTER, *LONGER, *overrides, *pause_once(marker))
+    try:
+        wait_for(marker.exists, f"training paused at step {PAUSE_STEP}")
+        job = the_running_job()
+        if send is not None:
+            slurm("scancel", f"--signal={send.name.removeprefix('SIG')}", job)
+        wait_for_requeue_and_start_it(job)
+        output, _ = sweep.communicate(timeout=JOB_WAIT_S)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    assert sweep.returncode == 0, output[-3000:]
+    return job
+
+
 def only_job_dir(sweep_dir: Path) -> Path:
     (job_dir,) = [p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
     return job_dir
@@ -364,29 +393,10 @@ def test_a_sweep_through_slurm_reports_what_the_basic_launcher_reports(slurm_clu
 def test_a_job_signalled_before_its_time_limit_is_requeued_and_ends_as_if_uninterrupted(
     slurm_cluster, tmp_path, corpus, uninterrupted
 ):
-    marker = tmp_path / "paused"
     # A time-stamped sweep directory, as by default: the requeued job must not get a new one
     # (lightning-hydra-template #146).
-    sweep = start_sweep(
-        tmp_path,
-        corpus,
-        *LOCAL_CLUSTER,
-        *LONGER,
-        "+callbacks.pause._target_=fault_injection.PauseAtStep",
-        f"+callbacks.pause.at_step={PAUSE_STEP}",
-        f"+callbacks.pause.marker={marker}",
-        f"hydra.sweep.dir={tmp_path / 'multirun'}/${{now:%H-%M-%S-%f}}",
-    )
-    try:
-        wait_for(marker.exists, f"training paused at step {PAUSE_STEP}")
-        job = the_running_job()
-        slurm("scancel", "--signal=USR1", job)
-        wait_for_requeue_and_start_it(job)
-        output, _ = sweep.communicate(timeout=JOB_WAIT_S)
-    finally:
-        if sweep.poll() is None:
-            sweep.kill()
-    assert sweep.returncode == 0, output[-3000:]
+    time_stamped = f"{tmp_path / 'multirun'}/${{now:%H-%M-%S-%f}}"
+    job = requeued_sweep(tmp_path, corpus, f"hydra.sweep.dir={time_stamped}", send=signal.SIGUSR1)
 
     (sweep_dir,) = (tmp_path / "multirun").iterdir()  # one sweep directory, kept by the requeued job
     run_dir = only_job_dir(sweep_dir)
@@ -421,30 +431,13 @@ def test_the_time_limit_signal_of_the_sbatch_script_requeues_the_job(
     # A 2-minute job: submitit's script asks SLURM for SIGUSR2 100 s before the limit (--signal=USR2@100),
     # i.e. 20 s in; training holds at step 6 until it comes. The requeued job has 2 minutes again and needs
     # a few seconds.
-    marker = tmp_path / "paused"
     sweep_dir = tmp_path / "sweep"
-    sweep = start_sweep(
-        tmp_path,
-        corpus,
-        *LOCAL_CLUSTER,
+    limits = [
         "hydra.launcher.timeout_min=2",
         "hydra.launcher.signal_delay_s=100",
-        *LONGER,
-        "+callbacks.pause._target_=fault_injection.PauseAtStep",
-        f"+callbacks.pause.at_step={PAUSE_STEP}",
-        f"+callbacks.pause.marker={marker}",
         "+callbacks.pause.timeout_s=110",
-        f"hydra.sweep.dir={sweep_dir}",
-    )
-    try:
-        wait_for(marker.exists, f"training paused at step {PAUSE_STEP}")
-        job = the_running_job()
-        wait_for_requeue_and_start_it(job)
-        output, _ = sweep.communicate(timeout=JOB_WAIT_S)
-    finally:
-        if sweep.poll() is None:
-            sweep.kill()
-    assert sweep.returncode == 0, output[-3000:]
+    ]
+    job = requeued_sweep(tmp_path, corpus, *limits, f"hydra.sweep.dir={sweep_dir}", send=None)
     assert "#SBATCH --signal=USR2@100" in (sweep_dir / ".submitit" / job / f"{job}_submission.sh").read_text()
     run_dir = only_job_dir(sweep_dir)
     err = (sweep_dir / ".submitit" / job / f"{job}_0_log.err").read_text()
@@ -459,14 +452,7 @@ def test_a_killed_job_leaves_a_loadable_checkpoint_and_a_resubmission_resumes_it
 ):
     marker = tmp_path / "paused"
     sweep_dir = tmp_path / "sweep"
-    command = [
-        *LOCAL_CLUSTER,
-        *LONGER,
-        "+callbacks.pause._target_=fault_injection.PauseAtStep",
-        f"+callbacks.pause.at_step={PAUSE_STEP}",
-        f"+callbacks.pause.marker={marker}",
-        f"hydra.sweep.dir={sweep_dir}",
-    ]
+    command = [*LOCAL_CLUSTER, *LONGER, *pause_once(marker), f"hydra.sweep.dir={sweep_dir}"]
     sweep = start_sweep(tmp_path, corpus, *command)
     try:
         wait_for(marker.exists, f"training paused at step {PAUSE_STEP}")
