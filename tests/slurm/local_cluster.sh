@@ -44,7 +44,8 @@ install_packages() {
 
 write_config() {
     local cpus memory_mb
-    cpus="$(nproc)"
+    # nproc alone counts OMP_NUM_THREADS (1 in the tests), not the cores.
+    cpus="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
     memory_mb="$(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo)"
     cat >"$CONF" <<EOF
 # Written by tests/slurm/local_cluster.sh: one node, this machine.
