@@ -357,6 +357,7 @@ def test_a_sweep_through_slurm_reports_what_the_basic_launcher_reports(slurm_clu
     (script,) = submitit.glob("*/*_submission.sh")
     array_id = script.parent.name
     assert "#SBATCH --array=0-3%" in script.read_text()
+    assert "#SBATCH --requeue\n" in script.read_text()
     for index in range(4):
         task = submitit / f"{array_id}_{index}"
         out = (task / f"{array_id}_{index}_0_log.out").read_text()
