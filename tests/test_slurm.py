@@ -429,17 +429,17 @@ def test_a_job_signalled_before_its_time_limit_is_requeued_and_ends_as_if_uninte
 def test_the_time_limit_signal_of_the_sbatch_script_requeues_the_job(
     slurm_cluster, tmp_path, corpus, uninterrupted
 ):
-    # A 2-minute job: submitit's script asks SLURM for SIGUSR2 100 s before the limit (--signal=USR2@100),
-    # i.e. 20 s in; training holds at step 6 until it comes. The requeued job has 2 minutes again and needs
-    # a few seconds.
+    # A 3-minute job: submitit's script asks SLURM for SIGUSR2 60 s before the limit (--signal=USR2@60), which
+    # SLURM sends up to 60 s early (its event resolution), i.e. 60 to 120 s in; training holds at step 6
+    # until it comes. The requeued job has 3 minutes again and needs a few seconds.
     sweep_dir = tmp_path / "sweep"
     limits = [
-        "hydra.launcher.timeout_min=2",
-        "hydra.launcher.signal_delay_s=100",
-        "+callbacks.pause.timeout_s=110",
+        "hydra.launcher.timeout_min=3",
+        "hydra.launcher.signal_delay_s=60",
+        "+callbacks.pause.timeout_s=170",
     ]
     job = requeued_sweep(tmp_path, corpus, *limits, f"hydra.sweep.dir={sweep_dir}", send=None)
-    assert "#SBATCH --signal=USR2@100" in (sweep_dir / ".submitit" / job / f"{job}_submission.sh").read_text()
+    assert "#SBATCH --signal=USR2@60" in (sweep_dir / ".submitit" / job / f"{job}_submission.sh").read_text()
     run_dir = only_job_dir(sweep_dir)
     err = (sweep_dir / ".submitit" / job / f"{job}_0_log.err").read_text()
     assert f"error: stopped by SIGUSR2 after step {PAUSE_STEP}; " in err

@@ -132,6 +132,20 @@ start() {
 }
 
 stop() {
+    # Jobs first: cancel what is left and wait until every job step's slurmstepd has ended (each has a
+    # socket in this cluster's spool directory until it exits), so that none outlives the daemons.
+    if alive "$DIR/slurmctld.pid"; then
+        local jobs
+        jobs="$(SLURM_CONF="$CONF" squeue --noheader --format=%A 2>/dev/null || true)"
+        [[ -z "$jobs" ]] || SLURM_CONF="$CONF" scancel $jobs 2>/dev/null || true
+    fi
+    for _ in $(seq 1 120); do
+        compgen -G "$DIR/spool/${NODE}_*" >/dev/null || break
+        sleep 0.5
+    done
+    if compgen -G "$DIR/spool/${NODE}_*" >/dev/null; then
+        echo "local_cluster.sh: job steps still running after 60 s: $(ls "$DIR/spool")" >&2
+    fi
     # The daemons' own PID files, written when `start` started them: nothing else is signalled.
     local name pid
     for name in slurmd slurmctld munged; do
