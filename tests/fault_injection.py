@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+import time
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as L
@@ -36,3 +38,25 @@ class PoisonWeights(L.Callback):
         if trainer.global_step == self.at_step:
             with torch.no_grad():
                 next(p for p in pl_module.parameters() if p.dim() >= 2).fill_(float("nan"))
+
+
+class PauseAtStep(L.Callback):
+    """Holds training after optimizer step `at_step`, having touched `marker`, until StopOnSignal has noted a
+    signal (or `timeout_s` passed): a test sends the signal from outside (`scancel --signal`) and knows the
+    step it came at. Once: where `marker` exists already (a resumed run), it does not hold again."""
+
+    def __init__(self, at_step: int, marker: str, timeout_s: float = 120.0) -> None:
+        self.at_step = at_step
+        self.marker = marker
+        self.timeout_s = timeout_s
+
+    def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
+        if trainer.global_step != self.at_step or Path(self.marker).exists():
+            return
+        from tinylm.training.callbacks import StopOnSignal
+
+        stop = next(c for c in trainer.callbacks if isinstance(c, StopOnSignal))
+        Path(self.marker).touch()
+        deadline = time.monotonic() + self.timeout_s
+        while stop.received is None and time.monotonic() < deadline:
+            time.sleep(0.05)

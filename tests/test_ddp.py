@@ -2,7 +2,8 @@
 
 A real 2-process DDP run on CPU (gloo) through `scripts/train.py` is the slow test at the end; the fast
 ones check the pieces it relies on: per-rank training windows, unpadded validation shards, rank-0-only
-files, the refusal of sweeps that DDP would re-run, and the SLURM job that `launcher=slurm` submits.
+files, the refusal of sweeps that DDP would re-run, and the ranks Lightning takes from SLURM (a real
+cluster's jobs are in tests/test_slurm.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import tbparse
 import torch
 from conftest import SHRINK, compose_train, run_script
 from hydra import compose, initialize_config_module
-from hydra.utils import instantiate
 from lightning.fabric.utilities import rank_zero as fabric_rank_zero
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
 from lightning.pytorch.utilities import rank_zero as pytorch_rank_zero
@@ -272,73 +272,7 @@ def test_sweep_with_ddp_that_would_relaunch_itself_is_refused(tmp_path, monkeypa
     assert not list(sweep_dir.rglob("tokenizer.json"))
 
 
-# --- SLURM: the submitit launcher with trainer=ddp --------------------------------------------------------
-
-SLURM_TWO_NODES = [
-    "launcher=slurm",
-    "trainer=ddp",
-    "trainer.accelerator=gpu",
-    "trainer.num_nodes=2",
-    "trainer.devices=4",
-    "hydra.launcher.partition=gpu",
-]
-
-
-def _submit_without_a_cluster(tmp_path: Path, overrides: list[str], monkeypatch) -> SimpleNamespace:
-    """Compose `launcher=slurm`, build the real SlurmLauncher and let it prepare its job array; only the
-    submission (sbatch) is intercepted, so nothing needs a cluster."""
-    submitit = pytest.importorskip("submitit", reason="pip install hydra-submitit-launcher")
-    from submitit.slurm.slurm import SlurmExecutor
-
-    with initialize_config_module("tinylm.conf", version_base="1.3"):
-        cfg = compose(
-            "train", overrides=[*overrides, f"hydra.sweep.dir={tmp_path / 'sweep'}"], return_hydra_config=True
-        )
-    # submitit refuses to build a SLURM executor on a machine without `srun`; pretend to be a login node.
-    monkeypatch.setattr(SlurmExecutor, "affinity", classmethod(lambda cls: 1))
-    submitted = SimpleNamespace()
-
-    def capture(executor, function, *job_args):
-        submitted.executor, submitted.function, submitted.job_args = executor, function, job_args
-        return [SimpleNamespace(results=lambda: [None]) for _ in job_args[0]]
-
-    monkeypatch.setattr(submitit.AutoExecutor, "map_array", capture)
-    launcher = instantiate(cfg.hydra.launcher)
-    launcher.setup(hydra_context=None, task_function=None, config=cfg)
-    launcher.launch([["act=swiglu"], ["act=gelu"]], initial_job_idx=0)
-    submitted.cfg = cfg
-    slurm = submitted.executor._executor
-    submitted.parameters = slurm.parameters
-    submitted.sbatch = slurm._make_submission_file_text("python -m submitit.core._submit", "uid")
-    return submitted
-
-
-def test_slurm_launcher_submits_one_two_node_job_per_sweep_job(tmp_path, monkeypatch):
-    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="pip install hydra-submitit-launcher")
-    submitted = _submit_without_a_cluster(tmp_path, SLURM_TWO_NODES, monkeypatch)
-
-    assert submitted.cfg.hydra.launcher._target_.endswith("submitit_launcher.SlurmLauncher")
-    params = submitted.parameters
-    assert params["nodes"] == 2
-    assert params["ntasks_per_node"] == 4  # one task per rank: trainer.devices
-    assert params["gpus_per_node"] == 4
-    assert params["partition"] == "gpu"
-    for line in ("--nodes=2", "--ntasks-per-node=4", "--gpus-per-node=4", "--partition=gpu"):
-        assert f"#SBATCH {line}\n" in submitted.sbatch
-    # SLURM starts every task with srun; each runs the Hydra job for its array index.
-    assert "\nsrun " in submitted.sbatch
-    overrides, _, job_numbers, *_ = submitted.job_args
-    assert list(overrides) == [["act=swiglu"], ["act=gelu"]] and list(job_numbers) == [0, 1]
-    assert (tmp_path / "sweep").is_dir()
-
-
-def test_slurm_launcher_on_cpu_asks_for_no_gpus(tmp_path, monkeypatch):
-    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="pip install hydra-submitit-launcher")
-    submitted = _submit_without_a_cluster(tmp_path, ["launcher=slurm"], monkeypatch)
-    params = submitted.parameters
-    assert params["nodes"] == 1 and params["ntasks_per_node"] == 1
-    assert "gpus_per_node" not in params
-    assert "--gpus-per-node" not in submitted.sbatch
+# --- SLURM: the ranks of a multi-node job (a real cluster runs jobs in tests/test_slurm.py) ---------------
 
 
 def test_in_a_slurm_task_lightning_takes_the_rank_from_slurm(monkeypatch, restore_rank_zero):

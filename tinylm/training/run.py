@@ -25,6 +25,7 @@ import lightning.pytorch as L
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.fabric.utilities.spike import TrainingSpikeException
 from omegaconf import DictConfig, OmegaConf
@@ -52,6 +53,7 @@ from tinylm.layout import (
 from tinylm.model import GPT
 from tinylm.model.sampling import sample_text
 from tinylm.overrides import choices
+from tinylm.training import slurm
 from tinylm.training.callbacks import TensorBoardHParams, in_order
 from tinylm.training.checkpoints import (
     AtomicCheckpointIO,
@@ -98,7 +100,9 @@ def prepare(cfg: DictConfig, observers: Sequence[L.Callback] = ()) -> PreparedRu
     """Everything that can refuse the run, and nothing that writes into it."""
     settings = RunSettings.from_cfg(cfg)
     L.seed_everything(settings.seed, workers=True, verbose=False)  # logged once the run may write its log
-    resumed = resume_checkpoint(settings.ckpt_path, settings.run_dir)
+    # A requeued SLURM job continues its own run directory (tinylm/training/slurm.py).
+    ckpt_path = settings.ckpt_path or slurm.checkpoint_to_continue(settings.run_dir)
+    resumed = resume_checkpoint(ckpt_path, settings.run_dir)
     datamodule = load_data(settings, resumed)
     module = build_module(settings, datamodule, resumed)
     trainer = build_trainer(settings, resumed, observers)
@@ -151,7 +155,7 @@ def build_trainer(
             callbacks=callbacks,
             logger=logger,
             default_root_dir=str(settings.run_dir),
-            plugins=[AtomicCheckpointIO(resumed)],
+            plugins=[AtomicCheckpointIO(resumed), *slurm_plugins()],
         )
     except (TypeError, ValueError, MisconfigurationException) as err:
         raise ConfigError(f"Lightning rejects the trainer settings: {err}") from None
@@ -275,6 +279,13 @@ def summary_line(metrics: dict[str, Any], run_dir: Path, tensorboard: bool) -> s
     if tensorboard:
         parts.append(f"tensorboard --logdir {run_dir / TENSORBOARD_DIR}")
     return "done: " + "; ".join(parts)
+
+
+def slurm_plugins() -> list[SLURMEnvironment]:
+    """In a SLURM job, Lightning's SLURM environment without its auto-requeue: its SIGUSR1 handler saves a
+    checkpoint from inside the signal handler, in the middle of a step; StopOnSignal saves between steps and
+    requeues instead (tinylm/training/slurm.py)."""
+    return [SLURMEnvironment(auto_requeue=False)] if slurm.in_slurm_job() else []
 
 
 def in_multirun() -> bool:

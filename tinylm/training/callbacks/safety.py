@@ -16,6 +16,7 @@ import torch
 
 from tinylm.errors import Interrupted, TrainingDiverged
 from tinylm.layout import last_checkpoint
+from tinylm.training import slurm
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,9 @@ class TrainingRandomState(L.Callback):
 class StopOnSignal(L.Callback):
     """Ctrl-C (SIGINT) or SIGTERM ends training after the current step, saves `last.ckpt` and raises
     `Interrupted`. The handlers only note the signal, so the checkpoint is taken between two steps,
-    never of a half-applied one; a second Ctrl-C quits at once (docs/errors.md)."""
+    never of a half-applied one; a second Ctrl-C quits at once (docs/errors.md). In a SLURM job, SIGUSR1 and
+    SIGUSR2 (the signal before the time limit) do the same, and then requeue the job, which continues from
+    that checkpoint (tinylm/training/slurm.py)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -79,7 +82,8 @@ class StopOnSignal(L.Callback):
         if threading.current_thread() is not threading.main_thread():
             return  # Python delivers signals to the main thread only
         self._trainer = trainer
-        for signum in self.SIGNALS:
+        requeue_signals = slurm.REQUEUE_SIGNALS if slurm.in_slurm_job() else ()
+        for signum in (*self.SIGNALS, *requeue_signals):
             self._previous[signum] = signal.getsignal(signum)
             signal.signal(signum, self._note)
 
@@ -107,9 +111,12 @@ class StopOnSignal(L.Callback):
         path = last_checkpoint(trainer.default_root_dir)
         trainer.save_checkpoint(path)
         step = trainer.global_step
+        then = f"resume with ckpt_path={path}"
+        if signum in slurm.REQUEUE_SIGNALS:
+            # After the save: the requeue ends this job (SIGTERM, then SIGKILL) and starts it again.
+            then = slurm.requeue_this_job() if trainer.is_global_zero else "rank 0 requeues the job"
         raise Interrupted(
-            f"stopped by {signal.Signals(signum).name} after step {step}; saved {path}; "
-            f"resume with ckpt_path={path}",
+            f"stopped by {signal.Signals(signum).name} after step {step}; saved {path}; {then}",
             signum=signum,
             step=step,
         )
