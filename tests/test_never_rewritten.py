@@ -1,0 +1,108 @@
+"""Results a user already has are never rewritten behind their back (issue 38): a run resumed in place keeps
+what each earlier segment finished with; a command refused for bad input writes nothing; the report's figure
+draws what its verdict table says."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from typing import Any
+
+import lightning.pytorch as L
+import pytest
+from conftest import compose_train, small_corpus
+
+from tinylm.errors import Interrupted
+from tinylm.layout import SEGMENTS, earlier_segments, read_run_record, write_run_record
+from tinylm.training.run import run
+
+# --- point 2: resuming a finished run in place -------------------------------------------------------------
+
+
+def test_earlier_segments_are_the_kept_ones_then_the_record_itself(tmp_path):
+    assert earlier_segments(tmp_path) == []  # no record: nothing to keep
+    write_run_record(tmp_path, "completed", step=6, **{"loss/val_full": 4.0, "params": 10})
+    first = {"status": "completed", "step": 6, "loss/val_full": 4.0}
+    assert earlier_segments(tmp_path) == [first]  # in brief: `params` is the run's, not the segment's
+    write_run_record(tmp_path, "interrupted", step=9, error="Interrupted: SIGTERM", segments=[first])
+    assert earlier_segments(tmp_path) == [
+        first,
+        {"status": "interrupted", "step": 9, "error": "Interrupted: SIGTERM"},
+    ]
+
+
+class InterruptAt(L.Callback):
+    """Stops the run as StopOnSignal does on SIGTERM, after optimizer step `step`."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
+        if trainer.global_step == self.step:
+            raise Interrupted(f"stopped after step {self.step}", signum=signal.SIGTERM, step=self.step)
+
+
+class WatchBar(L.Callback):
+    """What the step progress bar shows at each step: (initial, n, total)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, int, int | None]] = []
+
+    def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
+        bar = trainer.progress_bar_callback.train_progress_bar
+        self.seen.append((bar.initial, bar.n, bar.total))
+
+
+class Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def lightning_log():
+    """Every line Lightning logs while the test runs, wherever its handlers send them."""
+    handler, logger = Lines(), logging.getLogger("lightning.pytorch")
+    logger.addHandler(handler)
+    level, logger.level = logger.level, logging.DEBUG
+    yield handler.lines
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+def test_an_interrupted_resume_in_place_keeps_the_completed_result(tmp_path, lightning_log):
+    corpus = ["data=text", f"data.files={small_corpus(tmp_path)}", "sample.chars=0"]
+    run_dir = tmp_path / "run"
+    run(compose_train(run_dir, corpus))
+    completed = read_run_record(run_dir)
+    assert completed["status"] == "completed" and completed["step"] == 6
+
+    resume = compose_train(
+        run_dir,
+        [*corpus, "ckpt_path=last", "trainer.max_steps=12", "trainer.enable_progress_bar=true",
+         "callbacks.progress_bar.refresh_rate=1"],
+    )  # fmt: skip
+    bar = WatchBar()
+    with pytest.raises(Interrupted):
+        run(resume, observers=[bar, InterruptAt(9)])
+
+    record = read_run_record(run_dir)
+    assert record["status"] == "interrupted" and record["step"] == 9
+    (segment,) = record[SEGMENTS]
+    assert segment["status"] == "completed" and segment["step"] == 6
+    for key in ("loss/val", "loss/val_full", "loss/val_best"):
+        assert segment[key] == completed[key]
+    # The resumed bar counts from step 6 to a known total: tqdm's rate and time left count steps 7..9 only.
+    assert bar.seen == [(6, 7, 12), (6, 8, 12), (6, 9, 12)]
+    # The interrupt's checkpoint says what it saves, so Lightning has nothing to assume.
+    assert not [line for line in lightning_log if "weights_only" in line]
+
+    # Resumed again to the end: the record is complete, and both earlier segments are kept, oldest first.
+    run(compose_train(run_dir, [*corpus, "ckpt_path=last", "trainer.max_steps=12"]))
+    final = read_run_record(run_dir)
+    assert final["status"] == "completed" and final["step"] == 12
+    assert [(s["status"], s["step"]) for s in final[SEGMENTS]] == [("completed", 6), ("interrupted", 9)]
+    assert final[SEGMENTS][0]["loss/val_full"] == completed["loss/val_full"]
