@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import logging
 import signal
+import subprocess
+import sys
 from typing import Any
 
 import lightning.pytorch as L
 import pytest
-from conftest import compose_train, small_corpus
+from conftest import REPO, compose_train, small_corpus
+from script_runner import run_script_in_process
 
 from tinylm.errors import Interrupted
 from tinylm.layout import SEGMENTS, earlier_segments, read_run_record, write_run_record
@@ -106,3 +109,55 @@ def test_an_interrupted_resume_in_place_keeps_the_completed_result(tmp_path, lig
     assert final["status"] == "completed" and final["step"] == 12
     assert [(s["status"], s["step"]) for s in final[SEGMENTS]] == [("completed", 6), ("interrupted", 9)]
     assert final[SEGMENTS][0]["loss/val_full"] == completed["loss/val_full"]
+
+
+# --- point 3: a command refused for bad input writes nothing ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("override", "expect"),
+    [
+        ("trainer.max_steps=abc", "trainer.max_steps='abc' must be a positive whole number"),
+        ("+model.nlayers=2", "model.nlayers is not a setting; did you mean model.n_layer?"),
+    ],
+)
+def test_a_refused_command_leaves_no_run_directory(tmp_path, monkeypatch, override, expect):
+    """As a user types it: no hydra.run.dir, so Hydra makes runs/<date>/<time>/ in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    result = run_script_in_process("train.py", "latest_link=null", override)
+    assert result.returncode == 2 and expect in result.stderr, result.stderr
+    assert list(tmp_path.iterdir()) == []  # no runs/<date>/<time>/, no .hydra/, no metrics.json
+
+
+def test_a_refused_command_removes_only_the_directories_it_made(tmp_path):
+    (tmp_path / "kept").mkdir()  # an empty directory the user made is theirs
+    result = run_script_in_process("train.py", f"hydra.run.dir={tmp_path / 'kept'}", "trainer.max_steps=0")
+    assert result.returncode == 2
+    result = run_script_in_process("train.py", f"hydra.run.dir={tmp_path / 'new' / 'run'}", "seed=-1")
+    assert result.returncode == 2 and "seed=-1 must be a whole number >= 0" in result.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["kept"] and not list((tmp_path / "kept").iterdir())
+
+
+def test_a_single_run_refused_in_run_writes_nothing(tmp_path):
+    """run(cfg) itself, without a script; a sweep's refused job still records why, for the report
+    (tests/test_sweep.py::test_failing_jobs_are_recorded_and_the_sweep_goes_on)."""
+    cfg = compose_train(tmp_path / "run", ["model.n_head=3"])
+    with pytest.raises(Exception, match="divisible by n_head=3"):
+        run(cfg)
+    assert not (tmp_path / "run").exists()  # a single run refused: nothing written
+
+
+def test_the_type_of_a_step_count_is_refused_before_torch_loads(tmp_path):
+    """`trainer.max_steps=abc` needs no torch to be refused (seconds of imports on a small machine)."""
+    program = (
+        "import runpy, sys\n"
+        f"sys.argv = ['train.py', 'trainer.max_steps=abc', 'hydra.run.dir={tmp_path / 'run'}']\n"
+        "try:\n"
+        f"    runpy.run_path({str(REPO / 'scripts' / 'train.py')!r}, run_name='__main__')\n"
+        "except SystemExit as stop:\n"
+        "    print(stop.code, 'torch' in sys.modules, 'lightning' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == ["2", "False", "False"], result.stdout + result.stderr
+    assert "trainer.max_steps='abc' must be a positive whole number" in result.stderr
+    assert not (tmp_path / "run").exists()

@@ -91,9 +91,9 @@ def run(cfg: DictConfig, observers: Sequence[L.Callback] = ()) -> dict[str, Any]
             prepared = prepare(cfg, observers)
             return prepared.fit()
     except Exception as error:
-        # A refused command leaves a directory that holds a run as it was; a new one records why, so that
-        # the sweep report lists the job.
-        if not isinstance(error, RunDirectoryError) and (fresh or prepared is not None):
+        # A run that started records how it ended. A refused command writes nothing (an existing run
+        # directory stays as it was), except a sweep's new job, which records why so that the report lists it.
+        if prepared is not None or (fresh and in_multirun() and not isinstance(error, RunDirectoryError)):
             record_failure(cfg, error, time.perf_counter() - started, segments)
         raise
 
