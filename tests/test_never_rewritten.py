@@ -8,13 +8,17 @@ import logging
 import signal
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as L
 import pytest
 from conftest import REPO, compose_train, small_corpus
 from script_runner import run_script_in_process
+from test_stats import fake_run
 
+from tinylm.analysis.plots import ForestRow, forest_rows, plot_report, report_figure
+from tinylm.analysis.report import build_report
 from tinylm.errors import Interrupted
 from tinylm.layout import SEGMENTS, earlier_segments, read_run_record, write_run_record
 from tinylm.training.run import run
@@ -161,3 +165,67 @@ def test_the_type_of_a_step_count_is_refused_before_torch_loads(tmp_path):
     assert result.stdout.split() == ["2", "False", "False"], result.stdout + result.stderr
     assert "trainer.max_steps='abc' must be a positive whole number" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+# --- point 4: the report's figure draws what the verdict table says ---------------------------------------
+
+
+@pytest.fixture
+def three_settings(tmp_path) -> Path:
+    """pre/gelu (the baseline), post/gelu clearly worse, pre/swiglu within noise; seeds 1-3, made-up results."""
+    sweep = tmp_path / "sweep"
+    losses = {
+        ("pre", "gelu"): [2.00, 2.10, 1.90],
+        ("post", "gelu"): [2.30, 2.41, 2.19],
+        ("pre", "swiglu"): [2.01, 2.05, 1.95],
+    }
+    number = 0
+    for (norm, act), values in losses.items():
+        for seed, loss in zip(("1", "2", "3"), values, strict=True):
+            fake_run(sweep, number, "completed", loss, norm=norm, act=act, seed=seed)
+            number += 1
+    return sweep
+
+
+def test_the_forest_rows_are_the_verdict_table(three_settings):
+    report = build_report(three_settings, baseline="norm=pre,act=gelu")
+    rows = forest_rows(report)
+    assert rows[0] == ForestRow(
+        "norm=pre norm_type=layer act=gelu", 0.0, None, None, "baseline", baseline=True
+    )
+    judged = {s.label(report.family_columns): s.comparison for s in report.family if s.comparison is not None}
+    assert [row.label for row in rows[1:]] == list(judged)
+    for row in rows[1:]:
+        c = judged[row.label]
+        assert (row.mean, row.low, row.high, row.verdict) == (
+            c.difference.mean, c.difference.low, c.difference.high, c.verdict
+        )  # fmt: skip
+    worse = next(row for row in rows if row.label.startswith("norm=post"))
+    assert worse.mean == pytest.approx(0.3) and worse.verdict.startswith("worse") and worse.low > 0
+
+
+def test_the_report_figure_shows_the_rows_their_verdicts_and_what_is_better(three_settings, tmp_path):
+    report = build_report(three_settings, baseline="norm=pre,act=gelu")
+    figure = report_figure(report)
+    verdicts, curves = figure.axes[:2]
+    rows = forest_rows(report)
+    shown = [label.get_text() for label in verdicts.get_yticklabels()]  # top row first
+    assert shown == [f"{rows[0].label}  (baseline)", *(row.label for row in rows[1:])]
+    (right,) = verdicts.child_axes  # the verdicts, as the right-hand labels
+    assert [label.get_text() for label in right.get_yticklabels()] == [row.verdict for row in rows]
+    assert "lower is better" in verdicts.get_xlabel()
+    assert figure.get_suptitle() == (
+        "norm × norm_type × act, final validation loss against norm=pre norm_type=layer act=gelu"
+    )
+    assert "validation loss" in curves.get_ylabel()
+    png = plot_report(report, tmp_path / "report.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_without_a_baseline_the_figure_shows_each_settings_estimate(three_settings):
+    report = build_report(three_settings)
+    rows = forest_rows(report)
+    assert not any(row.baseline for row in rows) and len(rows) == 3
+    assert {row.verdict for row in rows} == {"no baseline named: no verdict"}
+    assert sorted(round(row.mean, 6) for row in rows) == [2.0, 2.003333, 2.3]
+    assert "(no baseline named)" in report_figure(report).get_suptitle()
