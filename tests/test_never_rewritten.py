@@ -212,7 +212,9 @@ def test_the_report_figure_shows_the_rows_their_verdicts_and_what_is_better(thre
     shown = [label.get_text() for label in verdicts.get_yticklabels()]  # top row first
     assert shown == [f"{rows[0].label}  (baseline)", *(row.label for row in rows[1:])]
     (right,) = verdicts.child_axes  # the verdicts, as the right-hand labels
-    assert [label.get_text() for label in right.get_yticklabels()] == [row.verdict for row in rows]
+    assert [label.get_text().replace("\n", " ") for label in right.get_yticklabels()] == [
+        row.verdict for row in rows
+    ]
     assert "lower is better" in verdicts.get_xlabel()
     assert figure.get_suptitle() == (
         "norm × norm_type × act, final validation loss against norm=pre norm_type=layer act=gelu"

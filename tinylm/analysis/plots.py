@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,7 +126,8 @@ def report_figure(
     labels = [s.label(report.setting_columns) for s in report.settings]
     legend_columns = 1 if max(map(len, labels), default=0) > 45 else 2
     legend_rows = math.ceil(len(labels) / legend_columns)
-    forest_height, curves_height = 1.2 + 0.35 * len(rows), 4.5 + 0.2 * legend_rows
+    lines = sum(max(1, _verdict_text(row).count("\n") + 1) for row in rows)
+    forest_height, curves_height = 1.4 + 0.3 * lines, 4.5 + 0.2 * legend_rows
     figure = Figure(figsize=(11, forest_height + curves_height), layout="constrained")
     verdicts, curves = figure.subplots(2, 1, height_ratios=[forest_height, curves_height])
     plot_verdicts(verdicts, report, rows)
@@ -162,8 +164,7 @@ def plot_verdicts(axes: Axes, report: SweepReport, rows: Sequence[ForestRow]) ->
     axes.set_yticks(ys, [f"{row.label}  (baseline)" if row.baseline else row.label for row in rows])
     # The verdicts as the right axis's labels, so that the layout makes room for them.
     verdicts = axes.secondary_yaxis("right")
-    verdicts.set_yticks(ys, [row.verdict if row.mean is not None else f"{row.verdict} (nothing to draw)"
-                             for row in rows])  # fmt: skip
+    verdicts.set_yticks(ys, [_verdict_text(row) for row in rows])
     for label, colour in zip(verdicts.get_yticklabels(), colours, strict=True):
         label.set_color(colour)
     verdicts.tick_params(length=0)
@@ -176,13 +177,23 @@ def plot_verdicts(axes: Axes, report: SweepReport, rows: Sequence[ForestRow]) ->
                       xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize="x-small",
                       color="grey")  # fmt: skip
         axes.set_xlabel(
-            f"final validation loss (loss/val_full) minus the baseline's, nats/char: lower is better "
+            "final validation loss (loss/val_full) minus the baseline's, nats/char: lower is better\n"
             f"(mean over paired seeds, {report.confidence:.0%} CI)"
         )
     else:
-        axes.set_xlabel(f"final validation loss (loss/val_full), nats/char: lower is better "
+        axes.set_xlabel("final validation loss (loss/val_full), nats/char: lower is better\n"
                         f"(mean over seeds, {report.confidence:.0%} CI)")  # fmt: skip
     axes.grid(alpha=0.3, axis="x")
+
+
+def _verdict_text(row: ForestRow) -> str:
+    """The verdict as the table words it, wrapped: a long one (why there is no test) would squeeze the plot."""
+    text = row.verdict if row.mean is not None else f"{row.verdict} (nothing to draw)"
+    return textwrap.fill(text, VERDICT_WIDTH)
+
+
+# Characters per line of a verdict beside the forest plot.
+VERDICT_WIDTH = 34
 
 
 def _verdict_colour(row: ForestRow) -> str:
