@@ -6,9 +6,10 @@ Sweeps: `python scripts/train.py -m norm=pre,post act=gelu,swiglu` (docs/sweeps.
 from omegaconf import DictConfig
 
 from tinylm.cli import hydra_entry_point
+from tinylm.training.early_checks import check_before_imports
 
 
-@hydra_entry_point(config_name="train")
+@hydra_entry_point(config_name="train", check=check_before_imports)
 def main(cfg: DictConfig) -> float | None:
     from tinylm.training.sweep import objective  # here, not above: --help and config errors need no torch
 

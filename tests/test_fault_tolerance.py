@@ -215,7 +215,7 @@ def test_ranks_agree_on_a_signal_only_on_logged_steps(tmp_path, world_size, agre
     trainer.strategy = SimpleNamespace(
         reduce_boolean_decision=lambda decision, all: agreed.append(trainer.global_step) or decision
     )
-    trainer.save_checkpoint = lambda path: saved.append((trainer.global_step, path))
+    trainer.save_checkpoint = lambda path, weights_only=None: saved.append((trainer.global_step, path))
     stop = StopOnSignal()
     for trainer.global_step in range(8):
         if trainer.global_step == 3:

@@ -18,20 +18,24 @@ import io
 import logging
 import os
 import re
+import shutil
 import sys
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, NoReturn
 
 import hydra
 from hydra.errors import HydraException
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from tinylm import checks
 from tinylm.composition import with_fix
 from tinylm.errors import ReportedError
+from tinylm.layout import holds_a_run
 from tinylm.training import resolvers  # noqa: F401  (registers the configs' resolvers)
 
 CONFIG_MODULE = "pkg://tinylm.conf"
@@ -50,50 +54,35 @@ ENVIRONMENT_ERRNOS = {
 
 
 def hydra_entry_point(
-    config_name: str, uses_lightning: bool = True
+    config_name: str,
+    uses_lightning: bool = True,
+    check: Callable[[DictConfig], None] | None = None,
 ) -> Callable[[TaskFunction], Callable[[], Any]]:
     """Use instead of `@hydra.main(version_base="1.3", config_path="pkg://tinylm.conf", config_name=...)`.
 
     Scripts import their task's modules inside the task, so that `--help` and Hydra's own errors come
-    without importing torch; `uses_lightning` imports Lightning before the task, to route its log lines.
+    without importing torch; `check` refuses what plain Python can see is wrong before anything heavy loads;
+    `uses_lightning` imports Lightning before the task, to route its log lines.
     """
 
     def decorate(task: TaskFunction) -> Callable[[], Any]:
+        def start(cfg: DictConfig) -> Any:
+            if check is not None:
+                check(cfg)
+            if uses_lightning:
+                import lightning.pytorch  # noqa: F401  (adds its console handlers, which the next line routes)
+            route_lightning_logs_through_hydra()
+            set_threads(cfg.get("threads"))
+            return task(cfg)
+
         @functools.wraps(task)  # Hydra unwraps this to find the script's name and module
         def task_reporting_user_errors(cfg: DictConfig) -> Any:
             release_stderr()  # composition succeeded: what Hydra had to say goes out as it is
             quiet_known_noise()
-            if uses_lightning:
-                import lightning.pytorch  # noqa: F401  (adds its console handlers, which the next line routes)
-            route_lightning_logs_through_hydra()
-            if full_error_requested():
-                set_threads(cfg.get("threads"))
-                return task(cfg)
             try:
-                set_threads(cfg.get("threads"))
-                return task(cfg)
-            except ReportedError as err:
-                exit_with(str(err), err.exit_code)
-            except OSError as err:
-                if err.errno not in ENVIRONMENT_ERRNOS:
-                    raise
-                exit_with(
-                    describe_os_error(err.filename, err.strerror or str(err), err.errno), USAGE_EXIT_CODE
-                )
-            except (OmegaConfBaseException, HydraException) as err:  # e.g. an interpolation that fails
-                exit_with(f"bad config: {err}", USAGE_EXIT_CODE)
-            except KeyboardInterrupt:
-                exit_with("interrupted (Ctrl-C) before anything was saved", SIGINT_EXIT_CODE)
-            except SystemExit as err:
-                # Lightning ends a run that gets SIGTERM during set-up with a SystemExit whose code None would
-                # exit 0. Imported here: only a run that imported Lightning can raise it.
-                from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-                if isinstance(err, SIGTERMException):
-                    exit_with(
-                        "stopped by SIGTERM before the first step; nothing was saved", SIGTERM_EXIT_CODE
-                    )
-                raise
+                return reporting_user_errors(start, cfg)
+            finally:
+                remove_new_run_directory_without_a_run()
 
         hydra_main = hydra.main(version_base="1.3", config_path=CONFIG_MODULE, config_name=config_name)(
             task_reporting_user_errors
@@ -119,6 +108,62 @@ def hydra_entry_point(
         return main
 
     return decorate
+
+
+def reporting_user_errors(start: TaskFunction, cfg: DictConfig) -> Any:
+    """Run the task; each error the user can fix ends the command with one line and its exit code."""
+    if full_error_requested():
+        return start(cfg)
+    try:
+        return start(cfg)
+    except ReportedError as err:
+        exit_with(str(err), err.exit_code)
+    except OSError as err:
+        if err.errno not in ENVIRONMENT_ERRNOS:
+            raise
+        exit_with(describe_os_error(err.filename, err.strerror or str(err), err.errno), USAGE_EXIT_CODE)
+    except (OmegaConfBaseException, HydraException) as err:  # e.g. an interpolation that fails
+        exit_with(f"bad config: {err}", USAGE_EXIT_CODE)
+    except KeyboardInterrupt:
+        exit_with("interrupted (Ctrl-C) before anything was saved", SIGINT_EXIT_CODE)
+    except SystemExit as err:
+        # Lightning ends a run that gets SIGTERM during set-up with a SystemExit whose code None would
+        # exit 0. Imported here: only a run that imported Lightning can raise it.
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        if isinstance(err, SIGTERMException):
+            exit_with("stopped by SIGTERM before the first step; nothing was saved", SIGTERM_EXIT_CODE)
+        raise
+
+
+class NewRunDirectory(Callback):
+    """Hydra callback (conf/train.yaml): notes whether `hydra.run.dir` is new, before Hydra creates it, so that
+    a command refused before the run wrote anything leaves no directory behind (docs/errors.md)."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        run_dir = Path(str(config.hydra.run.dir)).absolute()  # resolves ${now:}, once: Hydra caches it
+        created = [run_dir, *run_dir.parents]
+        _created.clear()
+        _created.extend(created[: next(i for i, path in enumerate(created) if path.exists())])
+
+
+# The directories this command's Hydra run is about to create, deepest first (NewRunDirectory).
+_created: list[Path] = []
+
+
+def remove_new_run_directory_without_a_run() -> None:
+    """Remove the run directory this command created, and the parents it created, if no run was written in
+    it: at most Hydra's log file of a refused command."""
+    created = list(_created)
+    _created.clear()  # one command's: an in-process caller may run the next
+    if not created or holds_a_run(created[0]):
+        return
+    shutil.rmtree(created[0], ignore_errors=True)
+    for parent in created[1:]:
+        try:
+            parent.rmdir()  # only while empty: another run may have appeared in it meanwhile
+        except OSError:
+            break
 
 
 # The stream Hydra's report goes to until the task starts, and the real stderr; module state, not a closure,

@@ -44,6 +44,10 @@ HYDRA_DIR = ".hydra"
 # What a run writes into its directory; a directory holding any of them holds a run.
 RUN_FILES = (CONFIG_FILE, "checkpoints", RECORD_FILE, HYDRA_DIR, TENSORBOARD_DIR)
 STATUSES = ("completed", "failed", "diverged", "interrupted")
+# In metrics.json of a run resumed in place: what each earlier segment ended with, oldest first, so that a
+# resume that is interrupted or fails never erases what the run had already finished with.
+SEGMENTS = "segments"
+SEGMENT_FIELDS = ("status", "step", VAL_LOSS, BEST_VAL_LOSS, FINAL_VAL_LOSS, "wall_time_s", "error")
 LAST = "last"  # ckpt_path=last: this run directory's own last.ckpt
 
 
@@ -91,6 +95,16 @@ def read_run_record(run_dir: str | Path) -> dict[str, Any] | None:
     if not isinstance(record, dict):
         return None
     return {key: float(value) if value in ("nan", "inf", "-inf") else value for key, value in record.items()}
+
+
+def earlier_segments(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The segments a new record of `run_dir` must keep: its record's own `segments`, then how that record
+    itself ended, in brief; none in a directory without a record."""
+    record = read_run_record(run_dir)
+    if record is None:
+        return []
+    kept = record.get(SEGMENTS)
+    return [*(kept if isinstance(kept, list) else []), {k: record[k] for k in SEGMENT_FIELDS if k in record}]
 
 
 class CheckpointError(UserError, ValueError):

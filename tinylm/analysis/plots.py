@@ -1,11 +1,15 @@
-"""The report's figures: validation-loss curves per setting (mean over seeds with a band), and, when the
-learning rate varies, final validation loss against learning rate. Rendered headless (matplotlib's Agg)."""
+"""The report's figures: what the verdict table says (each setting's difference from the baseline with its
+interval and verdict, a forest plot) above the validation-loss curves per setting (mean over seeds with a
+band); when the learning rate varies, final validation loss against learning rate. Rendered headless
+(matplotlib's Agg)."""
 
 from __future__ import annotations
 
 import math
 import statistics
+import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,15 +71,146 @@ def setting_curve(
     return points
 
 
-def plot_curves(
+@dataclass(frozen=True)
+class ForestRow:
+    """One row of the report figure's forest plot: a setting's final loss minus the baseline's (the mean over
+    paired seeds and its interval), and the verdict the table gives it; the baseline's row is 0 by definition.
+    Without a baseline, each setting's own mean and interval."""
+
+    label: str
+    mean: float | None  # None: no finite difference (no result, or every seed diverged)
+    low: float | None
+    high: float | None
+    verdict: str
+    baseline: bool = False
+
+
+def forest_rows(report: SweepReport) -> list[ForestRow]:
+    """The verdict table's rows, as the figure draws them: the baseline first, then the settings it judges in
+    the table's order."""
+    columns, baseline = report.family_columns, report.family_baseline
+    if baseline is None:
+        return [
+            ForestRow(s.label(columns), *_interval(s.estimate), "no baseline named: no verdict")
+            for s in report.family
+        ]
+    rows = [ForestRow(baseline.label(columns), 0.0, None, None, "baseline", baseline=True)]
+    for setting in report.family:
+        if setting is baseline or setting.comparison is None:
+            continue
+        c = setting.comparison
+        rows.append(ForestRow(setting.label(columns), *_interval(c.difference), c.verdict))
+    return rows
+
+
+def _interval(e: Estimate | None) -> tuple[float | None, float | None, float | None]:
+    if e is None or not math.isfinite(e.mean):
+        return None, None, None
+    return (e.mean, e.low, e.high) if e.has_interval else (e.mean, None, None)
+
+
+def plot_report(
     report: SweepReport, path: Path, x_axis: str = "step", band: str = "minmax", curve: str | None = None
 ) -> Path:
+    """report.png: what the verdict table says (`plot_verdicts`) above the curves (`plot_curves`)."""
+    report_figure(report, x_axis, band, curve).savefig(path, dpi=120)
+    return path
+
+
+def report_figure(
+    report: SweepReport, x_axis: str = "step", band: str = "minmax", curve: str | None = None
+) -> Figure:
+    from matplotlib.figure import Figure
+
+    rows = forest_rows(report)
+    labels = [s.label(report.setting_columns) for s in report.settings]
+    legend_columns = 1 if max(map(len, labels), default=0) > 45 else 2
+    legend_rows = math.ceil(len(labels) / legend_columns)
+    lines = sum(max(1, _verdict_text(row).count("\n") + 1) for row in rows)
+    forest_height, curves_height = 1.4 + 0.3 * lines, 4.5 + 0.2 * legend_rows
+    figure = Figure(figsize=(11, forest_height + curves_height), layout="constrained")
+    verdicts, curves = figure.subplots(2, 1, height_ratios=[forest_height, curves_height])
+    plot_verdicts(verdicts, report, rows)
+    plot_curves(curves, report, x_axis, band, curve)
+    figure.suptitle(report_title(report), fontsize="large")
+    figure.legend(*curves.get_legend_handles_labels(), fontsize="small", loc="outside lower center",
+                  ncols=legend_columns, frameon=False)  # fmt: skip
+    return figure
+
+
+def report_title(report: SweepReport) -> str:
+    """What the sweep compares and against what, e.g. `experiment=norm_act_sweep: norm × act, final
+    validation loss against norm=pre act=gelu`."""
+    compared = " × ".join(report.family_columns) or "one setting"
+    baseline = report.family_baseline
+    against = f"against {baseline.label(report.family_columns)}" if baseline else "(no baseline named)"
+    experiment = report.common.get("experiment")
+    return f"{f'experiment={experiment}: ' if experiment else ''}{compared}, final validation loss {against}"
+
+
+def plot_verdicts(axes: Axes, report: SweepReport, rows: Sequence[ForestRow]) -> None:
+    """The forest plot: a row per setting, its difference from the baseline (a dot) with its interval (a bar),
+    the ±δ band within which no difference is worth a claim, and the table's verdict at the right."""
+    differences = report.family_baseline is not None
+    ys = list(range(len(rows)))[::-1]  # the first row at the top
+    colours = [_verdict_colour(row) for row in rows]
+    for y, row, colour in zip(ys, rows, colours, strict=True):
+        if row.mean is None:
+            continue
+        spread = {}
+        if row.low is not None and row.high is not None:
+            spread = {"xerr": [[row.mean - row.low], [row.high - row.mean]], "capsize": 3}
+        axes.errorbar([row.mean], [y], **spread, marker="D" if row.baseline else "o", color=colour)
+    axes.set_yticks(ys, [f"{row.label}  (baseline)" if row.baseline else row.label for row in rows])
+    # The verdicts as the right axis's labels, so that the layout makes room for them.
+    verdicts = axes.secondary_yaxis("right")
+    verdicts.set_yticks(ys, [_verdict_text(row) for row in rows])
+    for label, colour in zip(verdicts.get_yticklabels(), colours, strict=True):
+        label.set_color(colour)
+    verdicts.tick_params(length=0)
+    axes.set_ylim(-0.6, len(rows) - 0.4)
+    if differences:
+        axes.axvline(0.0, color="black", linewidth=0.8)
+        delta = report.min_effect
+        axes.axvspan(-delta, delta, color="grey", alpha=0.15, linewidth=0)
+        axes.annotate(f"±δ = {delta:g}: no difference worth a claim", (0.0, 1.0), xycoords=("data", "axes fraction"),
+                      xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize="x-small",
+                      color="grey")  # fmt: skip
+        axes.set_xlabel(
+            "final validation loss (loss/val_full) minus the baseline's, nats/char: lower is better\n"
+            f"(mean over paired seeds, {report.confidence:.0%} CI)"
+        )
+    else:
+        axes.set_xlabel("final validation loss (loss/val_full), nats/char: lower is better\n"
+                        f"(mean over seeds, {report.confidence:.0%} CI)")  # fmt: skip
+    axes.grid(alpha=0.3, axis="x")
+
+
+def _verdict_text(row: ForestRow) -> str:
+    """The verdict as the table words it, wrapped: a long one (why there is no test) would squeeze the plot."""
+    text = row.verdict if row.mean is not None else f"{row.verdict} (nothing to draw)"
+    return textwrap.fill(text, VERDICT_WIDTH)
+
+
+# Characters per line of a verdict beside the forest plot.
+VERDICT_WIDTH = 34
+
+
+def _verdict_colour(row: ForestRow) -> str:
+    """Worse red, better green (a verdict's first word, as tinylm.analysis.stats writes it), the rest blue."""
+    if row.baseline:
+        return "black"
+    return {"worse": "tab:red", "better": "tab:green"}.get(row.verdict.split(" ")[0].rstrip(":,"), "tab:blue")
+
+
+def plot_curves(
+    axes: Axes, report: SweepReport, x_axis: str = "step", band: str = "minmax", curve: str | None = None
+) -> None:
     """The validation loss (or the scalar `curve` names) against `x_axis`, one colour per setting: the mean
     over its seeds, a band (min-max over seeds, or the confidence interval), the seed count in the legend.
     Settings without a result are dashed and faded."""
     columns = report.setting_columns
     labels = [s.label(columns) for s in report.settings]
-    figure, axes, legend_columns = _figure(len(labels), labels)
     for index, (setting, label) in enumerate(zip(report.settings, labels, strict=True)):
         colour = _colour(index, len(report.settings))
         points = setting_curve(setting, x_axis, band, report.confidence)
@@ -94,11 +229,9 @@ def plot_curves(
     if curve is None:
         _reference_lines(axes, report, ("uniform", "unigram", "bigram"))
     axes.set_ylabel(curve or "validation loss (nats / char)")
-    axes.set_title(f"{report.sweep_dir.name}: mean over seeds, band {band_name}")
+    axes.set_title(f"{curve or 'validation loss'} during training: mean over seeds, band {band_name}",
+                   fontsize="medium")  # fmt: skip
     axes.grid(alpha=0.3)
-    figure.legend(fontsize="small", loc="outside lower center", ncols=legend_columns, frameon=False)
-    figure.savefig(path, dpi=120)
-    return path
 
 
 def _reference_lines(axes: Axes, report: SweepReport, levels: Sequence[str]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tinylm.analysis.plots import plot_curves, plot_lr_sensitivity
+from tinylm.analysis.plots import plot_lr_sensitivity, plot_report
 from tinylm.analysis.report import (
     REPORT_JSON,
     REPORT_MD,
@@ -53,7 +53,7 @@ def write_report(
     if ladder:
         record["scale"] = plain(ladder.trends)
     write_json(written[1], record)
-    plot_curves(report, written[2], x_axis, band, curve)
+    plot_report(report, written[2], x_axis, band, curve)
     if report.lr_varies:
         written.append(plot_lr_sensitivity(report, report.sweep_dir / SENSITIVITY_PNG))
     if ladder:

@@ -17,7 +17,7 @@ import resource
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +40,13 @@ from tinylm.layout import (
     FINAL_WINDOW_LOSSES,
     HYDRA_DIR,
     REFERENCE_LEVELS,
+    SEGMENTS,
     TENSORBOARD_DIR,
     TOKENIZER_FILE,
     VAL_LOSS,
     Checkpoint,
     CheckpointError,
+    earlier_segments,
     evaluated_windows,
     holds_a_run,
     last_checkpoint,
@@ -84,15 +86,17 @@ def run(cfg: DictConfig, observers: Sequence[L.Callback] = ()) -> dict[str, Any]
     started = time.perf_counter()
     fresh = not holds_a_run(cfg.run_dir)
     prepared = None
+    segments: list[dict[str, Any]] = []
     try:
         with hold(cfg.run_dir):
+            segments = earlier_segments(cfg.run_dir)
             prepared = prepare(cfg, observers)
             return prepared.fit()
     except Exception as error:
-        # A refused command leaves a directory that holds a run as it was; a new one records why, so that
-        # the sweep report lists the job.
-        if not isinstance(error, RunDirectoryError) and (fresh or prepared is not None):
-            record_failure(cfg, error, time.perf_counter() - started)
+        # A run that started records how it ended. A refused command writes nothing (an existing run
+        # directory stays as it was), except a sweep's new job, which records why so that the report lists it.
+        if prepared is not None or (fresh and in_multirun() and not isinstance(error, RunDirectoryError)):
+            record_failure(cfg, error, time.perf_counter() - started, segments)
         raise
 
 
@@ -107,7 +111,7 @@ def prepare(cfg: DictConfig, observers: Sequence[L.Callback] = ()) -> PreparedRu
     module = build_module(settings, datamodule, resumed)
     trainer = build_trainer(settings, resumed, observers)
     datamodule.check_validation_shards(trainer.world_size)
-    return PreparedRun(settings, datamodule, module, trainer, resumed)
+    return PreparedRun(settings, datamodule, module, trainer, resumed, earlier_segments(settings.run_dir))
 
 
 def load_data(settings: RunSettings, resumed: Checkpoint | None) -> CharDataModule:
@@ -173,6 +177,8 @@ class PreparedRun:
     module: CharLM
     trainer: L.Trainer
     resumed: Checkpoint | None
+    # How the run's earlier segments ended, when it is resumed in place (metrics.json keeps them).
+    segments: list[dict[str, Any]] = field(default_factory=list)
 
     def fit(self) -> dict[str, Any]:
         settings, module, trainer = self.settings, self.module, self.trainer
@@ -210,6 +216,8 @@ class PreparedRun:
         steps_now = trainer.global_step - (self.resumed.step if self.resumed else 0)
         metrics["chars_per_s"] = steps_now * batch.chars / metrics["wall_time_s"]
         metrics["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+        if self.segments:
+            metrics[SEGMENTS] = self.segments
         if trainer.is_global_zero:
             write_run_record(run_dir, "completed", **metrics)
         metrics["run_dir"] = str(run_dir)
@@ -238,10 +246,15 @@ def write_run_files(settings: RunSettings, module: CharLM) -> None:
         point_latest_at(cfg.latest_link, run_dir)
 
 
-def record_failure(cfg: DictConfig, error: Exception, wall_time_s: float) -> None:
+def record_failure(
+    cfg: DictConfig, error: Exception, wall_time_s: float, segments: list[dict[str, Any]] = ()
+) -> None:
     """metrics.json for a run that did not complete: interrupted (with the step it saved), diverged, or
-    failed; and Hydra's record, so that the sweep report finds the job."""
-    fields = {"step": error.step} if isinstance(error, Interrupted) else {}
+    failed, keeping how its earlier segments ended; and Hydra's record, so that the sweep report finds the
+    job."""
+    fields: dict[str, Any] = {"step": error.step} if isinstance(error, Interrupted) else {}
+    if segments:
+        fields[SEGMENTS] = list(segments)
     status = run_status(error)
     run_dir = Path(str(cfg.run_dir))
     try:

@@ -16,6 +16,7 @@ from tinylm.data import CharTokenizer, DataConfig, VocabularyError
 from tinylm.errors import ConfigError
 from tinylm.layout import METRICS
 from tinylm.model import ModelConfig
+from tinylm.training.early_checks import check_step_counts
 from tinylm.training.precision import describe_precision, resolve_precision
 
 # AdamW's kernel: "loop" (one tensor at a time), "foreach" (batched ops), "fused" (one fused kernel).
@@ -79,14 +80,7 @@ def trainer_settings(trainer: dict[str, Any]) -> dict[str, Any]:
     `precision: auto` resolved to what this machine runs."""
     known = set(inspect.signature(L.Trainer.__init__).parameters) - {"self"}
     checks.known_keys("trainer.", trainer, known, see=" of Lightning's Trainer")
-    checks.whole_number(
-        "trainer.max_steps",
-        trainer.get("max_steps"),
-        hint="training windows are an endless stream: max_steps is what ends a run",
-    )
-    # In optimizer steps: an endless stream has no epochs to take a fraction of.
-    checks.whole_number("trainer.val_check_interval", trainer.get("val_check_interval"))
-    checks.whole_number("trainer.log_every_n_steps", trainer.get("log_every_n_steps"))
+    check_step_counts(trainer)
     precision = resolve_precision(trainer.get("precision", "32-true"), trainer.get("accelerator", "auto"))
     return {**trainer, "precision": precision}
 

@@ -15,7 +15,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.errors import Interrupted
-from tinylm.layout import write_run_record
+from tinylm.layout import SEGMENTS, write_run_record
 from tinylm.training import run as training
 from tinylm.training.distributed import ScaleOutError
 
@@ -50,7 +50,7 @@ def objective(cfg: DictConfig, keep_going: bool | None = None) -> float | None:
     value = float(metrics[name])
     if not math.isfinite(value):
         log.error("run %s diverged: %s=%s", cfg.get("run_name"), name, value)
-        numbers = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
+        numbers = {k: v for k, v in metrics.items() if isinstance(v, int | float) or k == SEGMENTS}
         write_run_record(cfg.run_dir, "diverged", **numbers, error=f"{name} is {value}")
         return math.inf
     return value

@@ -12,10 +12,19 @@ class StepProgressBar(TQDMProgressBar):
     """Lightning's progress bar, counting optimizer steps up to `max_steps`: training windows are an endless
     stream, so the default per-epoch bar would show `Epoch 0: 1234/?` forever."""
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        self.count_from_here(trainer)  # a run resumed mid-epoch gets no on_train_epoch_start
+
     def on_train_epoch_start(self, trainer: L.Trainer, *_: Any) -> None:
+        self.count_from_here(trainer)
+
+    def count_from_here(self, trainer: L.Trainer) -> None:
+        """The bar runs from the step the run is at (a resumed run's) to `max_steps`; tqdm's rate and time
+        left count only the steps since `initial`."""
         bar = self.train_progress_bar
         bar.reset(total=trainer.max_steps if trainer.max_steps > 0 else None)
-        bar.n = bar.initial = trainer.global_step
+        bar.n = bar.initial = bar.last_print_n = trainer.global_step
         bar.set_description("Training")
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:

@@ -109,7 +109,8 @@ class StopOnSignal(L.Callback):
             return
         signum = self.received if self.received is not None else signal.SIGTERM
         path = last_checkpoint(trainer.default_root_dir)
-        trainer.save_checkpoint(path)
+        # The whole state, to resume from (said, so Lightning does not log that it assumed it).
+        trainer.save_checkpoint(path, weights_only=False)
         step = trainer.global_step
         then = f"resume with ckpt_path={path}"
         if signum in slurm.REQUEUE_SIGNALS:
