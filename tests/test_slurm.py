@@ -301,7 +301,9 @@ def test_a_requeue_signal_saves_between_steps_then_requeues(
         world_size=1, log_every_n_steps=1, global_step=6, is_global_zero=True, default_root_dir=str(tmp_path)
     )
     trainer.strategy = SimpleNamespace(reduce_boolean_decision=lambda decision, all: decision)
-    trainer.save_checkpoint = lambda path: Path(path).parent.mkdir() or Path(path).write_bytes(b"saved")
+    trainer.save_checkpoint = lambda path, weights_only: (
+        Path(path).parent.mkdir() or Path(path).write_bytes(b"saved")
+    )
     stop = StopOnSignal()
     stop.received = signal.SIGUSR1  # as the handler notes it, during step 6
     with pytest.raises(Interrupted) as stopped:
