@@ -361,7 +361,7 @@ def test_a_setting_that_diverges_more_often_is_never_better():
     mine = {"1": math.inf, "2": math.inf, "3": math.inf, "4": 1.54, "5": 1.55}
     c = compare(mine, baseline)
     assert c.divergence == Divergence(3, 0, 5, 0.25) and c.difference.mean < -0.4
-    assert c.verdict == f"{UNRESOLVED}: {DIVERGENCE_OPEN} 3/5 vs 0/5 (exact p = 0.25)" and not c.resolved
+    assert c.verdict == f"{UNRESOLVED}: {DIVERGENCE_OPEN}, 3/5 vs 0/5 (exact p = 0.25)" and not c.resolved
 
 
 @pytest.mark.parametrize("shift", [-0.5, +0.5, 0.0])

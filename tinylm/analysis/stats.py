@@ -36,7 +36,7 @@ WORSE = "worse"
 UNRESOLVED = "not resolved"
 IDENTICAL_VERDICT = "identical on every seed"
 ONE_SEED = "one seed: no interval"
-DIVERGENCE_OPEN = "the sides diverge unequally, not resolved:"
+DIVERGENCE_OPEN = "the sides diverge unequally"
 
 
 # Each side's per-window losses of the final evaluation, by seed.
@@ -262,7 +262,7 @@ def verdict(c: Comparison, min_effect: float, level: float) -> str:
     if divergence is not None and divergence.mine != divergence.theirs:
         # A diverged run is the worst result: while how often each side diverges is open, the finished seeds'
         # losses cannot settle the comparison (a setting that diverges more is never `better`).
-        return f"{UNRESOLVED}: {DIVERGENCE_OPEN} {divergence.describe()}"
+        return f"{UNRESOLVED}: {DIVERGENCE_OPEN}, {divergence.describe()}"
     if c.constant:
         if abs(d.mean) <= IDENTICAL:
             return IDENTICAL_VERDICT + note
