@@ -17,6 +17,8 @@ from conftest import REPO, run_script, run_sweep
 from tinylm.analysis.add_seeds import ADDED_DIR, Budget, add_seeds
 from tinylm.analysis.report import DESIGN_FILE, build_report
 from tinylm.analysis.runs import ReportError
+from tinylm.analysis.stats import Divergence
+from tinylm.layout import read_run_record, write_run_record
 
 TRAIN = [sys.executable, str(REPO / "scripts" / "train.py")]
 # optimized_metric changes nothing a run learns, only what it hands a sweeper: GELU's second row is identical
@@ -135,3 +137,44 @@ def test_a_round_that_adds_no_result_stops_instead_of_launching_forever(two_seed
     with pytest.raises(ReportError, match="the last round added no result to the baseline"):
         add_seeds(sweep, does_nothing, BASELINE, 1e-6, budget=Budget(4, 2), echo=lambda _: None)
     assert json.loads((sweep / DESIGN_FILE).read_text())["looks"] == [["1", "2"]]
+
+
+def _as_seed_3(run_dir: Path) -> Path:
+    """A copy of a seed-1 run directory recorded as seed 3 (its config, overrides and curves as they were)."""
+    copy = run_dir.with_name(run_dir.name + "_seed3")
+    shutil.copytree(run_dir, copy)
+    for name, old, new in (
+        ("config.yaml", "seed: 1\n", "seed: 3\n"),
+        ("overrides.yaml", "- seed=1\n", "- seed=3\n"),
+    ):
+        path = copy / ".hydra" / name
+        text = path.read_text(encoding="utf-8")
+        assert old in text, (path, text)
+        path.write_text(text.replace(old, new), encoding="utf-8")
+    return copy
+
+
+@pytest.mark.slow  # ~8 s: three reports and a round; the rule itself is tested fast in tests/test_stats.py
+def test_a_comparison_whose_sides_diverge_unequally_stays_open_and_gets_seeds(two_seed_sweep, tmp_path):
+    """GELU's second row is identical to the baseline on seeds 1 and 2 (resolved: `identical on every seed`).
+    Given a seed 3 on which it diverged and the baseline did not (1/3 vs 0/3, exact p = 1), it is open, and
+    add_seeds counts it open and launches a round for it."""
+    sweep = copy_of(two_seed_sweep, tmp_path)
+    runs = {
+        (r.choices["optimized_metric"], r.choices["act"], r.seed): r.path for r in build_report(sweep).runs
+    }
+    _as_seed_3(runs[("loss/val_full", "gelu", "1")])  # the baseline, finished on seed 3
+    diverged = _as_seed_3(runs[("loss/val", "gelu", "1")])
+    record = read_run_record(diverged)
+    write_run_record(diverged, "diverged", **{k: v for k, v in record.items() if k != "status"})
+    family = build_report(sweep, BASELINE, min_effect=1e-6).family
+    row = next(
+        s for s in family if s.choices["act"] == "gelu" and s.choices["optimized_metric"] == "loss/val"
+    )
+    assert row.comparison.divergence == Divergence(1, 0, 3, 1.0) and not row.comparison.resolved
+    said = []
+    with pytest.raises(ReportError, match="the last round added no result"):
+        add_seeds(
+            sweep, [sys.executable, "-c", "pass"], BASELINE, 1e-6, budget=Budget(6, 2), echo=said.append
+        )
+    assert said[0] == "look 1: 3 seeds; 3 of 3 comparisons open"

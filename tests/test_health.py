@@ -26,6 +26,7 @@ QUANTITIES = (
     "grad_w_o",
     "grad_ffn_up",
     "grad_ffn_down",
+    "dead_units",
 )
 
 
@@ -155,3 +156,28 @@ def test_block_numbers_are_padded_for_deep_models():
 def test_bad_frequency_is_rejected(every_n_steps):
     with pytest.raises(ValueError, match="every_n_steps"):
         TrainingHealth(every_n_steps=every_n_steps)
+
+
+@pytest.mark.parametrize(("act", "layer"), [("relu", "up"), ("swiglu", "gate")])
+def test_dead_units_are_the_units_whose_nonlinearity_input_never_exceeds_0_on_the_fixed_batch(act, layer):
+    """Units forced dead (a bias of -1e3 at the nonlinearity's input: for a gated FFN, the gate) are counted
+    in their block, on the fixed batch and not on the step's own."""
+    module, inputs = _module_after_backward(act=act)
+    callback = TrainingHealth(every_n_steps=1)
+    callback.setup(None, module, "fit")
+    ffn = module.model.blocks[1].ffn.sublayer
+    width = getattr(ffn, layer).out_features
+    with torch.no_grad():
+        getattr(ffn, layer).bias[: width // 4] = -1e3
+    values = callback.measure(module, inputs, fixed_inputs=inputs[:1])
+    assert values["training_health/dead_units/block_2"].item() == pytest.approx(0.25, abs=1 / width)
+    assert values["training_health/dead_units/block_1"].item() < 0.25
+    # The same count by hand, on the fixed batch: units whose input to the nonlinearity is never > 0.
+    captured = {}
+    handle = getattr(ffn, layer).register_forward_hook(lambda m, a, out: captured.setdefault("x", out))
+    with torch.no_grad():
+        module.eval()
+        module(inputs[:1])
+    handle.remove()
+    never = (captured["x"].flatten(0, -2) <= 0).all(dim=0).float().mean().item()
+    assert values["training_health/dead_units/block_2"].item() == pytest.approx(never)

@@ -15,6 +15,7 @@ from tinylm.analysis.report import build_report, markdown, to_json
 from tinylm.analysis.runs import ReportError
 from tinylm.analysis.stats import (
     BETTER,
+    DIVERGENCE_OPEN,
     IDENTICAL_VERDICT,
     ONE_SEED,
     UNRESOLVED,
@@ -24,6 +25,8 @@ from tinylm.analysis.stats import (
     compare,
     cross_fit,
     estimate,
+    judge,
+    paired_tests,
 )
 from tinylm.layout import write_run_record
 
@@ -121,10 +124,12 @@ def test_only_seeds_both_sides_have_are_paired_and_the_others_are_named():
 def test_divergence_is_a_rate_with_an_exact_test_beside_the_finished_seeds_difference():
     baseline = {"1": 2.0, "2": 2.0, "3": 2.0}
     once = compare({"1": 1.5, "2": math.inf, "3": 1.52}, baseline)
-    # One seed of three diverged, none of the baseline's: McNemar's exact p = 1. The finished seeds' gain stays.
+    # One seed of three diverged, none of the baseline's: McNemar's exact p = 1. The finished seeds' gain is
+    # measured, but a setting that diverges more often is not `better` while that difference is open.
     assert once.divergence == Divergence(mine=1, theirs=0, n=3, p_value=1.0)
     assert once.difference.mean == pytest.approx(-0.49) and once.difference.n == 2
-    assert once.verdict.startswith(BETTER) and "diverged 1/3 vs 0/3 (exact p = 1)" in once.verdict
+    assert once.verdict.startswith(UNRESOLVED) and "1/3 vs 0/3 (exact p = 1)" in once.verdict
+    assert not once.resolved
     # Both sides diverged, on different seeds: two discordant seeds, one each way.
     crossed = compare({"1": math.inf, "2": 2.1, "3": 2.2}, {"1": 2.0, "2": math.inf, "3": 2.1})
     assert crossed.divergence == Divergence(1, 1, 3, 1.0) and crossed.difference.n == 1
@@ -347,3 +352,37 @@ def test_the_reference_levels_runs_share_are_stated_and_each_setting_gets_its_ga
     write_run_record(other, "completed", **{k: v for k, v in record.items() if k != "status"},
                      reference_levels={**levels, "unigram": 3.0})  # fmt: skip
     assert build_report(sweep).reference is None
+
+
+def test_a_setting_that_diverges_more_often_is_never_better():
+    """Issue 34: `better; diverged 3/5 vs 0/5 (exact p = 0.25)` was resolved. The finished seeds' gain is
+    far beyond any doubt (0.5 nats, sd 0.01), yet the verdict is open while the divergence is."""
+    baseline = {str(s): 2.0 + 0.01 * s for s in range(1, 6)}
+    mine = {"1": math.inf, "2": math.inf, "3": math.inf, "4": 1.54, "5": 1.55}
+    c = compare(mine, baseline)
+    assert c.divergence == Divergence(3, 0, 5, 0.25) and c.difference.mean < -0.4
+    assert c.verdict == f"{UNRESOLVED}: {DIVERGENCE_OPEN}, 3/5 vs 0/5 (exact p = 0.25)" and not c.resolved
+
+
+@pytest.mark.parametrize("shift", [-0.5, +0.5, 0.0])
+def test_unequal_divergence_that_is_not_resolved_leaves_every_loss_verdict_open(shift):
+    """Better, worse or equivalent on the finished seeds: open while one side diverged more (1/8 vs 0/8)."""
+    baseline = {str(s): 2.0 + 0.01 * (s % 3) for s in range(1, 9)}
+    mine = {s: v + shift for s, v in baseline.items()} | {"1": math.inf}
+    (c,) = judge([paired_tests(mine, baseline)])
+    assert c.verdict.startswith(f"{UNRESOLVED}: {DIVERGENCE_OPEN}") and not c.resolved
+
+
+def test_equal_divergence_on_both_sides_leaves_the_loss_verdict_to_the_finished_seeds():
+    baseline = {str(s): 2.0 + 0.01 * (s % 3) for s in range(1, 9)} | {"1": math.inf}
+    mine = {s: v - 0.5 for s, v in baseline.items()}
+    (c,) = judge([paired_tests(mine, baseline)])
+    assert c.divergence == Divergence(1, 1, 8, 1.0)
+    assert c.verdict.startswith(BETTER) and "diverged 1/8 vs 1/8" in c.verdict
+
+
+def test_a_resolved_divergence_decides_and_more_divergence_is_worse_whatever_the_losses():
+    baseline = {str(s): 2.0 + 0.01 * (s % 3) for s in range(1, 9)}
+    mine = {s: (math.inf if int(s) <= 7 else v - 1.0) for s, v in baseline.items()}  # 7/8 vs 0/8: p = 0.016
+    (c,) = judge([paired_tests(mine, baseline)])
+    assert c.verdict == "worse: diverges more often"

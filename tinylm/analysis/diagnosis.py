@@ -1,12 +1,14 @@
 """What happened in a run, named from its final loss, its loss curves and the `training_health/` curves it
 logged (docs/diagnosis.md): stalled at a reference level, tokens collapsed, attention saturated, queries and
-keys starved of gradient, diverged or destabilised, or still improving when the budget ended. Each finding
-names the step where it began and the TensorBoard tag that shows it.
+keys starved of gradient, FFN units dead, diverged, destabilised or overfitting, or still improving when the
+budget ended. Each finding is an episode: the step where it began, the step it last held when it ended before
+the run did (a collapse that recovered), and the TensorBoard tag that shows it.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,21 +31,37 @@ SATURATED_ENTROPY = 0.1
 # ...with a largest attention logit above this (about 0.05 at initialisation): softmax gradients then vanish
 # like e^-(logit gap).
 SATURATED_LOGIT = 100.0
-# nats/char a run's validation loss may climb back from its minimum before it is destabilised: 10× δ, and
-# more than a cosine schedule's last steps ever add to a healthy run.
+# nats/char a run's validation loss may climb back from its minimum before it is destabilised (or
+# overfitting): 10× δ, and more than a cosine schedule's last steps ever add to a healthy run.
 DESTABILISED_RISE = 0.1
-# Still improving: the last validations fell by more than δ per this fraction of the run's steps, so more
-# steps would move its result by more than the smallest difference the report calls worth a claim.
+# ...overfitting when its training loss meanwhile fell by at least as much: the train–val gap widened by
+# twice the rise that calls a run unstable, far beyond the batch-to-batch noise of the training loss.
+OVERFITTING_TRAIN_DROP = DESTABILISED_RISE
+# The training loss at a step: its median over this fraction of the run's steps around it (one batch's loss
+# is too noisy to compare two steps by).
+TRAIN_WINDOW = 0.1
+# Still improving: the last validations fell by more than this per IMPROVING_TAIL of the run's steps. Below
+# it the curve has flattened (a tenth more steps moves the result by under half of δ, the smallest difference
+# worth a claim): only then is a stall named, so a run is either still improving or stalled, never both.
 IMPROVING_TAIL = 0.1
-IMPROVING_DROP = MIN_EFFECT
+IMPROVING_DROP = MIN_EFFECT / 2
+# Fraction of a block's FFN units (for a gated FFN, its gate's) that never fired on the health callback's
+# fixed batch: a tenth of the block's width lost. Healthy runs sit under 1% (ReLU at lr 1e-3: 0-0.8%); ReLU
+# at lr 3e-2 lost 13-38% per block.
+DEAD_FRACTION = 0.1
+# Logged measurements an episode that ended must span to be named: one is a single batch's reading (a run's
+# first steps often cross a threshold once); one lasting to the end is named from its first.
+RECOVERED_EPISODE = 2
 
 DIVERGED = "diverged"
 DESTABILISED = "destabilised"
+OVERFITTING = "overfitting"
 IGNORES_CONTEXT = "ignores context"
 BIGRAM_STALL = "stalled at the bigram level"
 COLLAPSED = "tokens collapsed"
 STARVED = "Q/K starved"
 SATURATED = "attention saturated"
+DEAD_UNITS = "dead units"
 STILL_IMPROVING = "still improving"
 # A setting that shows only these has not failed: its budget ended first.
 NOT_FAILURES = (STILL_IMPROVING,)
@@ -54,12 +72,18 @@ Series = Sequence[tuple[int, float]]
 @dataclass(frozen=True)
 class Finding:
     """One thing that happened in a run: `kind` (the constants above), the evidence as a clause with its
-    numbers, the step it began at and the tag that shows it."""
+    numbers, the step it began at, the tag that shows it, and `until`: the last step it held when it ended
+    before the run did (None: it lasted to the end)."""
 
     kind: str
     evidence: str
     step: int | None = None
     tag: str | None = None
+    until: int | None = None
+
+    @property
+    def recovered(self) -> bool:
+        return self.until is not None
 
 
 def diagnose(run: RunSummary, reference: Mapping[str, float] | None = None) -> list[Finding]:
@@ -72,19 +96,57 @@ def diagnose(run: RunSummary, reference: Mapping[str, float] | None = None) -> l
         return []
     # One token of context has no spread and no key to choose: its health curves say nothing.
     context = (run.model or {}).get("block_size")
-    findings = [*_stalls(run, reference), *(_health(run) if context != 1 else [])]
     val = [(step, value) for step, value, _ in run.val_curve if math.isfinite(value)]
+    improving = _improving_by(run, val)
+    low_step, low = min(val, key=lambda point: point[1]) if val else (None, math.nan)
+    rose = len(val) >= 2 and val[-1][1] - low > DESTABILISED_RISE
+    # A stall only once the curve has flattened, and not for a loss that rose back above a level: the rise
+    # is the cause then.
+    stalls = _stalls(run, reference) if improving is None and not rose else []
+    findings = [*stalls, *(_health(run) if context != 1 else [])]
     if len(val) >= 2:
-        low_step, low = min(val, key=lambda point: point[1])
         rise = val[-1][1] - low
-        if rise > DESTABILISED_RISE:
-            findings.insert(0, Finding(
-                DESTABILISED, f"the validation loss rose {rise:.2f} from its minimum {low:.3f}", low_step,
+        if rose:
+            findings.insert(0, _rose(run, low_step, low, val[-1], rise))
+        elif improving is not None:
+            findings.append(Finding(
+                STILL_IMPROVING, f"its validation loss was still falling {improving:.3f} per "
+                f"{IMPROVING_TAIL:.0%} of its steps at the end: the budget, not the design, limits it", None,
                 "loss/val",
             ))  # fmt: skip
-        elif not any(f.kind in (IGNORES_CONTEXT, BIGRAM_STALL) for f in findings):
-            findings += _still_improving(run, val)
     return findings
+
+
+def _rose(run: RunSummary, low_step: int, low: float, end: tuple[int, float], rise: float) -> Finding:
+    """Overfitting when the training loss kept falling while the validation loss rose from its minimum (the
+    gap widened from that step); destabilised when it did not (both rose), or when there is no training curve
+    to tell."""
+    then, now = train_loss_near(run, low_step), train_loss_near(run, end[0])
+    if then is not None and now is not None and then - now >= OVERFITTING_TRAIN_DROP:
+        gap_then, gap_now = low - then, end[1] - now
+        return Finding(
+            OVERFITTING, f"the training loss fell {then:.3f} → {now:.3f} while the validation loss rose {rise:.2f} "
+            f"from its minimum {low:.3f}: the train–val gap widened {gap_then:.2f} → {gap_now:.2f}, too little "
+            "data or regularisation for the steps", low_step, "loss/val",
+        )  # fmt: skip
+    trained = f" (training loss {then:.3f} → {now:.3f})" if then is not None and now is not None else ""
+    return Finding(
+        DESTABILISED,
+        f"the validation loss rose {rise:.2f} from its minimum {low:.3f}{trained}",
+        low_step,
+        "loss/val",
+    )
+
+
+def train_loss_near(run: RunSummary, step: int) -> float | None:
+    """The median training loss over TRAIN_WINDOW of the run's steps around `step` (the nearest logged value
+    when none falls inside); None without a finite training curve."""
+    curve = [(s, v) for s, v in run.train_curve if math.isfinite(v)]
+    if not curve:
+        return None
+    half = TRAIN_WINDOW * (run.max_steps or curve[-1][0]) / 2
+    near = [v for s, v in curve if abs(s - step) <= half]
+    return statistics.median(near) if near else min(curve, key=lambda point: abs(point[0] - step))[1]
 
 
 def _stalls(run: RunSummary, reference: Mapping[str, float] | None) -> list[Finding]:
@@ -102,11 +164,10 @@ def _stalls(run: RunSummary, reference: Mapping[str, float] | None) -> list[Find
         )]  # fmt: skip
     if abs(final - bigram) <= STALL_MARGIN:
         step = since(val, lambda v: v <= bigram + STALL_MARGIN)
-        if not _improving_by(run, [(s, v) for s, v in val if math.isfinite(v)]):
-            return [Finding(
-                BIGRAM_STALL, f"its final loss {final:.3f} is the bigram level {bigram:.3f}: it predicts from "
-                "the last character alone", step, "loss/val",
-            )]  # fmt: skip
+        return [Finding(
+            BIGRAM_STALL, f"its final loss {final:.3f} is the bigram level {bigram:.3f}: it predicts from "
+            "the last character alone", step, "loss/val",
+        )]  # fmt: skip
     return []
 
 
@@ -115,19 +176,42 @@ def _health(run: RunSummary) -> list[Finding]:
     spread = deepest(run, "token_spread")
     if spread is not None:
         tag, series = spread
-        step = since(series, lambda v: v < COLLAPSED_SPREAD)
-        if step is not None:
+        found = episode(series, lambda v: v < COLLAPSED_SPREAD)
+        if found is not None:
+            start, until = found
+            low = min(v for s, v in series if start <= s <= (until if until is not None else math.inf))
+            after = "" if until is None else f", then recovered to {_after(series, until):.2g}"
             findings.append(Finding(
-                COLLAPSED, f"the last block's token spread fell to {series[-1][1]:.1e} (below "
-                f"{COLLAPSED_SPREAD:g}; about 1 for independent tokens)", step, tag,
+                COLLAPSED, f"the last block's token spread fell to {low:.1e}{_span(start, until)} (below "
+                f"{COLLAPSED_SPREAD:g}; about 1 for independent tokens){after}", start, tag, until,
             ))  # fmt: skip
-    starved = _starved(run)
-    if starved is not None:
-        findings.append(starved)
-    saturated = _saturated(run)
-    if saturated is not None:
-        findings.append(saturated)
+    for check in (_starved, _saturated, _dead_units):
+        found = check(run)
+        if found is not None:
+            findings.append(found)
     return findings
+
+
+def _dead_units(run: RunSummary) -> Finding | None:
+    """The block with the most FFN units dead in its episode above DEAD_FRACTION (one lasting to the end
+    before one that recovered)."""
+    found = []
+    for tag, series in _by_block(run, "dead_units").items():
+        span = episode(series, lambda v: v > DEAD_FRACTION)
+        if span is not None:
+            start, until = span
+            worst = max(v for s, v in series if start <= s <= (until if until is not None else math.inf))
+            found.append((until is None, worst, -start, tag, span))
+    if not found:
+        return None
+    *_, tag, (start, until) = max(found)
+    worst = max(v for s, v in run.health[tag] if start <= s <= (until if until is not None else math.inf))
+    after = "" if until is None else f", then {_after(run.health[tag], until):.0%}"
+    return Finding(
+        DEAD_UNITS, f"up to {worst:.0%} of block {_block(tag)}'s FFN units never fired on the fixed batch"
+        f"{_span(start, until)} (above {DEAD_FRACTION:.0%}; healthy runs under 1%){after}: width the run pays "
+        "for and does not use", start, tag, until,
+    )  # fmt: skip
 
 
 def _starved(run: RunSummary) -> Finding | None:
@@ -141,35 +225,40 @@ def _starved(run: RunSummary) -> Finding | None:
         for step in steps
         if min(by_step["w_v"][step], by_step["w_o"][step]) > 0
     ]  # fmt: skip
-    step = since(ratios, lambda r: r < STARVED_RATIO)
-    if step is None:
+    found = episode(ratios, lambda r: r < STARVED_RATIO)
+    if found is None:
         return None
-    last = steps[-1]
+    step, until = found
+    last = until if until is not None else steps[-1]
     return Finding(
         STARVED, f"the last block's W_q gradient norm is {by_step['w_q'][last]:.1e} against W_v's "
-        f"{by_step['w_v'][last]:.1e} (below {STARVED_RATIO:g}×): its attention cannot learn where to look",
-        step, grads["w_q"][0],
+        f"{by_step['w_v'][last]:.1e}{_span(step, until)} (below {STARVED_RATIO:g}×): its attention cannot learn "
+        "where to look", step, grads["w_q"][0], until,
     )  # fmt: skip
 
 
 def _saturated(run: RunSummary) -> Finding | None:
     """The block whose attention saturated first: entropy below the floor with its largest logit above the
-    ceiling, from some step to the end."""
+    ceiling, in an episode (one lasting to the end before one that recovered)."""
     found = []
     for tag, entropy in _by_block(run, "attn_entropy").items():
         logits = dict(run.health.get(tag.replace("/attn_entropy/", "/attn_max_logit/"), []))
         joint = [(step, value) for step, value in entropy if step in logits]
-        step = since(joint, lambda v: v < SATURATED_ENTROPY)
-        if step is None or max(logits[s] for s, _ in joint if s >= step) <= SATURATED_LOGIT:
+        span = episode(joint, lambda v: v < SATURATED_ENTROPY)
+        if span is None:
             continue
-        found.append((step, tag, entropy[-1][1], max(logits.values())))
+        step, until = span
+        inside = [(s, v) for s, v in joint if step <= s <= (until if until is not None else math.inf)]
+        logit = max(logits[s] for s, _ in inside)
+        if logit > SATURATED_LOGIT:
+            found.append((until is not None, step, tag, inside[-1][1], logit, until))
     if not found:
         return None
-    step, tag, entropy, logit = min(found)
+    _, step, tag, entropy, logit, until = min(found)
     return Finding(
-        SATURATED, f"block {tag.rsplit('_', 1)[1].lstrip('0')}'s attention entropy is {entropy:.3f} nats with "
-        f"logits up to {logit:.0f}: each query attends to one key and its softmax passes no gradient",
-        step, tag.replace("/attn_entropy/", "/attn_max_logit/"),
+        SATURATED, f"block {_block(tag)}'s attention entropy is {entropy:.3f} nats with logits up to "
+        f"{logit:.0f}{_span(step, until)}: each query attends to one key and its softmax passes no gradient",
+        step, tag.replace("/attn_entropy/", "/attn_max_logit/"), until,
     )  # fmt: skip
 
 
@@ -186,14 +275,38 @@ def _improving_by(run: RunSummary, val: Series) -> float | None:
     return drop if drop > IMPROVING_DROP else None
 
 
-def _still_improving(run: RunSummary, val: Series) -> list[Finding]:
-    drop = _improving_by(run, val)
-    if drop is None:
-        return []
-    return [Finding(
-        STILL_IMPROVING, f"its validation loss was still falling {drop:.3f} per {IMPROVING_TAIL:.0%} of its "
-        "steps at the end: the budget, not the design, limits it", None, "loss/val",
-    )]  # fmt: skip
+def episode(series: Series, holds: Callable[[float], bool]) -> tuple[int, int | None] | None:
+    """The episode of `series` where `holds` is true to report: (first step, None) for the one lasting to the
+    end, else the longest that ended and spans at least RECOVERED_EPISODE measurements (its first and last
+    step; the earliest of equals); None if there is none."""
+    spans: list[tuple[int, int]] = []
+    start = None
+    for index, (_, value) in enumerate(series):
+        if holds(value):
+            start = index if start is None else start
+            if index == len(series) - 1:
+                return series[start][0], None
+        elif start is not None:
+            if index - start >= RECOVERED_EPISODE:
+                spans.append((start, index - 1))
+            start = None
+    if not spans:
+        return None
+    first, last = max(spans, key=lambda span: (span[1] - span[0], -span[0]))
+    return series[first][0], series[last][0]
+
+
+def _after(series: Series, until: int) -> float:
+    """The value of `series` at the first step after `until`: what an episode recovered to."""
+    return next(value for step, value in series if step > until)
+
+
+def _span(start: int, until: int | None) -> str:
+    return "" if until is None else f" at steps {start}–{until}"
+
+
+def _block(tag: str) -> str:
+    return tag.rsplit("_", 1)[1].lstrip("0")
 
 
 def since(series: Series, holds: Callable[[float], bool]) -> int | None:
@@ -230,12 +343,15 @@ class Shared:
     steps: tuple[int, ...]
     example: Finding
     seed: str  # the example's run
+    recovered: bool = False  # every run's episode ended before the run did
 
     def describe(self) -> str:
         began = ""
         if self.steps:
             low, high = min(self.steps), max(self.steps)
             began = f", from step {low}" if low == high else f", from step {low}-{high}"
+        if self.recovered:  # one run: the step it last held; several: only that each recovered
+            began += f" to {self.example.until}, recovered" if self.count == 1 else ", recovered"
         return f"{self.kind} ({self.count}/{self.of}{began})"
 
 
@@ -249,7 +365,7 @@ def shared(runs: Sequence[RunSummary], findings: Mapping[Path, Sequence[Finding]
             found.setdefault(finding.kind, []).append((run.seed, finding))
     return [
         Shared(kind, len(pairs), len(judged), tuple(f.step for _, f in pairs if f.step is not None), pairs[0][1],
-               pairs[0][0])
+               pairs[0][0], all(f.recovered for _, f in pairs))
         for kind, pairs in found.items()
     ]  # fmt: skip
 
@@ -260,5 +376,6 @@ def why_cell(runs: Sequence[RunSummary], findings: Mapping[Path, Sequence[Findin
 
 
 def failed(findings: Sequence[Shared]) -> bool:
-    """Whether any finding is a failure (not only a budget that ended first)."""
-    return any(f.kind not in NOT_FAILURES for f in findings)
+    """Whether any finding is a failure: not only a budget that ended first, nor only episodes every run
+    recovered from."""
+    return any(f.kind not in NOT_FAILURES and not f.recovered for f in findings)

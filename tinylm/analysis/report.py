@@ -54,7 +54,7 @@ DESIGN_FILE = "sequential.json"
 LR = "optim.lr"
 # The choice a scale ladder varies (conf/size/): the baseline is then judged size by size (analysis/scale.py).
 SCALE_KEY = "size"
-_CURVES = ("val_curve", "curve", "health", "window_losses")  # too long for report.json
+_CURVES = ("val_curve", "train_curve", "curve", "health", "window_losses")  # too long for report.json
 
 
 @dataclass

@@ -75,6 +75,8 @@ class RunSummary:
     # (step, value, seconds since the run's first scalar) of the validation loss, and of the tag plotted
     val_curve: list[tuple[int, float, float]] = field(default_factory=list)
     curve: list[tuple[int, float, float]] = field(default_factory=list)
+    # (step, value) of the training loss: what tells overfitting (it keeps falling) from instability.
+    train_curve: list[tuple[int, float]] = field(default_factory=list)
     # Every training_health/<quantity>/block_<k> curve it logged, as (step, value): what `diagnosis` reads.
     health: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
 
@@ -261,6 +263,7 @@ def summarize_run(
         run.tokens_per_s = _tokens_per_second(scalars)
         train = _series(scalars, _TRAIN_LOSS)
         run.steps = train[-1][0] + 1 if train else None
+        run.train_curve = [(step, value) for step, value, _ in train]
         run.health = {
             str(tag): [(step, value) for step, value, _ in _series(scalars, str(tag))]
             for tag in scalars.tag.unique()

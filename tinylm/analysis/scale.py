@@ -3,14 +3,20 @@ several `size=` rungs) judged size by size: each design against the baseline *of
 comparisons one Holm family, and per design a verdict across sizes (docs/sweeps.md):
 
 - `flips at <size>`: resolved in opposite directions at two sizes;
-- `grows / shrinks with size`: the difference at the largest size differs from that at the smallest (Welch's
-  t on the two sizes' paired differences, Holm over the designs);
+- `grows / shrinks with size`: resolved in the same direction at the smallest and the largest size, and the
+  difference at the largest differs from that at the smallest (Welch's t on the two sizes' paired
+  differences, Holm over the designs): with one sign at both ends, the change is one of magnitude;
+- `changes sign, not resolved`: the smallest and largest sizes' differences have opposite signs, not both
+  resolved (a `flips` needs both);
 - `holds at every size`: the same resolved verdict at every size, and no change shown;
 - otherwise `not resolved at every size`, with what each size says.
+
+Each verdict is a `TrendWord` with its text, so that what the ladder says is counted without reading text.
 """
 
 from __future__ import annotations
 
+import enum
 import itertools
 import math
 import statistics
@@ -49,16 +55,28 @@ class Rung:
     settings: list[Setting]
 
 
+class TrendWord(enum.Enum):
+    """What the ladder says of one design across sizes."""
+
+    FLIPS = "flips"
+    GROWS = "grows with size"
+    SHRINKS = "shrinks with size"
+    HOLDS = "holds at every size"
+    SIGN_CHANGE = "changes sign, not resolved"
+    UNRESOLVED = "not resolved at every size"
+
+
 @dataclass(frozen=True)
 class Trend:
     """One design across sizes: the change of its difference from the smallest size to the largest, the
-    test of that change (raw and Holm over the designs) and the verdict."""
+    test of that change (raw and Holm over the designs), the verdict's word and its text."""
 
     design: dict[str, str]
     change: float | None
     p_value: float | None
     p_adjusted: float | None
     verdict: str
+    word: TrendWord = TrendWord.UNRESOLVED
 
 
 @dataclass
@@ -100,11 +118,12 @@ def trends(rungs: list[Rung], columns: list[str], alpha: float) -> list[Trend]:
     tests = {key: _change(found) for key, found in designs.items()}
     tested = [key for key, (_, p) in tests.items() if p is not None]
     adjusted = dict(zip(tested, holm([tests[key][1] for key in tested]), strict=True))
-    return [
-        Trend(dict(zip(columns, key, strict=True)), tests[key][0], tests[key][1], adjusted.get(key),
-              _verdict(found, tests[key][0], adjusted.get(key), alpha))
-        for key, found in designs.items()
-    ]  # fmt: skip
+    said = []
+    for key, found in designs.items():
+        (change, p), p_adjusted = tests[key], adjusted.get(key)
+        word, text = _verdict(found, change, p_adjusted, alpha)
+        said.append(Trend(dict(zip(columns, key, strict=True)), change, p, p_adjusted, text, word))
+    return said
 
 
 def _change(found: list[tuple[Rung, Setting]]) -> tuple[float | None, float | None]:
@@ -132,26 +151,34 @@ def _direction(verdict: str) -> int | None:
     return None
 
 
-def _verdict(found: list[tuple[Rung, Setting]], change: float | None, p: float | None, alpha: float) -> str:
+def _verdict(
+    found: list[tuple[Rung, Setting]], change: float | None, p: float | None, alpha: float
+) -> tuple[TrendWord, str]:
     said = [(rung.size, s.comparison.verdict, _direction(s.comparison.verdict)) for rung, s in found]
     resolved = [(size, verdict, d) for size, verdict, d in said if d is not None]
     directed = [found for found in resolved if found[2]]  # better or worse
     for (size_a, verdict_a, a), (size_b, verdict_b, b) in itertools.pairwise(directed):
         if a != b:
-            return f"flips at {size_b}: {verdict_a} at {size_a}, {verdict_b} at {size_b}"
+            return TrendWord.FLIPS, f"flips at {size_b}: {verdict_a} at {size_a}, {verdict_b} at {size_b}"
     every = ", ".join(f"{verdict} at {size}" for size, verdict, _ in said)
-    if p is not None and p <= alpha and change is not None:
-        small, large = (s.comparison.difference.mean for _, s in (found[0], found[-1]))
-        trend = "grows" if abs(large) > abs(small) else "shrinks"
-        return (
-            f"{trend} with size: {small:+.3f} at {found[0][0].size}, {large:+.3f} at {found[-1][0].size} "
-            f"(change p (Holm) = {p:.2g}); {every}"
-        )
+    ends = [s.comparison.difference for _, s in (found[0], found[-1])]
+    small, large = (d.mean if d is not None else math.nan for d in ends)
+    at_ends = f"{small:+.3f} at {found[0][0].size}, {large:+.3f} at {found[-1][0].size}"
+    tested = f" (change p (Holm) = {p:.2g})" if p is not None else ""
+    if p is not None and p <= alpha and change is not None and said[0][2] == said[-1][2] and said[0][2]:
+        # One resolved sign at both ends: the change of the difference is one of its magnitude.
+        word = TrendWord.GROWS if abs(large) > abs(small) else TrendWord.SHRINKS
+        return word, f"{word.value}: {at_ends}{tested}; {every}"
     if len(resolved) == len(said) and len({d for *_, d in resolved}) == 1:
-        return f"holds at every size: {said[0][1].split(' (')[0]}" + (
+        return TrendWord.HOLDS, f"holds at every size: {said[0][1].split(' (')[0]}" + (
             f" (no change with size shown, p (Holm) = {p:.2g})" if p is not None else ""
         )
-    return f"not resolved at every size: {every}"
+    if small * large < 0:  # opposite signs, not both resolved (that would have been a flip)
+        return TrendWord.SIGN_CHANGE, f"{TrendWord.SIGN_CHANGE.value}: {at_ends}{tested}; {every}"
+    changed = (
+        f"changes with size{tested}, not resolved at both ends; " if p is not None and p <= alpha else ""
+    )
+    return TrendWord.UNRESOLVED, f"not resolved at every size: {changed}{every}"
 
 
 def _median(values: list[int | None]) -> int | None:
@@ -209,9 +236,11 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
         *md_table([*columns, *sizes, "across sizes"], differences),
         "",
         f"Every size's comparisons are one family ({family} tests, Holm, α = {report.alpha:g}, δ = "
-        f"{report.min_effect:g}). `grows / shrinks with size`: Welch's t test of the difference at the largest "
-        "size against that at the smallest, Holm over the designs; `holds at every size`: the same resolved "
-        "verdict at every size and no change shown; `flips`: resolved in opposite directions. Loss against "
+        f"{report.min_effect:g}). `grows / shrinks with size`: resolved in the same direction at the smallest and "
+        "largest sizes, and Welch's t test of the difference at the largest size against that at the smallest, "
+        "Holm over the designs, finds a change; `holds at every size`: the same resolved verdict at every size "
+        "and no change shown; `flips`: resolved in opposite directions; `changes sign, not resolved`: opposite "
+        "signs at the two ends, not both resolved. Loss against "
         f"parameters: {SCALE_PNG}.",
         "",
     ]

@@ -4,7 +4,9 @@ and an exact test of how often each side diverged; verdicts over a table of comp
 family-wise error at α (Holm); the power each comparison has; a learning rate chosen on other seeds than
 those it is judged on (cross-fitting); and the levels of a sequential design that adds seeds in rounds.
 
-Lower is better (validation losses); a diverged run counts as +inf. The tests themselves come from scipy and
+Lower is better (validation losses); a diverged run counts as +inf, so a comparison whose sides diverge on
+unequal numbers of seeds is resolved only once that difference is (never `better` for the side that diverges
+more, whatever its finished seeds reach). The tests themselves come from scipy and
 statsmodels.
 """
 
@@ -34,6 +36,7 @@ WORSE = "worse"
 UNRESOLVED = "not resolved"
 IDENTICAL_VERDICT = "identical on every seed"
 ONE_SEED = "one seed: no interval"
+DIVERGENCE_OPEN = "the sides diverge unequally"
 
 
 # Each side's per-window losses of the final evaluation, by seed.
@@ -254,14 +257,18 @@ def verdict(c: Comparison, min_effect: float, level: float) -> str:
         return c.untested + note
     if d is None:
         return f"{UNRESOLVED}: every seed diverged on one side or both{note}"
+    if c.p_adjusted is None and not c.constant:
+        return (c.untested or ONE_SEED) + note
+    if divergence is not None and divergence.mine != divergence.theirs:
+        # A diverged run is the worst result: while how often each side diverges is open, the finished seeds'
+        # losses cannot settle the comparison (a setting that diverges more is never `better`).
+        return f"{UNRESOLVED}: {DIVERGENCE_OPEN}, {divergence.describe()}"
     if c.constant:
         if abs(d.mean) <= IDENTICAL:
             return IDENTICAL_VERDICT + note
         if abs(d.mean) < min_effect:
             return f"{equivalent(min_effect)} (the same difference on every seed){note}"
         return f"{BETTER if d.mean < 0 else WORSE} (the same difference on every seed){note}"
-    if c.p_adjusted is None:
-        return (c.untested or ONE_SEED) + note
     equivalent_too = c.p_equivalence_adjusted is not None and c.p_equivalence_adjusted <= level
     if c.p_adjusted <= level:
         found = BETTER if d.mean < 0 else WORSE

@@ -31,6 +31,13 @@ def attention_entropy(probs: torch.Tensor) -> torch.Tensor:
     return torch.special.entr(probs).sum(dim=-1).mean()
 
 
+def dead_fraction(pre_activation: torch.Tensor) -> torch.Tensor:
+    """Fraction of FFN units (the last dimension of `pre_activation`, the nonlinearity's input) that are never
+    above 0 on any token: a ReLU unit there outputs 0 and gets no gradient; a GELU or SiLU one almost so."""
+    fired = (pre_activation.detach().flatten(0, -2) > 0).any(dim=0)
+    return 1.0 - fired.float().mean()
+
+
 def block_weight_grad_norms(block: Block) -> dict[str, torch.Tensor]:
     """Frobenius norms of one block's weight gradients (0-dim tensors): `w_q`, `w_k`, `w_v` (row blocks of the
     fused qkv), `w_o`, and `ffn_<name>` per FFN weight matrix, named after its layer (`ffn_up`, `ffn_net_0`). A

@@ -28,6 +28,11 @@ class MLP(nn.Module):
         self.activation = activation
         self.dropout = nn.Dropout(dropout)
 
+    @property
+    def activation_input(self) -> nn.Module:
+        """The layer whose output the nonlinearity reads: a unit whose output there is never > 0 is dead."""
+        return self.up
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.down(self.activation(self.up(x))))
 
@@ -51,6 +56,11 @@ class GatedMLP(nn.Module):
         self.down = nn.Linear(d_ff, d_model, bias=bias)
         self.activation = activation
         self.dropout = nn.Dropout(dropout)
+
+    @property
+    def activation_input(self) -> nn.Module:
+        """The gate: a unit whose gate never opens (> 0) passes nothing, whatever `up` says."""
+        return self.gate
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.down(self.activation(self.gate(x)) * self.up(x)))
