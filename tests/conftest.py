@@ -129,3 +129,12 @@ def run_sweep(root: Path, *overrides: str, name: str = "sweep") -> tuple[Path, s
 def grid_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
     """`train.py -m norm='glob(p*)' act=gelu,swiglu`, shrunk: pre/post × gelu/swiglu, four jobs."""
     return run_sweep(tmp_path_factory.mktemp("grid"), "norm=glob(p*)", "act=gelu,swiglu")
+
+
+def rate_not_above(count: int, n: int, rate: float) -> bool:
+    """A simulation's false-call rate, `count` in `n` replicates, is not above `rate` beyond its Monte Carlo
+    error: an exact one-sided binomial test of rate > `rate` does not reject at 1%. The fast versions of the
+    simulations use it; the slow ones run more replicates against a fixed bound."""
+    from scipy.stats import binomtest
+
+    return binomtest(count, n, rate, alternative="greater").pvalue > 0.01

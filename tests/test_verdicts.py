@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import rate_not_above
 from scipy.stats import nct, ttest_rel
 from scipy.stats import t as student_t
 from statsmodels.stats.multitest import multipletests
@@ -105,14 +106,17 @@ def test_a_real_gap_needs_the_seeds_the_issue_estimated():
     assert seeds_needed(0.02 / 0.018, 0.05 / 7) in (13, 14)
 
 
-def test_eight_identical_settings_give_a_false_verdict_in_at_most_5_percent_of_sweeps(quick_gc):
+# Each simulation runs 500 or 300 replicates in the default run, its rate checked against α within its Monte
+# Carlo error; -m slow runs the 2000 or 1000 replicates docs/sweeps.md quotes, against a fixed bound.
+@pytest.mark.parametrize("sweeps", [500, pytest.param(2000, marks=pytest.mark.slow)])
+def test_eight_identical_settings_give_a_false_verdict_in_at_most_5_percent_of_sweeps(quick_gc, sweeps):
     rng = np.random.default_rng(2)
-    sweeps, holm_false, unadjusted_false = 2000, 0, 0
+    holm_false, unadjusted_false = 0, 0
     for _ in range(sweeps):
         judged = judge(family(sweep_values(rng, settings=8, seeds=3)), with_power=False)
         holm_false += any(c.verdict in (BETTER, WORSE) for c in judged)
         unadjusted_false += any(c.p_value <= 0.05 for c in judged)
-    assert holm_false / sweeps <= 0.055
+    assert holm_false / sweeps <= 0.055 if sweeps >= 2000 else rate_not_above(holm_false, sweeps, 0.05)
     # Judged one row at a time, the same sweeps would make a false claim far more often (the issue's 19-25%).
     assert unadjusted_false / sweeps > 0.15
 
@@ -152,7 +156,8 @@ def test_cross_fitted_tuning_is_unbiased_between_a_broad_and_a_sharp_optimum_of_
     assert np.mean(naive) < -0.015
 
 
-def test_the_sequential_rule_keeps_the_family_wise_error_over_its_looks(quick_gc):
+@pytest.mark.parametrize("sweeps", [300, pytest.param(1000, marks=pytest.mark.slow)])
+def test_the_sequential_rule_keeps_the_family_wise_error_over_its_looks(quick_gc, sweeps):
     """Three settings against a baseline, all equal: seeds added two at a time from 3 up to 11, each look
     judged at the α the O'Brien-Fleming-type spending gives it."""
     rng = np.random.default_rng(4)
@@ -160,13 +165,13 @@ def test_the_sequential_rule_keeps_the_family_wise_error_over_its_looks(quick_gc
     levels = look_levels(counts, max_seeds)
     assert sum(levels) == pytest.approx(spent(1.0)) and sum(levels) <= 0.05 + 1e-12
     assert levels == sorted(levels)  # little α early, most at the last look
-    sweeps, false = 1000, 0
+    false = 0
     for _ in range(sweeps):
         values = sweep_values(rng, settings=4, seeds=max_seeds)
         looks = [family(values, seeds=n) for n in counts]
         first = first_verdicts(looks, levels)
         false += any(found is not None and found[1].verdict in (BETTER, WORSE) for found in first)
-    assert false / sweeps <= 0.055
+    assert false / sweeps <= 0.055 if sweeps >= 1000 else rate_not_above(false, sweeps, 0.05)
 
 
 def test_the_sequential_rule_stops_early_on_a_large_difference():
