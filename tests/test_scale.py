@@ -3,7 +3,6 @@ three seeds, a few steps) and reported size by size; and the verdict across size
 
 from __future__ import annotations
 
-import gc
 import json
 
 import matplotlib.image
@@ -137,26 +136,18 @@ def _simulated_words(
     `trends`. Seeded."""
     rng = np.random.default_rng(34)
     counts = dict.fromkeys(TrendWord, 0)
-    # statsmodels' Holm calls gc.collect() on every call; objects alive before the simulation are frozen out
-    # of it (public gc API), so each collection is short.
-    gc.freeze()
-    try:
-        for _ in range(replicates):
-            rungs, tested = [], []
-            for number, mean in enumerate((small, large)):
-                base = Setting({"norm": "pre", SCALE_KEY: f"s{number}"}, [])
-                other = Setting({"norm": "post", SCALE_KEY: f"s{number}"}, [])
-                differences = rng.normal(mean, sd, seeds)
-                tested.append(
-                    paired_tests(dict(enumerate(2.0 + differences)), dict.fromkeys(range(seeds), 2.0))
-                )
-                rungs.append(Rung(f"s{number}", 10**number, 100, base, [base, other]))
-            for rung, comparison in zip(rungs, judge(tested, with_power=False), strict=True):
-                rung.settings[1].comparison = comparison
-            (trend,) = trends(rungs, ["norm"], alpha=0.05)
-            counts[trend.word] += 1
-    finally:
-        gc.unfreeze()
+    for _ in range(replicates):
+        rungs, tested = [], []
+        for number, mean in enumerate((small, large)):
+            base = Setting({"norm": "pre", SCALE_KEY: f"s{number}"}, [])
+            other = Setting({"norm": "post", SCALE_KEY: f"s{number}"}, [])
+            differences = rng.normal(mean, sd, seeds)
+            tested.append(paired_tests(dict(enumerate(2.0 + differences)), dict.fromkeys(range(seeds), 2.0)))
+            rungs.append(Rung(f"s{number}", 10**number, 100, base, [base, other]))
+        for rung, comparison in zip(rungs, judge(tested, with_power=False), strict=True):
+            rung.settings[1].comparison = comparison
+        (trend,) = trends(rungs, ["norm"], alpha=0.05)
+        counts[trend.word] += 1
     return counts
 
 

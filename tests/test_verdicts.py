@@ -4,7 +4,6 @@ and seeded simulations with a known truth (docs/sweeps.md quotes their figures).
 
 from __future__ import annotations
 
-import gc
 import math
 
 import numpy as np
@@ -29,15 +28,6 @@ from tinylm.analysis.stats import (
     spent,
     tuned_tests,
 )
-
-
-@pytest.fixture
-def quick_gc():
-    """statsmodels' Holm adjustment calls gc.collect() every time, which scans every live object of the test
-    process (~60 ms with torch loaded); objects frozen before a simulation are skipped by the scan."""
-    gc.freeze()
-    yield
-    gc.unfreeze()
 
 
 def sweep_values(rng: np.random.Generator, settings: int, seeds: int, shift: float = 0.0) -> list[dict]:
@@ -109,7 +99,7 @@ def test_a_real_gap_needs_the_seeds_the_issue_estimated():
 # Each simulation runs 500 or 300 replicates in the default run, its rate checked against α within its Monte
 # Carlo error; -m slow runs the 2000 or 1000 replicates docs/sweeps.md quotes, against a fixed bound.
 @pytest.mark.parametrize("sweeps", [500, pytest.param(2000, marks=pytest.mark.slow)])
-def test_eight_identical_settings_give_a_false_verdict_in_at_most_5_percent_of_sweeps(quick_gc, sweeps):
+def test_eight_identical_settings_give_a_false_verdict_in_at_most_5_percent_of_sweeps(sweeps):
     rng = np.random.default_rng(2)
     holm_false, unadjusted_false = 0, 0
     for _ in range(sweeps):
@@ -121,7 +111,7 @@ def test_eight_identical_settings_give_a_false_verdict_in_at_most_5_percent_of_s
     assert unadjusted_false / sweeps > 0.15
 
 
-def test_cross_fitted_tuning_is_unbiased_between_a_broad_and_a_sharp_optimum_of_equal_best_loss(quick_gc):
+def test_cross_fitted_tuning_is_unbiased_between_a_broad_and_a_sharp_optimum_of_equal_best_loss():
     """Five rates, three seeds, sd 0.05 per run: a setting whose optimum is broad (three rates at the best
     loss) against one with a single best rate (its neighbours 3σ worse), both reaching 2.0 at best. The
     truth is no difference."""
@@ -157,7 +147,7 @@ def test_cross_fitted_tuning_is_unbiased_between_a_broad_and_a_sharp_optimum_of_
 
 
 @pytest.mark.parametrize("sweeps", [300, pytest.param(1000, marks=pytest.mark.slow)])
-def test_the_sequential_rule_keeps_the_family_wise_error_over_its_looks(quick_gc, sweeps):
+def test_the_sequential_rule_keeps_the_family_wise_error_over_its_looks(sweeps):
     """Three settings against a baseline, all equal: seeds added two at a time from 3 up to 11, each look
     judged at the α the O'Brien-Fleming-type spending gives it."""
     rng = np.random.default_rng(4)
