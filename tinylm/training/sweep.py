@@ -14,7 +14,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from tinylm.errors import Interrupted
+from tinylm.errors import Interrupted, ReportedError
 from tinylm.layout import SEGMENTS, write_run_record
 from tinylm.training import run as training
 from tinylm.training.distributed import ScaleOutError
@@ -39,7 +39,13 @@ def objective(cfg: DictConfig, keep_going: bool | None = None) -> float | None:
     except Exception as error:
         if not keep_going or isinstance(error, SWEEP_ERRORS):
             raise
-        log.exception("run %s %s; the sweep goes on", cfg.get("run_name"), training.run_status(error))
+        status = training.run_status(error)
+        if isinstance(
+            error, ReportedError
+        ):  # its message says what to fix: one line, as a single run prints it
+            log.error("run %s %s: %s; the sweep goes on", cfg.get("run_name"), status, error)
+        else:  # a bug: its traceback is what a bug report needs
+            log.exception("run %s %s; the sweep goes on", cfg.get("run_name"), status)
         return math.inf if isinstance(error, training.DIVERGENCE_ERRORS) else None
 
     name = cfg.get("optimized_metric")
