@@ -55,7 +55,7 @@ class Rung:
     settings: list[Setting]
 
 
-class TrendWord(enum.Enum):
+class TrendWord(enum.StrEnum):
     """What the ladder says of one design across sizes."""
 
     FLIPS = "flips"
