@@ -40,11 +40,10 @@ def objective(cfg: DictConfig, keep_going: bool | None = None) -> float | None:
         if not keep_going or isinstance(error, SWEEP_ERRORS):
             raise
         status = training.run_status(error)
-        if isinstance(
-            error, ReportedError
-        ):  # its message says what to fix: one line, as a single run prints it
+        # tinylm's own errors say what to fix in one line, as a single run prints them; a bug keeps its traceback.
+        if isinstance(error, ReportedError):
             log.error("run %s %s: %s; the sweep goes on", cfg.get("run_name"), status, error)
-        else:  # a bug: its traceback is what a bug report needs
+        else:
             log.exception("run %s %s; the sweep goes on", cfg.get("run_name"), status)
         return math.inf if isinstance(error, training.DIVERGENCE_ERRORS) else None
 
