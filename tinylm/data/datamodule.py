@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 from tinylm.data.config import DataConfig
 from tinylm.data.corpora import CorpusError, load_corpus
 from tinylm.data.reference import ReferenceLevels, cached_reference_levels
-from tinylm.data.token_cache import corpus_tokens
+from tinylm.data.token_cache import TokenSpan, corpus_tokens
 from tinylm.data.tokenizer import CharTokenizer
 from tinylm.data.windows import FixedWindows, RandomWindows, UnpaddedDistributedSampler
 
@@ -88,9 +88,10 @@ class CharDataModule(L.LightningDataModule):
     def reference_levels(self) -> ReferenceLevels:
         """The uniform, unigram and bigram levels of the validation split (tinylm.data.reference)."""
         assert self.train_tokens is not None and self.val_tokens is not None and self.tokenizer is not None
-        return cached_reference_levels(
-            str(self.tokens_file), self.train_tokens, self.val_tokens, self.tokenizer.vocab_size
-        )
+        path, dtype, n_train = str(self.tokens_file), self.train_tokens.dtype, len(self.train_tokens)
+        train = TokenSpan(path, dtype, 0, n_train)
+        val = TokenSpan(path, dtype, n_train, n_train + len(self.val_tokens))
+        return cached_reference_levels(path, train, val, self.tokenizer.vocab_size)
 
     def final_windows(self, trained_windows: int | None = None) -> FixedWindows:
         """The run's final evaluation set: evenly spaced windows of the validation split, every one up to

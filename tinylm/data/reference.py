@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tinylm.data.token_cache import TokenSpan
 from tinylm.files import write_json
 
 # Pseudo-counts of the unigram added to every previous character's counts: enough that a pair never seen in
@@ -35,20 +36,33 @@ class ReferenceLevels:
     bigram: float
 
 
-def reference_levels(train: np.ndarray, val: np.ndarray, vocab_size: int) -> ReferenceLevels:
-    """The three levels of `val` (token ids) under models counted on `train`."""
-    train, val = np.asarray(train, dtype=np.int64), np.asarray(val, dtype=np.int64)
-    unigram = (np.bincount(train, minlength=vocab_size) + 1.0) / (len(train) + vocab_size)
-    pairs = np.bincount(train[:-1] * vocab_size + train[1:], minlength=vocab_size * vocab_size)
-    pairs = pairs.reshape(vocab_size, vocab_size).astype(np.float64)
+def reference_levels(
+    train: np.ndarray | TokenSpan, val: np.ndarray | TokenSpan, vocab_size: int, chunk: int = 1 << 22
+) -> ReferenceLevels:
+    """The three levels of `val` (token ids) under models counted on `train`, read `chunk` tokens at a time:
+    the splits may be memory-mapped and far larger than memory (a 2 GB corpus as int64 pairs is 32 GB)."""
+    unigram_counts = np.zeros(vocab_size, dtype=np.int64)
+    pair_counts = np.zeros(vocab_size * vocab_size, dtype=np.int64)
+    for start in range(0, len(train), chunk):
+        # One token past the chunk: the pair across the seam is counted once.
+        piece = np.asarray(train[start : start + chunk + 1], dtype=np.int64)
+        unigram_counts += np.bincount(piece[:chunk], minlength=vocab_size)
+        pair_counts += np.bincount(piece[:-1] * vocab_size + piece[1:], minlength=vocab_size * vocab_size)
+    unigram = (unigram_counts + 1.0) / (len(train) + vocab_size)
+    pairs = pair_counts.reshape(vocab_size, vocab_size).astype(np.float64)
     bigram = (pairs + BIGRAM_PRIOR * unigram) / (pairs.sum(axis=1, keepdims=True) + BIGRAM_PRIOR)
-    log_unigram = np.log(unigram[val])
-    log_bigram = np.concatenate([log_unigram[:1], np.log(bigram[val[:-1], val[1:]])])
-    return ReferenceLevels(math.log(vocab_size), float(-log_unigram.mean()), float(-log_bigram.mean()))
+    unigram_nats = bigram_nats = -math.log(
+        unigram[int(val[:1][0])]
+    )  # the first character has no previous one
+    for start in range(0, len(val), chunk):
+        piece = np.asarray(val[start : start + chunk + 1], dtype=np.int64)
+        unigram_nats -= float(np.log(unigram[piece[1:]]).sum())
+        bigram_nats -= float(np.log(bigram[piece[:-1], piece[1:]]).sum())
+    return ReferenceLevels(math.log(vocab_size), unigram_nats / len(val), bigram_nats / len(val))
 
 
 def cached_reference_levels(
-    tokens_file: str | Path, train: np.ndarray, val: np.ndarray, vocab_size: int
+    tokens_file: str | Path, train: np.ndarray | TokenSpan, val: np.ndarray | TokenSpan, vocab_size: int
 ) -> ReferenceLevels:
     """`reference_levels`, computed once per token file and split: the corpus can be far larger than memory
     is quick to count through."""

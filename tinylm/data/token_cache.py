@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -65,6 +66,28 @@ def corpus_tokens(corpus: Corpus, tokenizer: CharTokenizer | None = None) -> tup
     if not tokens.is_file():
         _encode(corpus, tokenizer, dtype, tokens)
     return np.memmap(tokens, dtype=dtype, mode="r"), tokenizer
+
+
+@dataclass(frozen=True)
+class TokenSpan:
+    """Tokens [start, stop) of a token file, sliced like an array but read with plain file reads: a pass over a
+    corpus larger than memory this way leaves it in the page cache, where a memory map's touched pages would
+    count as the process's own resident memory."""
+
+    path: str
+    dtype: np.dtype
+    start: int
+    stop: int
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __getitem__(self, index: slice) -> np.ndarray:
+        first, last, step = index.indices(len(self))
+        if step != 1:
+            raise ValueError("a TokenSpan is read in contiguous slices")
+        count = max(0, last - first)
+        return np.fromfile(self.path, self.dtype, count, offset=(self.start + first) * self.dtype.itemsize)
 
 
 def _cache_write(target: Path, write: Callable[[IO[bytes]], Any]) -> None:
