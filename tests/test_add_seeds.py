@@ -15,9 +15,10 @@ import pytest
 from conftest import REPO, run_script, run_sweep
 
 from tinylm.analysis.add_seeds import ADDED_DIR, Budget, add_seeds
-from tinylm.analysis.report import DESIGN_FILE, build_report
+from tinylm.analysis.report import DESIGN_FILE, PREVIOUS_REPORTS, REPORT_MD, build_report
 from tinylm.analysis.runs import ReportError
 from tinylm.analysis.stats import Divergence
+from tinylm.analysis.sweep_report import write_report
 from tinylm.layout import read_run_record, write_run_record
 
 TRAIN = [sys.executable, str(REPO / "scripts" / "train.py")]
@@ -72,16 +73,18 @@ def test_rounds_add_seeds_to_the_open_comparison_only_and_the_report_counts_them
     assert design["looks"] == [["1", "2"], ["1", "2", "3", "4"]] and design["round"] is None
     assert lines[0].startswith("look 1: 2 seeds; 2 of 3 comparisons open")
 
-    # The report read afresh judges the merged sweep by the design's looks, from its file alone.
+    # The report read afresh keeps the sweep's own verdicts on seeds 1-2 and judges the added seeds 3-4 apart,
+    # by the design's looks, from its file alone.
     again = build_report(sweep)
-    verdicts = {
-        (s.choices["act"], s.choices["optimized_metric"]): s.comparison for s in again.family if s.comparison
-    }
-    assert verdicts["gelu", "loss/val"].verdict == "identical on every seed (look 1, 2 seeds)"
-    # Whichever way the second look went, it judged SwiGLU on all four seeds.
-    swiglu = verdicts["swiglu", "loss/val_full"]
-    assert swiglu.verdict == "not resolved after 2 looks" or swiglu.verdict.endswith("(look 2, 4 seeds)")
-    assert len(swiglu.seeds) == 4
+    rows = {(s.choices["act"], s.choices["optimized_metric"]): s for s in again.family if s.comparison}
+    assert rows["gelu", "loss/val"].comparison.verdict == "identical on every seed"
+    assert rows["gelu", "loss/val"].added is None  # resolved by the sweep: no seeds added to it
+    swiglu = rows["swiglu", "loss/val_full"]
+    assert len(swiglu.comparison.seeds) == 2 and not swiglu.comparison.resolved
+    # Whichever way the second look went, it judged SwiGLU on the two added seeds.
+    added = swiglu.added.verdict
+    assert added == "not resolved after 1 look of added seeds" or added.endswith("(look 2, 2 added seeds)")
+    assert sorted(swiglu.added.seeds) == ["3", "4"]
     assert len(list((sweep / ADDED_DIR).glob("*/*/metrics.json"))) == 3 * 2  # 3 settings, seeds 3 and 4
 
 
@@ -125,6 +128,25 @@ def test_a_design_cannot_change_between_looks_and_bad_flags_get_one_line(two_see
         build_report(sweep, min_effect=0.5)
     result = run_script("add_seeds.py", str(sweep), "--per-round", "0")
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "--per-round" in result.stderr
+
+
+def test_a_command_that_adds_no_result_changes_no_verdict_and_a_rewritten_report_keeps_the_old_one(
+    two_seed_sweep, tmp_path
+):
+    sweep = copy_of(two_seed_sweep, tmp_path)
+    text, _ = write_report(sweep, BASELINE, min_effect=1e-6)
+    lines: list[str] = []
+    add_seeds(sweep, TRAIN, BASELINE, 1e-6, budget=Budget(16, 2, max_minutes=1e-9), echo=lines.append)
+    assert lines[-1].startswith("stopped: the next round would take about")  # no run was launched
+    assert json.loads((sweep / DESIGN_FILE).read_text())["looks"] == [["1", "2"]]
+    again, _ = write_report(sweep)
+    assert again == text and not (sweep / PREVIOUS_REPORTS).exists()  # not a word changed, nothing kept
+    # A report that reads differently (another δ) moves the one it replaces aside with its files.
+    (sweep / DESIGN_FILE).unlink()
+    changed, _ = write_report(sweep, BASELINE, min_effect=0.5)
+    (kept,) = (sweep / PREVIOUS_REPORTS).iterdir()
+    assert changed != text and (kept / REPORT_MD).read_text(encoding="utf-8") == text
+    assert {p.name for p in kept.iterdir()} >= {REPORT_MD, "report.json", "report.png"}
 
 
 def test_a_round_that_adds_no_result_stops_instead_of_launching_forever(two_seed_sweep, tmp_path):

@@ -300,7 +300,9 @@ def test_one_seed_per_setting_says_so_instead_of_an_interval(tmp_path):
     assert "| pre | layer | gelu | 1 | +0.1000 | — | — | — | one seed: no interval |" in markdown(report)
 
 
-def test_a_sequential_design_chooses_each_rate_on_its_first_look_and_judges_the_seeds_added_since(tmp_path):
+def test_added_seeds_are_judged_apart_at_the_rate_the_sweeps_own_seeds_chose_which_keep_their_verdicts(
+    tmp_path,
+):
     sweep = tmp_path / "sweep"
     number = 0
     # GELU is best at 1e-3 on seeds 1-2 (the first look) though 1e-2 is better later: the choice stands.
@@ -317,16 +319,22 @@ def test_a_sequential_design_chooses_each_rate_on_its_first_look_and_judges_the_
     design = {"alpha": 0.05, "min_effect": 0.02, "max_seeds": 6, "baseline": "act=gelu",
               "looks": [["1", "2"], ["1", "2", "3", "4"], ["1", "2", "3", "4", "5", "6"]], "round": None}  # fmt: skip
     (sweep / "sequential.json").write_text(json.dumps(design), encoding="utf-8")
+    fixed = build_report(sweep)  # the sweep as it was: no design yet
+    (sweep / "sequential.json").write_text(json.dumps(design), encoding="utf-8")
     report = build_report(sweep)
     tuned = {s.choices["act"]: s for s in report.tuned}
-    assert set(tuned["gelu"].rates.values()) == {"0.001"} and set(tuned["swiglu"].rates.values()) == {"0.01"}
-    assert sorted(tuned["gelu"].results) == ["3", "4", "5", "6"]  # the choosing seeds are not judged
-    c = tuned["swiglu"].comparison
+    # The sweep's own seeds 1-2 are judged as its own report judged them (cross-fitted), verdicts unchanged.
+    assert sorted(tuned["gelu"].results) == ["1", "2"]
+    before = {s.choices["act"]: s.comparison.verdict for s in fixed.tuned if s.comparison}
+    assert {a: s.comparison.verdict for a, s in tuned.items() if s.comparison} == before
+    # The added seeds 3-6 at the rate seeds 1-2 chose: GELU at 1e-3 (though 1e-2 is better later), SwiGLU at 1e-2.
+    c = tuned["swiglu"].added
+    assert sorted(c.seeds) == ["3", "4", "5", "6"] and tuned["swiglu"].answer is c
     assert c.difference.mean == pytest.approx(
         ((2.00 - 2.10) + (2.03 - 2.11) + (2.01 - 2.12) + (2.00 - 2.10)) / 4
     )
-    assert c.verdict.endswith("(look 3, 4 seeds)") and c.verdict.startswith(BETTER)
-    assert "## Each setting at the rate its first seeds chose" in markdown(report)
+    assert c.verdict.endswith("(look 3, 4 added seeds)") and c.verdict.startswith(BETTER)
+    assert "## Seeds added to the open rows (scripts/add_seeds.py)" in markdown(report)
 
 
 def test_the_reference_levels_runs_share_are_stated_and_each_setting_gets_its_gain_over_the_unigram(tmp_path):

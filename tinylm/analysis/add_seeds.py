@@ -2,10 +2,13 @@
 settings whose comparison with the baseline is still open (and to the baseline), until every comparison is
 `better`, `worse` or `equivalent`, or the budget is spent (docs/sweeps.md).
 
-Every round is a look of a sequential design written to SWEEP_DIR/sequential.json before any run starts: the
-family-wise error over all the looks stays at α (`stats.look_levels`), and the report, reading that file,
-judges the merged sweep by the same looks. The new runs are launched with each setting's own recorded
-overrides and the sweep's own Hydra launcher, into SWEEP_DIR/added/, where the report finds them.
+The sweep's own seeds were judged by its report at α: those verdicts stand, and the seeds added are a second
+experiment, a group-sequential design written to SWEEP_DIR/sequential.json before its first run starts. Its
+first look is the sweep as it was (it judges nothing); every later look judges the added seeds alone, at
+the level the design's boundary gives it (`stats.group_sequential_levels`), so its family-wise error over all
+the looks stays at α. The report, reading that file, judges the added seeds by the same looks. The new runs
+are launched with each setting's own recorded overrides and the sweep's own Hydra launcher, into
+SWEEP_DIR/added/, where the report finds them.
 """
 
 from __future__ import annotations
@@ -88,7 +91,7 @@ def add_seeds(
             design["rounds_since_look"] = 0
             save(sweep_dir, design)
             report = build_report(sweep_dir)
-        open_rows = [s for s in report.family if s.comparison is not None and not s.comparison.resolved]
+        open_rows = [s for s in report.family if s.answer is not None and not s.answer.resolved]
         look = len(design["looks"])
         echo(
             f"look {look}: {len(seeds)} seeds; {len(open_rows)} of {len(report.family) - 1} comparisons open"
@@ -135,7 +138,7 @@ def start_design(
         if baseline and parse_choices(baseline) != parse_choices(design["baseline"]):
             raise ReportError(f"--baseline {baseline}: this sweep's design ({path}) has {design['baseline']}")
         return design
-    named, _ = named_baseline(baseline, read_runs(sweep_dir), None)
+    named, source = named_baseline(baseline, read_runs(sweep_dir), None)
     if named is None:
         raise ReportError(
             "name the baseline: --baseline key=value[,key=value] (the experiment preset names none)"
@@ -143,7 +146,9 @@ def start_design(
     build_report(sweep_dir, named, min_effect=min_effect)  # refuses a baseline that matches no setting
     design = {
         "alpha": alpha, "min_effect": min_effect, "max_seeds": budget.max_seeds, "baseline": named,
-        "spending": "Lan-DeMets O'Brien-Fleming-type, union bound over looks", "looks": [], "round": None,
+        "baseline_source": source,
+        "spending": "Lan-DeMets O'Brien-Fleming-type, group-sequential boundaries over the added seeds",
+        "looks": [], "round": None,
     }  # fmt: skip
     save(sweep_dir, design)
     return design
@@ -163,10 +168,10 @@ def next_seeds(runs: Sequence[RunSummary], count: int) -> list[str]:
 def runs_of(report: SweepReport, setting: Setting) -> list[Setting]:
     """The settings a family row stands for: itself, or with the learning rate varying, the one at the rate
     the design's first look chose (before the first look: each of its rates)."""
-    if not report.lr_varies:
-        return [setting]
     key = setting.key(report.family_columns)
-    group = [s for s in report.settings if s.key(report.family_columns) == key]
+    group = [s for s in report.settings if s.key(report.family_columns) == key]  # every seed's result
+    if not report.lr_varies:
+        return group
     if report.design is not None and report.design.looks:  # the rate is chosen: new seeds are judged at it
         rate = chosen_rate(setting.by_rate, report.design.looks[0])
         return [s for s in group if s.choices[LR] == rate]

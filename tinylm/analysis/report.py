@@ -32,20 +32,23 @@ from tinylm.analysis.stats import (
     UNRESOLVED,
     Comparison,
     Estimate,
+    Look,
     cross_fit,
     estimate,
     first_verdicts,
     judge,
-    look_levels,
     mean_or_inf,
     paired_tests,
     seeds_needed,
+    sequential_plan,
     tuned_tests,
 )
 from tinylm.files import plain
 from tinylm.overrides import OverrideError, parse
 
 REPORT_MD = "report.md"
+# Where a report that a new one would read differently from is kept (sweep_report.keep_previous).
+PREVIOUS_REPORTS = "previous_reports"
 REPORT_JSON = "report.json"
 REPORT_PNG = "report.png"
 SENSITIVITY_PNG = "lr_sensitivity.png"
@@ -71,6 +74,16 @@ class Setting:
     rates: dict[str, str] = field(default_factory=dict)  # tuned: seed -> the rate chosen on the other seeds
     by_rate: dict[str, dict[str, float]] = field(default_factory=dict)  # tuned: rate -> seed -> result
     missing: tuple[str, ...] = ()  # tuned: seeds with no run at the rate the other seeds chose
+    # A sequential extension's comparison (scripts/add_seeds.py): over the seeds added after the first look
+    # only, with the verdict of the first look that resolved it.
+    added: Comparison | None = None
+
+    @property
+    def answer(self) -> Comparison | None:
+        """The comparison that answers: the sweep's own when it resolved, else the added seeds'."""
+        if self.comparison is not None and not self.comparison.resolved and self.added is not None:
+            return self.added
+        return self.comparison
 
     @property
     def diverged(self) -> int:
@@ -89,17 +102,30 @@ class Setting:
 
 @dataclass(frozen=True)
 class Design:
-    """A sequential design (scripts/add_seeds.py): the looks so far, each the seeds it judged, and the
-    levels it judges them at: α spent O'Brien-Fleming-style over at most `max_seeds` seeds."""
+    """A sequential extension of a finished sweep (scripts/add_seeds.py). Its first look is the sweep as it
+    was: those seeds were judged by the sweep's own report, at α, and keep those verdicts (and, when the rate
+    varies, choose each setting's rate). Every later look judges only the seeds added since the first, by a
+    group-sequential design over at most `max_seeds - len(looks[0])` of them (`added_plan`)."""
 
     alpha: float
     min_effect: float
     max_seeds: int
     baseline: str
-    looks: tuple[tuple[str, ...], ...]
+    looks: tuple[tuple[str, ...], ...]  # the baseline's seeds at each look
+    baseline_source: str = DESIGN_FILE  # who named the baseline for add_seeds: --baseline or the experiment
 
-    def levels(self) -> list[float]:
-        return look_levels([len(seeds) for seeds in self.looks], self.max_seeds, self.alpha)
+    @property
+    def first_seeds(self) -> tuple[str, ...]:
+        return self.looks[0] if self.looks else ()
+
+    def added_seeds(self, look: int) -> list[str]:
+        return [seed for seed in self.looks[look] if seed not in self.first_seeds]
+
+    def added_plan(self) -> list[Look | None]:
+        """How each look after the first is judged (None: it has too few added seeds to judge anything)."""
+        horizon = self.max_seeds - len(self.first_seeds)
+        counts = [len(self.added_seeds(look)) for look in range(1, len(self.looks))]
+        return sequential_plan(counts, horizon) if horizon >= 2 else [None] * len(counts)
 
 
 @dataclass
@@ -194,9 +220,9 @@ def build_report(
     )  # fmt: skip
     report.reference = shared_reference(runs)
     report.findings = {run.path: diagnose(run, report.reference) for run in runs}
-    if report.lr_varies:
-        choose_on = design.looks[0] if design and design.looks else None
-        report.tuned = tuned_settings(settings, report.family_columns, confidence, choose_on=choose_on)
+    first_seeds = design.first_seeds if design and design.looks else None
+    if report.lr_varies:  # cross-fitted on the sweep's own seeds (an extension's are judged apart)
+        report.tuned = tuned_settings(settings, report.family_columns, confidence, seeds=first_seeds)
     if baseline is None:
         return report
     wanted = {k: v for k, v in parse_choices(baseline).items() if not (report.lr_varies and k == LR)}
@@ -208,9 +234,9 @@ def build_report(
         report.tuned_baseline = base
     else:
         report.baseline = base
-    judge_family(report.family, base, report)
-    if design is not None:
-        replay(report, design)
+    judge_family(report.family, base, report, first_seeds)
+    if design is not None and len(design.looks) > 1:
+        judge_added(report, design)
     return report
 
 
@@ -234,7 +260,7 @@ def named_baseline(
     if flag:
         return flag, "--baseline"
     if design is not None:
-        return design.baseline, DESIGN_FILE
+        return design.baseline, design.baseline_source
     named = {run.baseline for run in runs if run.baseline}
     if len(named) > 1:
         raise ReportError(
@@ -337,57 +363,73 @@ def pick_baseline(settings: Sequence[Setting], wanted: dict[str, str], columns: 
 
 
 def judge_family(
-    settings: Sequence[Setting], base: Setting, report: SweepReport, level: float | None = None
+    settings: Sequence[Setting], base: Setting, report: SweepReport, seeds: Collection[str] | None = None
 ) -> None:
-    """Compare every setting with `base`, seed by seed, and judge them together as one family."""
+    """Compare every setting with `base`, seed by seed (on `seeds` only, when given), and judge them together
+    as one family."""
     others = [s for s in settings if s is not base]
-    compared = [tests_against(s, base, report) for s in others]
-    judged = judge(compared, report.min_effect, report.alpha, level, with_power=level is None)
+    compared = [tests_against(only(s, seeds), only(base, seeds), report) for s in others]
+    judged = judge(compared, report.min_effect, report.alpha)
     for setting, comparison in zip(others, judged, strict=True):
         setting.comparison = comparison
 
 
-def tests_against(setting: Setting, base: Setting, report: SweepReport) -> Comparison:
-    """The tests of one row: paired over seeds, or, when the rate varies, between cross-fitted settings (in
-    a sequential design, the rates are chosen on its first look's seeds and the others are plainly paired)."""
+def only(setting: Setting, seeds: Collection[str] | None) -> Setting:
+    """`setting` with the results of `seeds` only (the tuned ones are already cut to them)."""
+    if seeds is None or setting.by_rate:
+        return setting
+    return replace(
+        setting,
+        results={k: v for k, v in setting.results.items() if k in seeds},
+        windows={k: v for k, v in setting.windows.items() if k in seeds},
+    )
+
+
+def tests_against(
+    setting: Setting, base: Setting, report: SweepReport, cross_fitted: bool = True
+) -> Comparison:
+    """The tests of one row: paired over seeds, or, when the rate varies, between cross-fitted settings (the
+    seeds added to a sequential design are judged at the rate the first look chose, plainly paired)."""
     windows = (setting.windows, base.windows)
-    if report.lr_varies and report.design is None:
+    if report.lr_varies and cross_fitted:
         return tuned_tests(setting.by_rate, base.by_rate, report.min_effect, report.confidence, windows)
     return paired_tests(setting.results, base.results, report.min_effect, report.confidence, windows)
 
 
-def replay(report: SweepReport, design: Design) -> None:
-    """The sequential design's verdicts: each look judges the seeds it had, at the α it spends, and a
-    comparison keeps the first verdict a look gives it. The estimates shown stay those over every seed."""
-    columns = report.family_columns
-    rows = [s for s in report.family if s.comparison is not None]
-    if not design.looks:
-        for setting in rows:
-            setting.comparison = replace(setting.comparison, verdict=f"{UNRESOLVED}: no look yet")
-        return
+def judge_added(report: SweepReport, design: Design) -> None:
+    """The sequential extension's verdicts, on the added seeds alone: each look judges the seeds added by
+    then at the level its boundary gives (Holm over the rows the extension adds seeds to), and a row keeps
+    the first verdict a look gives it. The sweep's own verdicts stay as its own seeds gave them."""
+    columns, base_key = report.family_columns, report.family_baseline.key(report.family_columns)
+    rows = [s for s in report.family if s.comparison is not None and not s.comparison.resolved]
     looks = []
-    for seeds in design.looks:
-        family = {s.key(columns): s for s in restricted_family(report, set(seeds))}
-        base = family[report.family_baseline.key(columns)]
-        looks.append([tests_against(family[s.key(columns)], base, report) for s in rows])
-    first = first_verdicts(looks, design.levels(), report.min_effect, report.alpha)
-    for setting, found in zip(rows, first, strict=True):
-        verdict = f"{UNRESOLVED} after {len(design.looks)} looks"
-        if found is not None:
+    for look in range(1, len(design.looks)):
+        family = {s.key(columns): s for s in added_family(report, design, look)}
+        base = family[base_key]
+        looks.append([tests_against(family[s.key(columns)], base, report, cross_fitted=False) for s in rows])
+    plan = design.added_plan()
+    first = first_verdicts(looks, plan, report.min_effect, report.alpha)
+    last = judge(looks[-1], report.min_effect, report.alpha, with_power=False)
+    judged = sum(look is not None for look in plan)
+    for setting, found, latest in zip(rows, first, last, strict=True):
+        if found is None:
+            verdict = f"{UNRESOLVED} after {judged} look{'s' if judged != 1 else ''} of added seeds"
+            setting.added = replace(latest, verdict=verdict)
+        else:
             number, c = found
-            verdict = f"{c.verdict} (look {number + 1}, {len(c.seeds)} seeds)"
-        setting.comparison = replace(setting.comparison, verdict=verdict)
+            setting.added = replace(c, verdict=f"{c.verdict} (look {number + 2}, {len(c.seeds)} added seeds)")
 
 
-def restricted_family(report: SweepReport, seeds: Collection[str]) -> list[Setting]:
-    """The family's settings as they were with only `seeds` in."""
+def added_family(report: SweepReport, design: Design, look: int) -> list[Setting]:
+    """The family's settings with only the seeds added by `look` (when the rate varies: at the rate each
+    setting's first-look seeds chose)."""
+    added = set(design.added_seeds(look))
     if report.lr_varies:
-        choose_on = report.design.looks[0] if report.design else None
-        return tuned_settings(report.settings, report.family_columns, report.confidence, seeds, choose_on)
-    return [
-        Setting(s.choices, s.runs, {k: v for k, v in s.results.items() if k in seeds})
-        for s in report.settings
-    ]
+        return tuned_settings(
+            report.settings, report.family_columns, report.confidence, added | set(design.first_seeds),
+            choose_on=design.first_seeds,
+        )  # fmt: skip
+    return [only(s, added) for s in report.settings]
 
 
 def read_design(sweep_dir: Path) -> Design | None:
@@ -399,6 +441,7 @@ def read_design(sweep_dir: Path) -> Design | None:
         return Design(
             float(data["alpha"]), float(data["min_effect"]), int(data["max_seeds"]), str(data["baseline"]),
             tuple(tuple(str(s) for s in look) for look in data["looks"]),
+            str(data.get("baseline_source", DESIGN_FILE)),
         )  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ReportError(f"{path} is not a sequential design scripts/add_seeds.py wrote: {err}") from None
@@ -514,17 +557,7 @@ def _family_section(report: SweepReport) -> list[str]:
     pct = f"{report.confidence:.0%}"
     columns, base = report.family_columns, report.family_baseline
     text = []
-    if report.lr_varies and report.design is not None and report.design.looks:
-        first = report.design.looks[0]
-        text += [
-            "## Each setting at the rate its first seeds chose",
-            "",
-            f"Each setting's rate is the one with the lowest mean over the sweep's first seeds ({', '.join(first)}), "
-            "and it is judged on the seeds added since, which had no part in choosing it: picking the best "
-            "rate on the runs it is judged on flatters a setting whose optimum is broad.",
-            "",
-        ]
-    elif report.lr_varies:
+    if report.lr_varies:
         text += [
             "## Each setting at a cross-fitted learning rate",
             "",
@@ -561,7 +594,61 @@ def _family_section(report: SweepReport) -> list[str]:
               "eval SE"]  # fmt: skip
     text += [*md_table(header, _family_rows(report)), ""]
     text += [*_family_notes(report), ""]
+    if report.design is not None and len(report.design.looks) > 1:
+        text += _added_section(report)
     return text
+
+
+def _added_section(report: SweepReport) -> list[str]:
+    design, pct = report.design, f"{report.confidence:.0%}"
+    columns = report.family_columns
+    first = design.first_seeds
+    plan = design.added_plan()
+    looks = ", ".join(
+        f"look {number + 2}: {len(design.added_seeds(number + 1))} seeds at level "
+        + ("— (judges nothing)" if look is None else f"{look.level(report.alpha):.2g} for α")
+        for number, look in enumerate(plan)
+    )
+    rows = []
+    for s in report.family:
+        c = s.added
+        if c is None:
+            continue
+        d = c.difference
+        rows.append([
+            *(s.choices.get(col, "—") for col in columns), s.comparison.verdict, len(c.seeds),
+            fmt_number(d.mean if d else None, signed=True), fmt_interval(d, signed=True), fmt_p(c.p_value),
+            c.verdict,
+        ])  # fmt: skip
+    rate = " at the rate its sweep seeds chose" if report.lr_varies else ""
+    return [
+        "## Seeds added to the open rows (scripts/add_seeds.py)",
+        "",
+        f"The rows above are judged on the sweep's own {len(first)} seeds ({', '.join(first)}), as its report "
+        f"judged them, and keep those verdicts. The seeds added since to the rows left open (and to the "
+        f"baseline) are a second experiment, judged here on the added seeds alone{rate}: a group-sequential "
+        f"design declared before its first added seed ({DESIGN_FILE}), up to {design.max_seeds - len(first)} "
+        f"added seeds, α = {report.alpha:g} spent by Lan-DeMets' O'Brien-Fleming-type function with the "
+        f"looks' correlation ({looks}; Holm's shares of α at each look's boundary). A verdict names the "
+        "look that gave it. Each experiment's chance of any false `better`/`worse` is at most α, so a row's "
+        f"answer (the sweep's verdict, or where it was open the added seeds') errs with chance at most "
+        f"2α = {2 * report.alpha:g} over both. Intervals are {pct}, over the added seeds, not adjusted for "
+        "the looks.",
+        "",
+        *md_table(
+            [
+                *columns,
+                "sweep's verdict",
+                "added seeds",
+                "difference",
+                f"{pct} CI",
+                "p",
+                "verdict on added seeds",
+            ],
+            rows,
+        ),
+        "",
+    ]
 
 
 def _family_notes(report: SweepReport) -> list[str]:
@@ -574,7 +661,7 @@ def _family_notes(report: SweepReport) -> list[str]:
     test = (
         "t on the cross-fitted differences, with the standard error of the jackknife over seeds of the whole "
         "choose-then-compare procedure; `paired sd` is √n times it"
-        if report.lr_varies and report.design is None
+        if report.lr_varies
         else "paired t"
     )
     notes = [
@@ -587,20 +674,6 @@ def _family_notes(report: SweepReport) -> list[str]:
         f"`seeds for ±{delta}`: the seeds a difference of δ would need. `eval SE`: the standard error the "
         "final evaluation's finite set of windows adds to the difference (part of the seed interval already).",
     ]
-    if report.design is not None:
-        design = report.design
-        levels = ", ".join(
-            f"{len(look)} seeds at α {level:.2g}"
-            for look, level in zip(design.looks, design.levels(), strict=True)
-        )
-        notes += [
-            "",
-            f"Seeds were added in rounds (scripts/add_seeds.py, {DESIGN_FILE}): looks {levels}, up to "
-            f"{design.max_seeds} seeds. Each look is judged at the α it spends (Lan-DeMets O'Brien-Fleming "
-            "spending, summed over the looks by the union bound), so the family-wise error over every look "
-            "stays at most α; a verdict names the look that gave it. Intervals are over every seed and not "
-            "adjusted for the looks.",
-        ]
     notes += _cost_lines(report)
     return notes
 
@@ -612,7 +685,7 @@ def _cost_lines(report: SweepReport) -> list[str]:
     base = report.family_baseline
     open_rows = [
         s for s in report.family
-        if s is not base and s.comparison is not None and not s.comparison.resolved
+        if s is not base and s.answer is not None and not s.answer.resolved
     ]  # fmt: skip
     if not open_rows or base is None:
         return []
@@ -626,11 +699,18 @@ def _cost_lines(report: SweepReport) -> list[str]:
         needed = seeds_needed(effect / c.power.sd, c.power.level)
         if needed is None:
             continue
-        more = max(0, needed - len(c.seeds))
+        have = len(c.seeds) + (len(s.added.seeds) if s.added is not None else 0)
+        more = max(0, needed - have)
         needed_base = max(needed_base, more)
         runs, seconds = _run_cost(s, more)
         total_runs, total_s = total_runs + runs, total_s + seconds
-        lines.append(f"- `{s.label(report.family_columns)}`: {needed} seeds ({more} more, {runs} runs)")
+        if more:
+            lines.append(f"- `{s.label(report.family_columns)}`: {needed} seeds ({more} more, {runs} runs)")
+        else:
+            lines.append(
+                f"- `{s.label(report.family_columns)}`: its {have} seeds would find this difference 80% of the "
+                "time and did not: it is smaller than it seems, or this was the other 20%"
+            )
     runs, seconds = _run_cost(base, needed_base)
     total_runs, total_s = total_runs + runs, total_s + seconds
     if total_runs:
@@ -751,6 +831,11 @@ def to_json(report: SweepReport) -> dict[str, Any]:
                 "p_equivalence_holm": c.p_equivalence_adjusted, "divergence": c.divergence,
                 "p_divergence_holm": c.p_divergence_adjusted, "power": c.power, "eval_se": c.eval_se,
                 "verdict": c.verdict,
+            },
+            "added_seeds_vs_baseline": s.added and {
+                "seeds": list(s.added.seeds), "difference": s.added.difference, "p": s.added.p_value,
+                "p_equivalence": s.added.p_equivalence, "divergence": s.added.divergence,
+                "verdict": s.added.verdict,
             },
         }  # fmt: skip
 

@@ -12,14 +12,16 @@ statsmodels.
 
 from __future__ import annotations
 
+import functools
 import gc
 import math
 import statistics
 import warnings
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
+from scipy.optimize import brentq
 from scipy.stats import binomtest, norm, ttest_rel
 from scipy.stats import t as student_t
 from statsmodels.stats.multitest import multipletests
@@ -111,7 +113,7 @@ class Comparison:
     """A setting against the baseline over the seeds both have. `difference` is the mean of (setting -
     baseline) over the seeds both finished (< 0: the setting reaches a lower loss); the p-values are the
     paired t test of no difference and the paired two one-sided tests (TOST) of a difference inside ±δ.
-    `judge` fills in the Holm-adjusted p-values, the power and the verdict."""
+    `judge` fills in the Holm-adjusted p-values, the family's decisions, the power and the verdict."""
 
     seeds: tuple[Hashable, ...]
     unmatched: tuple[Hashable, ...] = ()  # seeds only one side has: said, not used
@@ -125,6 +127,10 @@ class Comparison:
     p_adjusted: float | None = None
     p_equivalence_adjusted: float | None = None
     p_divergence_adjusted: float | None = None
+    # The family's decisions (`judge`): Holm's step-down at the levels of the look that judged it.
+    differs: bool = False
+    within_min_effect: bool = False
+    diverges_differently: bool = False
     power: Power | None = None
     verdict: str = UNRESOLVED
 
@@ -210,19 +216,22 @@ def judge(
     comparisons: Sequence[Comparison],
     min_effect: float = MIN_EFFECT,
     alpha: float = ALPHA,
-    level: float | None = None,
+    look: Look | None = None,
     with_power: bool = True,
 ) -> list[Comparison]:
-    """Verdicts for one table, a family: Holm's step-down adjustment over its tests of difference (the loss
-    tests and the divergence tests), and separately over its tests of equivalence, each compared with
-    `level` (default `alpha`; a sequential design's look uses the α it spends there). The power of each row
-    is computed at α / the number of tests of difference (`with_power=False` skips it: it is slow)."""
-    level = alpha if level is None else level
+    """Verdicts for one table, a family: Holm's step-down over its tests of difference (the loss tests and the
+    divergence tests), and separately over its tests of equivalence. A fixed design compares the k-th
+    smallest p-value of m with α / (m - k + 1); a sequential design's `look`, with the level its boundary
+    gives that share of α at this look. The power of each row is computed at α / the number of tests of
+    difference (`with_power=False` skips it: it is slow)."""
+    level = look.level if look is not None else float
     family = [(i, "loss", c.p_value) for i, c in enumerate(comparisons) if c.p_value is not None]
     family += [(i, "divergence", c.divergence.p_value) for i, c in enumerate(comparisons) if c.divergence]
     equivalence = [(i, c.p_equivalence) for i, c in enumerate(comparisons) if c.p_equivalence is not None]
     adjusted = dict(zip([(i, kind) for i, kind, _ in family], holm([p for *_, p in family]), strict=True))
     adjusted_eq = dict(zip([i for i, _ in equivalence], holm([p for _, p in equivalence]), strict=True))
+    rejected = step_down({(i, kind): p for i, kind, p in family}, alpha, level)
+    rejected_eq = step_down(dict(equivalence), alpha, level)
     size = max(1, len(family))
     judged = []
     for i, c in enumerate(comparisons):
@@ -231,11 +240,28 @@ def judge(
             p_adjusted=adjusted.get((i, "loss")),
             p_equivalence_adjusted=adjusted_eq.get(i),
             p_divergence_adjusted=adjusted.get((i, "divergence")),
+            differs=(i, "loss") in rejected,
+            within_min_effect=i in rejected_eq,
+            diverges_differently=(i, "divergence") in rejected,
         )
         if with_power:
             c = replace(c, power=power(c, min_effect, alpha / size))
-        judged.append(replace(c, verdict=verdict(c, min_effect, level)))
+        judged.append(replace(c, verdict=verdict(c, min_effect)))
     return judged
+
+
+def step_down(
+    p_values: Mapping[Hashable, float], alpha: float, level: Callable[[float], float]
+) -> set[Hashable]:
+    """Holm's step-down: the k-th smallest of m p-values is rejected, while every smaller one was, when it is
+    at most `level(α / (m - k + 1))` (`level` the identity: Holm's own procedure)."""
+    rejected: set[Hashable] = set()
+    ordered = sorted(p_values.items(), key=lambda item: item[1])
+    for rank, (key, p) in enumerate(ordered):
+        if p > level(alpha / (len(ordered) - rank)):
+            break
+        rejected.add(key)
+    return rejected
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -253,12 +279,12 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return [float(p) for p in adjusted]
 
 
-def verdict(c: Comparison, min_effect: float, level: float) -> str:
+def verdict(c: Comparison, min_effect: float) -> str:
     if not c.seeds:
         return c.verdict
     d = c.difference
     divergence = c.divergence
-    if divergence is not None and c.p_divergence_adjusted is not None and c.p_divergence_adjusted <= level:
+    if divergence is not None and c.diverges_differently:
         direction = WORSE if divergence.mine > divergence.theirs else BETTER
         return f"{direction}: diverges more often" if direction == WORSE else f"{BETTER}: diverges less often"
     note = f"; diverged {divergence.describe()}" if divergence else ""
@@ -278,8 +304,8 @@ def verdict(c: Comparison, min_effect: float, level: float) -> str:
         if abs(d.mean) < min_effect:
             return f"{equivalent(min_effect)} (the same difference on every seed){note}"
         return f"{BETTER if d.mean < 0 else WORSE} (the same difference on every seed){note}"
-    equivalent_too = c.p_equivalence_adjusted is not None and c.p_equivalence_adjusted <= level
-    if c.p_adjusted <= level:
+    equivalent_too = c.within_min_effect
+    if c.differs:
         found = BETTER if d.mean < 0 else WORSE
         return found + (f", but by less than {min_effect:g}" if equivalent_too else "") + note
     if equivalent_too:
@@ -430,16 +456,19 @@ def mean_or_inf(values: Sequence[float]) -> float:
 
 def first_verdicts(
     looks: Sequence[Sequence[Comparison]],
-    levels: Sequence[float],
+    plan: Sequence[Look | None],
     min_effect: float = MIN_EFFECT,
     alpha: float = ALPHA,
 ) -> list[tuple[int, Comparison] | None]:
     """A sequential design's verdicts: `looks[k]` holds the tests (`paired_tests`) of every row of one family
-    on the seeds look k had, in the same row order at every look; each look is judged at `levels[k]` (Holm
-    over the whole family), and a row keeps the first verdict a look gives it, with that look's index."""
+    on the seeds look k had, in the same row order at every look; each look is judged as `plan[k]` says
+    (None: a look that judges nothing), and a row keeps the first verdict a look gives it, with that look's
+    index."""
     first: list[tuple[int, Comparison] | None] = [None] * (len(looks[0]) if looks else 0)
-    for number, (family, level) in enumerate(zip(looks, levels, strict=True)):
-        for row, c in enumerate(judge(family, min_effect, alpha, level, with_power=False)):
+    for number, (family, look) in enumerate(zip(looks, plan, strict=True)):
+        if look is None:
+            continue
+        for row, c in enumerate(judge(family, min_effect, alpha, look, with_power=False)):
             if first[row] is None and c.resolved:
                 first[row] = (number, c)
     return first
@@ -454,13 +483,82 @@ def spent(information: float, alpha: float = ALPHA) -> float:
     return float(2 - 2 * norm.cdf(norm.ppf(1 - alpha / 2) / math.sqrt(information)))
 
 
-def look_levels(seed_counts: Sequence[int], max_seeds: int, alpha: float = ALPHA) -> list[float]:
-    """The level each look is judged at: the α spent between it and the look before. The levels sum to at
-    most α whatever the looks' correlation (the union bound), so the family-wise error over every look stays
-    at most α: conservative against the exact group-sequential boundaries, and free of their assumptions."""
-    levels, before = [], 0.0
+@dataclass(frozen=True)
+class Look:
+    """One look of a sequential design: `fractions` are the information (seeds / the design's most seeds) of
+    every look that judges, up to and including this one."""
+
+    fractions: tuple[float, ...]
+
+    def level(self, alpha: float) -> float:
+        """The two-sided level a p-value is compared with at this look, in a design of overall level α."""
+        return group_sequential_levels(self.fractions, alpha)[-1]
+
+
+def sequential_plan(seed_counts: Sequence[int], max_seeds: int) -> list[Look | None]:
+    """The looks of a design that had `seed_counts` seeds at its looks: a look with fewer than 2 seeds, or
+    none more than the look before, judges nothing (a paired t test needs 2) and spends no α."""
+    plan: list[Look | None] = []
+    fractions: tuple[float, ...] = ()
     for count in seed_counts:
-        now = spent(count / max_seeds, alpha)
-        levels.append(max(0.0, now - before))
-        before = max(before, now)
-    return levels
+        fraction = min(count, max_seeds) / max_seeds
+        if count < 2 or (fractions and fraction <= fractions[-1]):
+            plan.append(None)
+            continue
+        fractions += (fraction,)
+        plan.append(Look(fractions))
+    return plan
+
+
+# Points of the grid each look's density is carried on: the boundaries agree with 1,601 points to 1e-8 in z.
+GRID_POINTS = 401
+
+
+@functools.cache
+def group_sequential_levels(fractions: tuple[float, ...], alpha: float = ALPHA) -> tuple[float, ...]:
+    """The nominal two-sided level of each look of a group-sequential design at information `fractions`
+    (increasing, in (0, 1]), spending α by `spent`: look k's boundary is set so that the chance, under no
+    difference, of crossing it and no boundary before is exactly the α spent between look k - 1 and k.
+
+    The looks' z statistics are correlated (sqrt(t_i / t_j)), so each look gets more than that increment as its
+    own level. Computed by the recursive numerical integration of the score process (Armitage, McPherson &
+    Rowe 1969; Jennison & Turnbull 2000, ch. 19), as R's gsDesign and ldbounds do: scipy's multivariate normal
+    integrates by quasi-Monte Carlo to about 1e-5, coarser than the first looks' increments."""
+    levels, before = [], 0.0
+    grid, density = np.zeros(1), np.ones(1)  # the score at information 0: a point mass at 0
+    weights, previous = np.ones(1), 0.0
+    for fraction in fractions:
+        increment = spent(fraction, alpha) - before
+        before += increment
+        sd = math.sqrt(fraction - previous)
+        if increment <= 0:
+            levels.append(0.0)
+            bound = math.inf
+        else:
+            paths = (grid, weights * density, sd)
+            high = 8 * math.sqrt(fraction)
+            while crossing(high, *paths) > increment:
+                high *= 2
+            bound = brentq(
+                lambda b, p=paths, i=increment: crossing(b, *p) - i, 0.0, high, xtol=1e-12, rtol=1e-12
+            )
+            levels.append(float(2 * norm.sf(bound / math.sqrt(fraction))))
+        # The density of the score at this look among the paths that crossed no boundary so far.
+        reach = min(bound, 8 * math.sqrt(fraction))
+        new_grid = np.linspace(-reach, reach, GRID_POINTS)
+        kernel = norm.pdf((new_grid[:, None] - grid[None, :]) / sd) / sd
+        density = kernel @ (weights * density)
+        grid, weights, previous = new_grid, simpson_weights(new_grid), fraction
+    return tuple(levels)
+
+
+def crossing(bound: float, grid: np.ndarray, mass: np.ndarray, sd: float) -> float:
+    """The chance of a score beyond ±bound at the next look, from `mass` on `grid` moved by N(0, sd²)."""
+    return float(np.sum(mass * (norm.sf((bound - grid) / sd) + norm.sf((bound + grid) / sd))))
+
+
+def simpson_weights(grid: np.ndarray) -> np.ndarray:
+    """Simpson's rule on an evenly spaced grid of an odd number of points."""
+    weights = np.ones(len(grid))
+    weights[1:-1:2], weights[2:-1:2] = 4.0, 2.0
+    return weights * (grid[1] - grid[0]) / 3

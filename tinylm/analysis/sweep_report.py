@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import os
+from datetime import datetime
 from pathlib import Path
 
 from tinylm.analysis.plots import plot_lr_sensitivity, plot_report
 from tinylm.analysis.report import (
+    PREVIOUS_REPORTS,
     REPORT_JSON,
     REPORT_MD,
     REPORT_PNG,
@@ -48,6 +51,7 @@ def write_report(
     sections = ladder_section(report, ladder) if ladder else []
     sections += why_section(report, lost, why_figures) + probe_section(probe_rows(report.runs))
     text = markdown(report, sections)
+    keep_previous(report.sweep_dir, text, written)
     written[0].write_text(text, encoding="utf-8")
     record = to_json(report)
     if ladder:
@@ -60,3 +64,21 @@ def write_report(
         written.append(draw_ladder(report, ladder, report.sweep_dir / SCALE_PNG))
     written += why_figures.values()
     return text, written
+
+
+def keep_previous(sweep_dir: Path, text: str, files: list[Path]) -> Path | None:
+    """Before a report is replaced by one that reads differently, move it and the files written with it to
+    previous_reports/<its time>/: a user's verdicts are never rewritten without a copy. Returns that folder."""
+    current = sweep_dir / REPORT_MD
+    if not current.is_file() or current.read_text(encoding="utf-8") == text:
+        return None
+    stamp = datetime.fromtimestamp(current.stat().st_mtime).strftime("%Y-%m-%d_%H-%M-%S")
+    target, attempt = sweep_dir / PREVIOUS_REPORTS / stamp, 1
+    while target.exists():
+        attempt += 1
+        target = sweep_dir / PREVIOUS_REPORTS / f"{stamp}_{attempt}"
+    target.mkdir(parents=True)
+    for path in files:
+        if path.is_file():
+            os.replace(path, target / path.name)
+    return target
