@@ -367,8 +367,8 @@ def test_data_module_splits_contiguously_90_10(tmp_path):
 
     assert tokenizer.chars == sorted(set(text))
     encoded = tokenizer.encode(text)
-    assert dm.train_tokens.tolist() == encoded[:900]
-    assert dm.val_tokens.tolist() == encoded[900:]
+    assert dm.train_tokens[:].tolist() == encoded[:900]
+    assert dm.val_tokens[:].tolist() == encoded[900:]
     assert dm.prepare() is tokenizer  # idempotent
 
 
@@ -607,8 +607,10 @@ def test_reference_levels_read_in_chunks_from_the_file_match_one_read(tmp_path):
     tokens.tofile(tmp_path / "tokens")
     train, val = tokens[:1000], tokens[1000:]
     whole = reference_levels(train, val, vocab_size=5, chunk=10_000)
-    span = TokenSpan(str(tmp_path / "tokens"), tokens.dtype, 1000, 1301)
+    span = TokenSpan(str(tmp_path / "tokens"), tokens.dtype, 0, 1301).part(1000, 1301)
     assert len(span) == 301 and np.array_equal(span[299:400], val[299:]) and np.array_equal(span[:], val)
+    starts = np.array([0, 7, 296])  # windows as the loaders cut them: the same rows as from the array
+    assert np.array_equal(span.windows(starts, 5), val[starts[:, None] + np.arange(5)])
     for chunk in (1, 7, 300):
         spans = TokenSpan(str(tmp_path / "tokens"), tokens.dtype, 0, 1000), span
         levels = reference_levels(*spans, vocab_size=5, chunk=chunk)

@@ -18,7 +18,7 @@ from conftest import REPO
 
 from tinylm.data import CharDataModule, CharTokenizer, DataConfig, VocabularyError, load_corpus
 from tinylm.data.corpora import Corpus
-from tinylm.data.token_cache import cache_root, corpus_tokens
+from tinylm.data.token_cache import TokenSpan, cache_root, corpus_tokens
 
 
 def counted(corpus: Corpus) -> tuple[Corpus, list[int]]:
@@ -39,16 +39,16 @@ def test_tokens_are_the_encoded_text_as_uint8_and_a_second_run_reads_the_cache(t
     corpus, calls = counted(load_corpus("text", files=str(path)))
 
     tokens, tokenizer = corpus_tokens(corpus)
-    assert isinstance(tokens, np.memmap) and tokens.dtype == np.uint8 and not tokens.flags.writeable
+    assert isinstance(tokens, TokenSpan) and tokens.dtype == np.uint8
     assert tokenizer.chars == sorted(set(text))
-    assert tokens.tolist() == tokenizer.encode(text)
+    assert tokens[:].tolist() == tokenizer.encode(text)
     assert len(calls) == 1  # local files: characters scanned from the bytes, then one streamed pass
 
     again, again_tokenizer = corpus_tokens(corpus)
     assert len(calls) == 1, "the second run must read the cache, not the corpus"
-    assert again.filename == tokens.filename and again_tokenizer.chars == tokenizer.chars
-    assert Path(tokens.filename).is_relative_to(cache_root())
-    assert not list(Path(tokens.filename).parent.glob(".*.tmp"))  # nothing half-written left behind
+    assert again.path == tokens.path and again_tokenizer.chars == tokenizer.chars
+    assert Path(tokens.path).is_relative_to(cache_root())
+    assert not list(Path(tokens.path).parent.glob(".*.tmp"))  # nothing half-written left behind
 
 
 def test_an_edited_file_is_a_new_corpus(tmp_path):
@@ -57,7 +57,7 @@ def test_an_edited_file_is_a_new_corpus(tmp_path):
     first, _ = corpus_tokens(load_corpus("text", files=str(path)))
     path.write_text("abd" * 100 + "e", encoding="utf-8")
     second, tokenizer = corpus_tokens(load_corpus("text", files=str(path)))
-    assert first.filename != second.filename
+    assert first.path != second.path
     assert tokenizer.chars == ["a", "b", "d", "e"] and len(second) == 301
 
 
@@ -86,7 +86,7 @@ def test_a_vocabulary_beyond_256_characters_is_stored_as_uint16(tmp_path):
 def test_the_default_corpus_trains_from_the_cache(tmp_path):
     dm = CharDataModule(DataConfig(block_size=16, batch_size=2))
     tokenizer = dm.prepare()
-    assert isinstance(dm.train_tokens, np.memmap) and dm.train_tokens.dtype == np.uint8
+    assert isinstance(dm.train_tokens, TokenSpan) and dm.train_tokens.dtype == np.uint8
     assert tokenizer.vocab_size < 256 and len(dm.train_tokens) + len(dm.val_tokens) > 4_000_000
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import lightning.pytorch as L
-import numpy as np
 from torch.utils.data import DataLoader
 
 from tinylm.data.config import DataConfig
@@ -33,8 +32,8 @@ class CharDataModule(L.LightningDataModule):
         self.block_size = config.block_size
         self.batch_size = config.batch_size
         self.tokenizer = tokenizer
-        self.train_tokens: np.ndarray | None = None
-        self.val_tokens: np.ndarray | None = None
+        self.train_tokens: TokenSpan | None = None
+        self.val_tokens: TokenSpan | None = None
         self.tokens_file: str | None = None
 
     def prepare(self) -> CharTokenizer:
@@ -49,7 +48,7 @@ class CharDataModule(L.LightningDataModule):
         # The vocabulary covers the whole corpus so that validation never meets an unknown character.
         tokens, tokenizer = corpus_tokens(corpus, self.tokenizer)
         n_train = math.floor(len(tokens) * (1.0 - self.config.val_fraction))
-        splits = {"training": tokens[:n_train], "validation": tokens[n_train:]}
+        splits = {"training": tokens.part(0, n_train), "validation": tokens.part(n_train, len(tokens))}
         for split, part in splits.items():
             # Checked here, before training starts and anything is written, not when the loaders are built.
             if len(part) <= self.block_size:
@@ -60,7 +59,7 @@ class CharDataModule(L.LightningDataModule):
                     + " or a smaller model.block_size"
                 )
         self.tokenizer = tokenizer
-        self.tokens_file = tokens.filename
+        self.tokens_file = tokens.path
         self.train_tokens, self.val_tokens = splits["training"], splits["validation"]
         return tokenizer
 
@@ -88,10 +87,9 @@ class CharDataModule(L.LightningDataModule):
     def reference_levels(self) -> ReferenceLevels:
         """The uniform, unigram and bigram levels of the validation split (tinylm.data.reference)."""
         assert self.train_tokens is not None and self.val_tokens is not None and self.tokenizer is not None
-        path, dtype, n_train = str(self.tokens_file), self.train_tokens.dtype, len(self.train_tokens)
-        train = TokenSpan(path, dtype, 0, n_train)
-        val = TokenSpan(path, dtype, n_train, n_train + len(self.val_tokens))
-        return cached_reference_levels(path, train, val, self.tokenizer.vocab_size)
+        return cached_reference_levels(
+            str(self.tokens_file), self.train_tokens, self.val_tokens, self.tokenizer.vocab_size
+        )
 
     def final_windows(self, trained_windows: int | None = None) -> FixedWindows:
         """The run's final evaluation set: evenly spaced windows of the validation split, every one up to

@@ -40,7 +40,7 @@ def reference_levels(
     train: np.ndarray | TokenSpan, val: np.ndarray | TokenSpan, vocab_size: int, chunk: int = 1 << 22
 ) -> ReferenceLevels:
     """The three levels of `val` (token ids) under models counted on `train`, read `chunk` tokens at a time:
-    the splits may be memory-mapped and far larger than memory (a 2 GB corpus as int64 pairs is 32 GB)."""
+    the splits may be far larger than memory (a 2 GB corpus as int64 pairs is 32 GB)."""
     unigram_counts = np.zeros(vocab_size, dtype=np.int64)
     pair_counts = np.zeros(vocab_size * vocab_size, dtype=np.int64)
     for start in range(0, len(train), chunk):

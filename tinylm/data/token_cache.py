@@ -1,5 +1,5 @@
 """A corpus tokenised once into a compact array on disk (uint8 while the vocabulary fits, else uint16 or
-uint32), memory-mapped, so a corpus far larger than memory trains like a small one (docs/cli.md). One
+uint32), read a window at a time, so a corpus far larger than memory trains like a small one (docs/cli.md). One
 directory per corpus identity holds `vocab.json` and a token file per tokenizer, each written atomically: a
 killed run leaves no half-written cache, and two runs tokenising at once each write a complete copy.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -44,8 +45,46 @@ def token_dtype(vocab_size: int) -> np.dtype:
     raise CorpusError(f"a vocabulary of {vocab_size:,} characters is too large for a character model")
 
 
-def corpus_tokens(corpus: Corpus, tokenizer: CharTokenizer | None = None) -> tuple[np.memmap, CharTokenizer]:
-    """The corpus as token ids (read-only, memory-mapped) and the tokenizer that made them: by default every
+@dataclass(frozen=True)
+class TokenSpan:
+    """Tokens [start, stop) of a token file, read with plain file reads, never memory-mapped: the page cache
+    keeps a file read from start to end in large folios, and a mapping of one token of a folio maps all of it
+    into the process, so a few thousand random windows of a mapped 2 GB corpus count a gigabyte of resident
+    memory (docs/performance.md). Read this way, only the windows read are the process's."""
+
+    path: str
+    dtype: np.dtype
+    start: int
+    stop: int
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __getitem__(self, index: slice) -> np.ndarray:
+        first, last, step = index.indices(len(self))
+        if step != 1:
+            raise ValueError("a TokenSpan is read in contiguous slices")
+        count = max(0, last - first)
+        return np.fromfile(self.path, self.dtype, count, offset=(self.start + first) * self.dtype.itemsize)
+
+    def part(self, start: int, stop: int) -> TokenSpan:
+        """Tokens [start, stop) of this span, as a span."""
+        return TokenSpan(self.path, self.dtype, self.start + start, self.start + min(stop, len(self)))
+
+    def windows(self, starts: np.ndarray, length: int) -> np.ndarray:
+        """`length` tokens from each of `starts`, one row each: one positioned read per window."""
+        size = self.dtype.itemsize
+        rows = np.empty((len(starts), length), dtype=self.dtype)
+        with open(self.path, "rb", buffering=0) as file:
+            for row, start in zip(rows, starts, strict=True):
+                row[:] = np.frombuffer(
+                    os.pread(file.fileno(), length * size, (self.start + int(start)) * size), self.dtype
+                )
+        return rows
+
+
+def corpus_tokens(corpus: Corpus, tokenizer: CharTokenizer | None = None) -> tuple[TokenSpan, CharTokenizer]:
+    """The corpus as token ids (the token file, read as needed) and the tokenizer that made them: by default every
     character of the corpus; a given one (a resumed run's, a trained model's) raises `VocabularyError` on
     characters it lacks, before anything is encoded."""
     directory = cache_root() / _digest(corpus.identity)
@@ -65,29 +104,7 @@ def corpus_tokens(corpus: Corpus, tokenizer: CharTokenizer | None = None) -> tup
     tokens = directory / f"tokens-{_digest(tokenizer.chars)}.{dtype.name}"
     if not tokens.is_file():
         _encode(corpus, tokenizer, dtype, tokens)
-    return np.memmap(tokens, dtype=dtype, mode="r"), tokenizer
-
-
-@dataclass(frozen=True)
-class TokenSpan:
-    """Tokens [start, stop) of a token file, sliced like an array but read with plain file reads: a pass over a
-    corpus larger than memory this way leaves it in the page cache, where a memory map's touched pages would
-    count as the process's own resident memory."""
-
-    path: str
-    dtype: np.dtype
-    start: int
-    stop: int
-
-    def __len__(self) -> int:
-        return self.stop - self.start
-
-    def __getitem__(self, index: slice) -> np.ndarray:
-        first, last, step = index.indices(len(self))
-        if step != 1:
-            raise ValueError("a TokenSpan is read in contiguous slices")
-        count = max(0, last - first)
-        return np.fromfile(self.path, self.dtype, count, offset=(self.start + first) * self.dtype.itemsize)
+    return TokenSpan(str(tokens), dtype, 0, tokens.stat().st_size // dtype.itemsize), tokenizer
 
 
 def _cache_write(target: Path, write: Callable[[IO[bytes]], Any]) -> None:

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, DistributedSampler, IterableDataset
 
+from tinylm.data.token_cache import TokenSpan
 from tinylm.errors import UserError
 
 
@@ -16,9 +17,15 @@ class TooFewWindowsError(UserError, ValueError):
     """The tokens cannot give the windows asked for."""
 
 
-def cut_windows(tokens: np.ndarray, starts: np.ndarray, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def cut_windows(
+    tokens: np.ndarray | TokenSpan, starts: np.ndarray, block_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(inputs, targets) of shape (len(starts), block_size) as int64, the targets shifted by one token."""
-    windows = torch.from_numpy(tokens[starts[:, None] + np.arange(block_size + 1)].astype(np.int64))
+    if isinstance(tokens, TokenSpan):
+        rows = tokens.windows(starts, block_size + 1)
+    else:
+        rows = tokens[starts[:, None] + np.arange(block_size + 1)]
+    windows = torch.from_numpy(rows.astype(np.int64))
     return windows[:, :-1], windows[:, 1:]
 
 
@@ -28,7 +35,7 @@ class RandomWindows(IterableDataset):
     `group_batches` batches: keep that, so earlier runs reproduce and their checkpoints resume exactly."""
 
     def __init__(
-        self, tokens: np.ndarray, block_size: int, batch_size: int, seed: int, rank: int = 0
+        self, tokens: np.ndarray | TokenSpan, block_size: int, batch_size: int, seed: int, rank: int = 0
     ) -> None:
         if len(tokens) <= block_size:
             raise TooFewWindowsError(
@@ -62,7 +69,7 @@ class RandomWindows(IterableDataset):
 class FixedWindows(Dataset):
     """Evenly spaced, non-overlapping windows over the validation split: the same set on every evaluation."""
 
-    def __init__(self, tokens: np.ndarray, block_size: int, max_windows: int | None) -> None:
+    def __init__(self, tokens: np.ndarray | TokenSpan, block_size: int, max_windows: int | None) -> None:
         available = (len(tokens) - 1) // block_size
         if available < 1:
             raise TooFewWindowsError(

@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 
 from tinylm import checks
 from tinylm.data import CharTokenizer, CorpusError, FixedWindows, VocabularyError, load_corpus
-from tinylm.data.token_cache import corpus_tokens
+from tinylm.data.token_cache import TokenSpan, corpus_tokens
 from tinylm.errors import ConfigError
 from tinylm.inference.trained import load_model
 from tinylm.layout import CheckpointError
@@ -28,7 +28,7 @@ def evaluate_text(
 
 def evaluate_tokens(
     model: GPT,
-    tokens: np.ndarray,
+    tokens: np.ndarray | TokenSpan,
     batch_size: int = 32,
     max_windows: int | None = None,
     progress: bool = False,
