@@ -108,8 +108,8 @@ def add_seeds(
         elapsed = (time.monotonic() - started) / 60
         if budget.max_minutes is not None and elapsed + minutes > budget.max_minutes:
             echo(
-                f"stopped: the next round would take about {minutes:.0f} min, past --max-minutes "
-                f"{budget.max_minutes:g} ({elapsed:.0f} min spent)"
+                f"stopped: the next round would take about {minutes:.2g} min, past --max-minutes "
+                f"{budget.max_minutes:g} ({elapsed:.2g} min spent)"
             )
             return report
         design["round"] = {"seeds": new_seeds, "settings": [s.choices for s in settings]}

@@ -537,7 +537,9 @@ def _family_rows(report: SweepReport) -> list[list]:
             [rates_cell(s), fmt_number(s.estimate.mean if s.estimate else None)] if report.lr_varies else []
         )
         if s is base:
-            rows.append([*choices, *tuned, len(s.results), "baseline", *[""] * 9])
+            first = report.design.first_seeds if report.design and report.design.looks else None
+            judged = len(only(s, first).results)  # the seeds the rows are judged on
+            rows.append([*choices, *tuned, judged, "baseline", *[""] * 9])
             continue
         c = s.comparison
         if c is None:
@@ -605,8 +607,8 @@ def _added_section(report: SweepReport) -> list[str]:
     first = design.first_seeds
     plan = design.added_plan()
     looks = ", ".join(
-        f"look {number + 2}: {len(design.added_seeds(number + 1))} seeds at level "
-        + ("— (judges nothing)" if look is None else f"{look.level(report.alpha):.2g} for α")
+        f"look {number + 2}: {len(design.added_seeds(number + 1))} added seeds, "
+        + ("judging nothing" if look is None else f"level {look.level(report.alpha):.2g}")
         for number, look in enumerate(plan)
     )
     rows = []
@@ -629,7 +631,8 @@ def _added_section(report: SweepReport) -> list[str]:
         f"baseline) are a second experiment, judged here on the added seeds alone{rate}: a group-sequential "
         f"design declared before its first added seed ({DESIGN_FILE}), up to {design.max_seeds - len(first)} "
         f"added seeds, α = {report.alpha:g} spent by Lan-DeMets' O'Brien-Fleming-type function with the "
-        f"looks' correlation ({looks}; Holm's shares of α at each look's boundary). A verdict names the "
+        f"looks' correlation ({looks}: the level of a test given the whole α; Holm gives the k-th smallest "
+        "of m p-values the level of α / (m − k + 1) at the same look). A verdict names the "
         "look that gave it. Each experiment's chance of any false `better`/`worse` is at most α, so a row's "
         f"answer (the sweep's verdict, or where it was open the added seeds') errs with chance at most "
         f"2α = {2 * report.alpha:g} over both. Intervals are {pct}, over the added seeds, not adjusted for "
