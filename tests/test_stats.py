@@ -11,7 +11,7 @@ import pytest
 import yaml
 from scipy.stats import t as student_t
 
-from tinylm.analysis.report import build_report, markdown, to_json
+from tinylm.analysis.report import build_report, fmt_interval, markdown, to_json
 from tinylm.analysis.runs import ReportError
 from tinylm.analysis.stats import (
     BETTER,
@@ -335,6 +335,29 @@ def test_added_seeds_are_judged_apart_at_the_rate_the_sweeps_own_seeds_chose_whi
     )
     assert c.verdict.endswith("(look 3, 4 added seeds)") and c.verdict.startswith(BETTER)
     assert "## Seeds added to the open rows (scripts/add_seeds.py)" in markdown(report)
+
+
+def test_the_report_opens_with_the_answer_a_sentence_per_comparison_and_what_is_still_open(tmp_path):
+    sweep = tmp_path / "sweep"
+    losses = {"gelu": [2.00, 2.10, 2.05], "swiglu": [1.90, 2.00, 1.95], "relu": [2.01, 2.08, 2.09]}
+    number = 0
+    for act, values in losses.items():
+        for seed, loss in enumerate(values, start=1):
+            fake_run(sweep, number, "completed", loss, act=act, seed=str(seed))
+            number += 1
+    report = build_report(sweep, baseline="act=gelu")
+    lines = markdown(report).splitlines()
+    assert lines[2] == "## Answer"
+    answer = lines[4:6]
+    swiglu = next(s for s in report.family if s.choices["act"] == "swiglu").comparison
+    # Only the column that varies names a setting; the verdict, difference and interval are the table's.
+    assert answer[0] == (
+        f"- `act=swiglu` against `act=gelu`: **{swiglu.verdict}**; difference -0.1000 nats/char, "
+        f"95% CI {fmt_interval(swiglu.difference, signed=True)}, 3 seeds"
+    )
+    assert answer[1].startswith("- `act=relu` against `act=gelu`: **not resolved**")
+    opening = "\n".join(lines[: lines.index("## Settings")])
+    assert "Still open: 1 of 2. `python scripts/add_seeds.py" in opening and "None" not in opening
 
 
 def test_the_reference_levels_runs_share_are_stated_and_each_setting_gets_its_gain_over_the_unigram(tmp_path):

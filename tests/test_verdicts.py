@@ -198,14 +198,14 @@ def sequential_sweeps(rng: np.random.Generator, sweeps: int, shift: float) -> tu
     return sequential, fixed
 
 
-@pytest.mark.parametrize("sweeps", [300, pytest.param(1000, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("sweeps", [200, pytest.param(1000, marks=pytest.mark.slow)])
 def test_the_sequential_design_keeps_the_family_wise_error_over_its_looks(sweeps):
     sequential, _ = sequential_sweeps(np.random.default_rng(4), sweeps, shift=0.0)
     false = sum(any(v.startswith((BETTER, WORSE)) for v in row) for row in sequential)
     assert false / sweeps <= 0.055 if sweeps >= 1000 else rate_not_above(false, sweeps, 0.05)
 
 
-@pytest.mark.parametrize("sweeps", [200, pytest.param(3000, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("sweeps", [150, pytest.param(3000, marks=pytest.mark.slow)])
 def test_the_sequential_design_has_the_power_of_the_fixed_one_within_2_points(sweeps):
     """A true difference of 0.02 in every row (the baseline better): each row found `worse` by the design as
     often as by 16 seeds judged at once, within 2 points, on the same sweeps. The fast version: not below the

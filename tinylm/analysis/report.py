@@ -555,6 +555,46 @@ def _family_rows(report: SweepReport) -> list[list]:
     return rows
 
 
+def _answer_section(report: SweepReport) -> list[str]:
+    """The answer first: a sentence per comparison (its verdict, difference, interval and seeds), then what is
+    still open and the command that resolves it; the methods are below, with the tables."""
+    base = report.family_baseline
+    if base is None or report.scale_baseline is not None or len(report.family) < 2:
+        return []
+    varying = [c for c in report.family_columns if len({s.choices.get(c) for s in report.family}) > 1]
+    rows = [s for s in report.family if s is not base and s.answer is not None]
+    pct = f"{report.confidence:.0%}"
+    lines = ["## Answer", ""]
+    for s in rows:
+        c = s.answer
+        d = c.difference
+        source = "added " if c is s.added else ""
+        numbers = (
+            f"difference {fmt_number(d.mean, signed=True)} nats/char, {pct} CI {fmt_interval(d, signed=True)}"
+            if d is not None
+            else "no difference measured"
+        )
+        lines.append(
+            f"- `{s.label(varying)}` against `{base.label(varying)}`: **{c.verdict}**; {numbers}, "
+            f"{len(c.seeds)} {source}seed{'s' if len(c.seeds) != 1 else ''}"
+        )
+    added = any(s.added is not None for s in rows)
+    lines += [
+        "",
+        f"Lower is better. Family-wise (Holm): the chance of any false `better`/`worse` among these is at most "
+        f"α = {report.alpha:g}"
+        + (" for the sweep's own seeds and α for the added seeds'" if added else "")
+        + ". The tables and the methods are below.",
+    ]
+    still_open = [s for s in rows if not s.answer.resolved]
+    if still_open:
+        lines.append(
+            f"Still open: {len(still_open)} of {len(rows)}. `python scripts/add_seeds.py {report.sweep_dir}` adds "
+            "seeds to them in rounds until each is resolved (*What resolving … would take*, below, sizes it)."
+        )
+    return [*lines, ""]
+
+
 def _family_section(report: SweepReport) -> list[str]:
     pct = f"{report.confidence:.0%}"
     columns, base = report.family_columns, report.family_baseline
@@ -748,7 +788,7 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
     markdown from elsewhere, e.g. the depth probe), every run."""
     pct = f"{report.confidence:.0%}"
     cols = report.setting_columns
-    text = [f"# Sweep report: {report.sweep_dir}", ""]
+    text = [f"# Sweep report: {report.sweep_dir}", "", *_answer_section(report)]
     n_seeds = max((len(s.results) for s in report.settings), default=0)
     text += [
         f"Final validation loss (nats/char) of {len(report.runs)} runs in {len(report.settings)} settings, "
