@@ -11,7 +11,7 @@ import pytest
 import yaml
 from scipy.stats import t as student_t
 
-from tinylm.analysis.report import build_report, fmt_interval, markdown, to_json
+from tinylm.analysis.report import PREVIOUS_REPORTS, REPORT_MD, build_report, fmt_interval, markdown, to_json
 from tinylm.analysis.runs import ReportError
 from tinylm.analysis.stats import (
     BETTER,
@@ -28,6 +28,7 @@ from tinylm.analysis.stats import (
     judge,
     paired_tests,
 )
+from tinylm.analysis.sweep_report import keep_previous
 from tinylm.layout import write_run_record
 
 # --- estimate -----------------------------------------------------------------------------------------------
@@ -358,6 +359,21 @@ def test_the_report_opens_with_the_answer_a_sentence_per_comparison_and_what_is_
     assert answer[1].startswith("- `act=relu` against `act=gelu`: **not resolved**")
     opening = "\n".join(lines[: lines.index("## Settings")])
     assert "Still open: 1 of 2. `python scripts/add_seeds.py" in opening and "None" not in opening
+
+
+def test_a_report_that_would_read_differently_moves_the_old_one_and_its_files_aside_first(tmp_path):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    files = [sweep / REPORT_MD, sweep / "report.json", sweep / "report.png"]
+    for path in files:
+        path.write_text(f"old {path.name}", encoding="utf-8")
+    assert keep_previous(sweep, "old report.md", files) is None  # the same words: nothing to keep
+    kept = keep_previous(sweep, "new words", files)
+    assert kept is not None and kept.parent == sweep / PREVIOUS_REPORTS
+    assert {p.name: p.read_text() for p in kept.iterdir()} == {p.name: f"old {p.name}" for p in files}
+    (sweep / REPORT_MD).write_text("new words", encoding="utf-8")
+    again = keep_previous(sweep, "newer words", files[:1])  # a second, in the same second: its own folder
+    assert again != kept and (again / REPORT_MD).read_text() == "new words"
 
 
 def test_the_reference_levels_runs_share_are_stated_and_each_setting_gets_its_gain_over_the_unigram(tmp_path):
