@@ -17,7 +17,6 @@ Unused norms are `nn.Identity()`, so they cost nothing and hold no parameters.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -26,30 +25,10 @@ from torch import nn
 from tinylm.model.attention import CausalSelfAttention
 from tinylm.model.ffn import build_ffn
 from tinylm.model.norms import NORMS
+from tinylm.model.placements import PLACEMENTS, NormPlacement
 
-if TYPE_CHECKING:  # config.py checks `norm` against PLACEMENTS, so it imports this module
+if TYPE_CHECKING:
     from tinylm.model.config import ModelConfig
-
-
-@dataclass(frozen=True)
-class NormPlacement:
-    before_branch: bool = False
-    after_branch: bool = False
-    after_add: bool = False
-
-    @property
-    def needs_final_norm(self) -> bool:
-        # Only a norm on the stream itself leaves the last block's output normalised.
-        return not self.after_add
-
-
-# The one list of placements (ModelConfig checks `norm` against it); a new one is one entry here.
-PLACEMENTS: dict[str, NormPlacement] = {
-    "pre": NormPlacement(before_branch=True),
-    "post": NormPlacement(after_add=True),
-    "sandwich": NormPlacement(before_branch=True, after_branch=True),
-    "on_branch": NormPlacement(after_branch=True),
-}
 
 
 def make_norm(config: ModelConfig) -> nn.Module:

@@ -13,9 +13,9 @@ from typing import Any, Literal, get_args
 
 from tinylm import checks
 from tinylm.errors import ConfigError
-from tinylm.model.block import PLACEMENTS
 from tinylm.model.ffn import FFNS, default_ffn_width
 from tinylm.model.norms import NORMS
+from tinylm.model.placements import PLACEMENTS
 
 Init = Literal["gpt2", "xavier"]
 
@@ -27,7 +27,7 @@ class ModelConfig:
     n_layer: int = 4
     n_head: int = 4
     d_model: int = 128
-    # The choices are the registries' keys, checked in __post_init__: PLACEMENTS (block.py), NORMS
+    # The choices are the registries' keys, checked in __post_init__: PLACEMENTS (placements.py), NORMS
     # (norms.py), FFNS (ffn.py).
     norm: str = "pre"
     norm_type: str = "layer"

@@ -10,8 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tinylm.model.block import PLACEMENTS, Block, make_norm
+from tinylm.model.block import Block, make_norm
 from tinylm.model.config import ModelConfig
+from tinylm.model.placements import PLACEMENTS
 
 
 def init_linear(module: nn.Linear, name: str, config: ModelConfig) -> None:
