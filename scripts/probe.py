@@ -7,7 +7,7 @@ from tinylm.cli import hydra_entry_point
 
 @hydra_entry_point(config_name="probe", uses_lightning=False)
 def main(cfg: DictConfig) -> None:
-    from tinylm.analysis.probe import run  # here, not above: --help and config errors need no torch
+    from tinylm.probe.depth import run  # here, not above: --help and config errors need no torch
 
     run(cfg)
 

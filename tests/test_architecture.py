@@ -4,6 +4,7 @@ module that imports it back."""
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import tinylm
@@ -17,7 +18,8 @@ ALLOWED = {
     "tinylm.layout": {"tinylm.model", "tinylm.data"},
     "tinylm.overrides": set(),
     "tinylm.training": {"tinylm.model", "tinylm.data", "tinylm.layout", "tinylm.overrides"},
-    "tinylm.analysis": {"tinylm.model", "tinylm.data", "tinylm.layout", "tinylm.overrides"},
+    "tinylm.probe": {"tinylm.model", "tinylm.data"},
+    "tinylm.analysis": {"tinylm.model", "tinylm.data", "tinylm.layout", "tinylm.overrides", "tinylm.probe"},
     "tinylm.inference": {"tinylm.model", "tinylm.data", "tinylm.layout"},
 }
 
@@ -87,3 +89,13 @@ def test_no_module_imports_one_that_imports_it_back_even_for_type_checkers_only(
 
 def is_package(module: str) -> bool:
     return (PACKAGE.parent / module.replace(".", "/") / "__init__.py").is_file()
+
+
+def test_every_subpackage_is_listed_for_the_wheel():
+    """pyproject.toml names its packages one by one (conf/ is installed as tinylm.conf); a subpackage left off
+    the list is missing from a non-editable install (tinylm.training.callbacks was)."""
+    listed = set(
+        tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {".".join(path.parent.relative_to(PACKAGE.parent).parts) for path in PACKAGE.rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)

@@ -15,9 +15,9 @@ from hydra import compose, initialize_config_module
 from omegaconf import DictConfig, open_dict
 from script_runner import run_script_in_process
 
-from tinylm.analysis.probe import build_stack, depth_probe, format_table, run, table_depths
 from tinylm.model import PLACEMENTS, Block, ModelConfig
 from tinylm.model.diagnostics import block_weight_grad_norms, stream_rms, token_spread
+from tinylm.probe.depth import build_stack, depth_probe, format_table, run, table_depths
 
 # Small and fast (well under a second), deep enough for the picture: 16 blocks, d=64, T=16.
 SMALL = ModelConfig(d_model=64, n_head=4, n_layer=16, block_size=16, init="xavier")

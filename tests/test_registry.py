@@ -15,8 +15,8 @@ from conftest import REPO, compose_train
 from omegaconf import OmegaConf, open_dict
 from torch import nn
 
-from tinylm.analysis.probe import depth_probe, format_table
 from tinylm.model import FFNS, GPT, NORMS, PLACEMENTS, ModelConfig
+from tinylm.probe.depth import depth_probe, format_table
 from tinylm.training.checkpoints import load_module
 from tinylm.training.run import run
 

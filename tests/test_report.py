@@ -18,7 +18,6 @@ import pytest
 from conftest import REPO, run_script, run_sweep
 from omegaconf import OmegaConf
 
-from tinylm.analysis.probe import depth_probe
 from tinylm.analysis.report import (
     REPORT_JSON,
     REPORT_MD,
@@ -30,6 +29,7 @@ from tinylm.analysis.runs import ReportError
 from tinylm.analysis.sweep_report import write_report
 from tinylm.layout import RECORD_FILE, read_run_record, write_run_record
 from tinylm.model import ModelConfig
+from tinylm.probe.depth import depth_probe
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -27,9 +27,9 @@ def probe_shapes(runs: Sequence[RunSummary]) -> list[dict[str, Any]]:
 
 def probe_rows(runs: Sequence[RunSummary], batch_size: int = 4, seed: int = 0) -> list[dict[str, Any]]:
     """The last block's measurements per shape: causal attention over the run's own context, the run's own
-    initialisation, `randn` input, float64 (tinylm.analysis.probe.depth_probe)."""
-    from tinylm.analysis.probe import depth_probe  # torch only when a sweep is probed
+    initialisation, `randn` input, float64 (tinylm.probe.depth.depth_probe)."""
     from tinylm.model import ModelConfig
+    from tinylm.probe.depth import depth_probe  # torch only when a sweep is probed
 
     rows = []
     for model in probe_shapes(runs):
@@ -46,7 +46,7 @@ def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
     """The report's section: one line per shape."""
     if not rows:
         return []
-    from tinylm.analysis.probe import label
+    from tinylm.probe.depth import label
 
     header = ["norm", "act", "blocks", "d_model", *(f"{label(key)}, block n" for key in SHOWN)]
     lines = [

@@ -26,7 +26,7 @@ class CausalSelfAttention(nn.Module):
         if d_model % n_head != 0:
             raise ValueError(f"d_model={d_model} must be divisible by n_head={n_head}")
         self.n_head = n_head
-        # The language model is always causal; the depth probe (tinylm.analysis.probe) studies blocks without a mask.
+        # The language model is always causal; the depth probe (tinylm.probe.depth) studies blocks without a mask.
         self.causal = causal
         self.head_size = d_model // n_head
         # One matmul for q, k and v; rows [0:d) are W_q, [d:2d) W_k, [2d:3d) W_v.

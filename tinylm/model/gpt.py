@@ -23,7 +23,7 @@ def init_linear(module: nn.Linear, name: str, config: ModelConfig) -> None:
     `xavier`: Xavier-uniform (2017), kept for placement experiments. The fused `qkv` layer holds three
     d×d projections, W_q, W_k and W_v; each is initialised as its own matrix, as the 2017 model's separate
     projections were. Xavier on the fused (3d × d) matrix would count a fan-out of 3d and shrink q, k and v
-    by √2, which visibly changes how fast a post-norm stack's tokens collapse (see `tinylm.analysis.probe`).
+    by √2, which visibly changes how fast a post-norm stack's tokens collapse (see `tinylm.probe.depth`).
     Shared by `GPT` and the depth probe's bare stack of blocks.
     """
     if config.init == "xavier":
