@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_module
 from tinylm.analysis.report import REPORT_JSON, SCALE_KEY, Setting, build_report
 from tinylm.analysis.report import tests_against as comparison_against
 from tinylm.analysis.scale import SCALE_PNG, Rung, TrendWord, judge_ladder, trends
-from tinylm.analysis.stats import Comparison, Estimate, judge, paired_tests
+from tinylm.analysis.stats import Comparison, Estimate, Outcome, Verdict, judge, paired_tests
 from tinylm.analysis.sweep_report import write_report
 
 
@@ -83,6 +83,10 @@ def test_a_scaled_down_ladder_is_judged_size_by_size(ladder_sweep):
     assert all("diagnosis" in run for run in record["runs"])
 
 
+OUTCOMES = {"worse": Outcome.WORSE, "better": Outcome.BETTER, "not resolved": Outcome.NOT_RESOLVED,
+            "equivalent": Outcome.EQUIVALENT}  # fmt: skip
+
+
 def _rungs(differences: list[tuple[float, float, str]]) -> list[Rung]:
     """One design against the baseline at each size: (mean difference, its sd, the verdict)."""
     rungs = []
@@ -90,7 +94,10 @@ def _rungs(differences: list[tuple[float, float, str]]) -> list[Rung]:
         size = f"s{number}"
         base = Setting({"norm": "pre", SCALE_KEY: size}, [])
         other = Setting({"norm": "post", SCALE_KEY: size}, [])
-        other.comparison = Comparison((1, 2, 3), difference=Estimate(mean, 3, sd), verdict=verdict)
+        outcome = OUTCOMES[verdict.split(" within")[0]]
+        other.comparison = Comparison(
+            (1, 2, 3), difference=Estimate(mean, 3, sd), verdict=Verdict(verdict, outcome)
+        )
         rungs.append(Rung(size, 10**number, 100, base, [base, other]))
     return rungs
 

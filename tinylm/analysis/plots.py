@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tinylm.analysis.report import LR, Setting, SweepReport
-from tinylm.analysis.stats import Estimate, estimate
+from tinylm.analysis.stats import Estimate, Outcome, estimate
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -197,10 +197,11 @@ VERDICT_WIDTH = 34
 
 
 def _verdict_colour(row: ForestRow) -> str:
-    """Worse red, better green (a verdict's first word, as tinylm.analysis.stats writes it), the rest blue."""
+    """Worse red, better green (the verdict's outcome), the rest blue."""
     if row.baseline:
         return "black"
-    return {"worse": "tab:red", "better": "tab:green"}.get(row.verdict.split(" ")[0].rstrip(":,"), "tab:blue")
+    outcome = getattr(row.verdict, "outcome", None)  # the baseline's and no-baseline rows' words are plain
+    return {Outcome.WORSE: "tab:red", Outcome.BETTER: "tab:green"}.get(outcome, "tab:blue")
 
 
 def plot_curves(

@@ -33,6 +33,8 @@ from tinylm.analysis.stats import (
     Comparison,
     Estimate,
     Look,
+    Outcome,
+    Verdict,
     cross_fit,
     estimate,
     first_verdicts,
@@ -414,10 +416,12 @@ def judge_added(report: SweepReport, design: Design) -> None:
     for setting, found, latest in zip(rows, first, last, strict=True):
         if found is None:
             verdict = f"{UNRESOLVED} after {judged} look{'s' if judged != 1 else ''} of added seeds"
-            setting.added = replace(latest, verdict=verdict)
+            setting.added = replace(latest, verdict=Verdict(verdict, Outcome.NOT_RESOLVED))
         else:
             number, c = found
-            setting.added = replace(c, verdict=f"{c.verdict} (look {number + 2}, {len(c.seeds)} added seeds)")
+            setting.added = replace(
+                c, verdict=c.verdict.noted(f" (look {number + 2}, {len(c.seeds)} added seeds)")
+            )
 
 
 def added_family(report: SweepReport, design: Design, look: int) -> list[Setting]:
@@ -873,12 +877,12 @@ def to_json(report: SweepReport) -> dict[str, Any]:
                 "p": c.p_value, "p_holm": c.p_adjusted, "p_equivalence": c.p_equivalence,
                 "p_equivalence_holm": c.p_equivalence_adjusted, "divergence": c.divergence,
                 "p_divergence_holm": c.p_divergence_adjusted, "power": c.power, "eval_se": c.eval_se,
-                "verdict": c.verdict,
+                "verdict": c.verdict, "outcome": c.verdict.outcome,
             },
             "added_seeds_vs_baseline": s.added and {
                 "seeds": list(s.added.seeds), "difference": s.added.difference, "p": s.added.p_value,
                 "p_equivalence": s.added.p_equivalence, "divergence": s.added.divergence,
-                "verdict": s.added.verdict,
+                "verdict": s.added.verdict, "outcome": s.added.verdict.outcome,
             },
         }  # fmt: skip
 

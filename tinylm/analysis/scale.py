@@ -38,7 +38,7 @@ from tinylm.analysis.report import (
     rates_cell,
     tests_against,
 )
-from tinylm.analysis.stats import BETTER, WORSE, Estimate, holm, judge
+from tinylm.analysis.stats import Estimate, Outcome, Verdict, holm, judge
 
 SCALE_PNG = "scale.png"
 
@@ -140,15 +140,11 @@ def _change(found: list[tuple[Rung, Setting]]) -> tuple[float | None, float | No
     return change, float(test.pvalue)
 
 
-def _direction(verdict: str) -> int | None:
+def _direction(verdict: Verdict) -> int | None:
     """+1 worse, -1 better, 0 equivalent or identical, None unresolved."""
-    if verdict.startswith(WORSE):
-        return 1
-    if verdict.startswith(BETTER):
-        return -1
-    if verdict.startswith(("equivalent", "identical")):
-        return 0
-    return None
+    return {Outcome.WORSE: 1, Outcome.BETTER: -1, Outcome.EQUIVALENT: 0, Outcome.IDENTICAL: 0}.get(
+        verdict.outcome
+    )
 
 
 def _verdict(

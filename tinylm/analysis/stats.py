@@ -12,6 +12,7 @@ statsmodels.
 
 from __future__ import annotations
 
+import enum
 import functools
 import gc
 import math
@@ -40,6 +41,7 @@ UNRESOLVED = "not resolved"
 IDENTICAL_VERDICT = "identical on every seed"
 ONE_SEED = "one seed: no interval"
 DIVERGENCE_OPEN = "the sides diverge unequally"
+NO_SEEDS = "no seeds in common with the baseline"
 
 
 # Each side's per-window losses of the final evaluation, by seed.
@@ -48,6 +50,42 @@ WindowLosses = tuple[Mapping[Hashable, Sequence[float]], Mapping[Hashable, Seque
 
 def equivalent(min_effect: float) -> str:
     return f"equivalent within ±{min_effect:g}"
+
+
+class Outcome(enum.StrEnum):
+    """What a comparison found: the part of a verdict the rest of the analysis reads."""
+
+    BETTER = BETTER
+    WORSE = WORSE
+    EQUIVALENT = "equivalent"
+    IDENTICAL = IDENTICAL_VERDICT
+    NOT_RESOLVED = UNRESOLVED
+
+    @property
+    def resolved(self) -> bool:
+        return self is not Outcome.NOT_RESOLVED
+
+
+class Verdict(str):
+    """A verdict's words as the report prints them, carrying the `outcome` they state: code reads the outcome,
+    never the words (tests/test_verdict_type.py fails where a verdict's text is parsed)."""
+
+    outcome: Outcome
+
+    def __new__(cls, text: str, outcome: Outcome) -> Verdict:
+        verdict = super().__new__(cls, text)
+        verdict.outcome = outcome
+        return verdict
+
+    def __reduce__(self) -> tuple:  # copies and pickles keep the outcome
+        return (Verdict, (str(self), self.outcome))
+
+    def noted(self, note: str) -> Verdict:
+        """The same outcome with `note` after the words."""
+        return Verdict(f"{self}{note}", self.outcome)
+
+
+NOT_YET_JUDGED = Verdict(UNRESOLVED, Outcome.NOT_RESOLVED)
 
 
 @dataclass(frozen=True)
@@ -132,12 +170,12 @@ class Comparison:
     within_min_effect: bool = False
     diverges_differently: bool = False
     power: Power | None = None
-    verdict: str = UNRESOLVED
+    verdict: Verdict = NOT_YET_JUDGED
 
     @property
     def resolved(self) -> bool:
         """The verdict answers the question: better, worse, equivalent or identical."""
-        return self.verdict.startswith((BETTER, WORSE, "equivalent", IDENTICAL_VERDICT))
+        return self.verdict.outcome.resolved
 
 
 def compare(
@@ -165,7 +203,7 @@ def paired_tests(
     seeds = tuple(sorted(set(values) & set(baseline), key=str))
     unmatched = tuple(sorted(set(values) ^ set(baseline), key=str))
     if not seeds:
-        return Comparison(seeds, unmatched, verdict="no seeds in common with the baseline")
+        return Comparison(seeds, unmatched, verdict=Verdict(NO_SEEDS, Outcome.NOT_RESOLVED))
     finished = [s for s in seeds if math.isfinite(values[s]) and math.isfinite(baseline[s])]
     divergence = None
     if len(finished) < len(seeds):
@@ -279,38 +317,43 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return [float(p) for p in adjusted]
 
 
-def verdict(c: Comparison, min_effect: float) -> str:
+def verdict(c: Comparison, min_effect: float) -> Verdict:
     if not c.seeds:
         return c.verdict
     d = c.difference
     divergence = c.divergence
+    better, worse, open_ = Outcome.BETTER, Outcome.WORSE, Outcome.NOT_RESOLVED
     if divergence is not None and c.diverges_differently:
-        direction = WORSE if divergence.mine > divergence.theirs else BETTER
-        return f"{direction}: diverges more often" if direction == WORSE else f"{BETTER}: diverges less often"
+        if divergence.mine > divergence.theirs:
+            return Verdict(f"{WORSE}: diverges more often", worse)
+        return Verdict(f"{BETTER}: diverges less often", better)
     note = f"; diverged {divergence.describe()}" if divergence else ""
     if d is None and c.untested:
-        return c.untested + note
+        return Verdict(c.untested + note, open_)
     if d is None:
-        return f"{UNRESOLVED}: every seed diverged on one side or both{note}"
+        return Verdict(f"{UNRESOLVED}: every seed diverged on one side or both{note}", open_)
     if c.p_adjusted is None and not c.constant:
-        return (c.untested or ONE_SEED) + note
+        return Verdict((c.untested or ONE_SEED) + note, open_)
     if divergence is not None and divergence.mine != divergence.theirs:
         # A diverged run is the worst result: while how often each side diverges is open, the finished seeds'
         # losses cannot settle the comparison (a setting that diverges more is never `better`).
-        return f"{UNRESOLVED}: {DIVERGENCE_OPEN}, {divergence.describe()}"
+        return Verdict(f"{UNRESOLVED}: {DIVERGENCE_OPEN}, {divergence.describe()}", open_)
     if c.constant:
         if abs(d.mean) <= IDENTICAL:
-            return IDENTICAL_VERDICT + note
+            return Verdict(IDENTICAL_VERDICT + note, Outcome.IDENTICAL)
         if abs(d.mean) < min_effect:
-            return f"{equivalent(min_effect)} (the same difference on every seed){note}"
-        return f"{BETTER if d.mean < 0 else WORSE} (the same difference on every seed){note}"
+            return Verdict(
+                f"{equivalent(min_effect)} (the same difference on every seed){note}", Outcome.EQUIVALENT
+            )
+        found = better if d.mean < 0 else worse
+        return Verdict(f"{found} (the same difference on every seed){note}", found)
     equivalent_too = c.within_min_effect
     if c.differs:
-        found = BETTER if d.mean < 0 else WORSE
-        return found + (f", but by less than {min_effect:g}" if equivalent_too else "") + note
+        found = better if d.mean < 0 else worse
+        return Verdict(found + (f", but by less than {min_effect:g}" if equivalent_too else "") + note, found)
     if equivalent_too:
-        return equivalent(min_effect) + note
-    return UNRESOLVED + note
+        return Verdict(equivalent(min_effect) + note, Outcome.EQUIVALENT)
+    return Verdict(UNRESOLVED + note, open_)
 
 
 def power(c: Comparison, min_effect: float, level: float) -> Power | None:
@@ -399,7 +442,7 @@ def tuned_tests(
     if fit is None:
         return Comparison(
             tuple(sorted(common, key=str)), unmatched,
-            verdict="no seeds in common with the baseline" if not common else ONE_SEED,
+            verdict=Verdict(NO_SEEDS if not common else ONE_SEED, Outcome.NOT_RESOLVED),
             untested=None if not common else ONE_SEED,
         )  # fmt: skip
     c = replace(

@@ -10,6 +10,7 @@ from tinylm.analysis.diagnosis import NOT_FAILURES, Shared, failed, shared
 from tinylm.analysis.plots import plot_health
 from tinylm.analysis.report import LR, REPORT_PNG, Setting, SweepReport
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary
+from tinylm.analysis.stats import Outcome
 
 
 def judged_runs(setting: Setting) -> list[RunSummary]:
@@ -32,7 +33,7 @@ def explained(report: SweepReport) -> list[tuple[Setting, list[Shared]]]:
     found = []
     for setting in _rows(report)[0]:
         findings = shared(judged_runs(setting), report.findings)
-        lost = setting.comparison is not None and setting.comparison.verdict.startswith("worse")
+        lost = setting.comparison is not None and setting.comparison.verdict.outcome is Outcome.WORSE
         if lost or failed(findings):
             found.append((setting, findings))
     return found
