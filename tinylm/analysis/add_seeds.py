@@ -20,7 +20,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +29,21 @@ from omegaconf import OmegaConf
 from tinylm.analysis.report import (
     DESIGN_FILE,
     LR,
+    Design,
     ReportError,
+    Round,
     Setting,
     SweepReport,
     build_report,
     chosen_rate,
     named_baseline,
     parse_choices,
+    read_design,
+    write_design,
 )
 from tinylm.analysis.runs import RunSummary, natural_key, read_runs
 from tinylm.analysis.stats import ALPHA, MIN_EFFECT
 from tinylm.errors import Interrupted
-from tinylm.files import write_json
 from tinylm.layout import HYDRA_DIR
 from tinylm.overrides import parse
 
@@ -72,27 +75,27 @@ def add_seeds(
     started = time.monotonic()
     while True:
         report = build_report(sweep_dir)
-        if design.get("round"):  # a round was interrupted: finish it before looking
+        if design.round is not None:  # a round was interrupted: finish it before looking
             run_round(report, design, sweep_dir, train_command, echo)
-            design["round"] = None
-            design["rounds_since_look"] = design.get("rounds_since_look", 0) + 1
+            design = replace(design, round=None, rounds_since_look=design.rounds_since_look + 1)
             continue
         # Every seed the baseline has a result for, those that chose its rate included.
-        seeds = sorted(
-            {run.seed for run in report.family_baseline.runs if run.result is not None}, key=natural_key
+        seeds = tuple(
+            sorted(
+                {run.seed for run in report.family_baseline.runs if run.result is not None}, key=natural_key
+            )
         )
-        if design["looks"] and design["looks"][-1] == seeds and design.get("rounds_since_look"):
+        if design.looks and design.looks[-1] == seeds and design.rounds_since_look:
             raise ReportError(
                 f"the last round added no result to the baseline (its runs failed: see their metrics.json under "
                 f"{sweep_dir / ADDED_DIR}); fix the cause, then rerun the same command"
             )
-        if not design["looks"] or design["looks"][-1] != seeds:
-            design["looks"].append(seeds)
-            design["rounds_since_look"] = 0
-            save(sweep_dir, design)
+        if not design.looks or design.looks[-1] != seeds:
+            design = replace(design, looks=(*design.looks, seeds), rounds_since_look=0)
+            write_design(sweep_dir, design)
             report = build_report(sweep_dir)
         open_rows = [s for s in report.family if s.answer is not None and not s.answer.resolved]
-        look = len(design["looks"])
+        look = len(design.looks)
         echo(
             f"look {look}: {len(seeds)} seeds; {len(open_rows)} of {len(report.family) - 1} comparisons open"
         )
@@ -112,31 +115,30 @@ def add_seeds(
                 f"{budget.max_minutes:g} ({elapsed:.2g} min spent)"
             )
             return report
-        design["round"] = {"seeds": new_seeds, "settings": [s.choices for s in settings]}
-        save(sweep_dir, design)
+        design = replace(design, round=Round(tuple(new_seeds), tuple(dict(s.choices) for s in settings)))
+        write_design(sweep_dir, design)
         run_round(report, design, sweep_dir, train_command, echo)
-        design["round"] = None
-        design["rounds_since_look"] = design.get("rounds_since_look", 0) + 1
-        save(sweep_dir, design)
+        design = replace(design, round=None, rounds_since_look=design.rounds_since_look + 1)
+        write_design(sweep_dir, design)
 
 
 def start_design(
     sweep_dir: Path, baseline: str | None, min_effect: float, alpha: float, budget: Budget
-) -> dict[str, Any]:
+) -> Design:
     """The design on disk, checked against the flags; or a new one, written before any run starts."""
     path = sweep_dir / DESIGN_FILE
     if path.is_file():
         build_report(sweep_dir)  # validates the file and the baseline
-        design = OmegaConf.to_container(OmegaConf.load(path))
+        design = read_design(sweep_dir)
         fixed = {"min_effect": min_effect, "alpha": alpha, "max_seeds": budget.max_seeds}
         for key, value in fixed.items():
-            if not math.isclose(float(design[key]), float(value)):
+            if not math.isclose(float(getattr(design, key)), float(value)):
                 raise ReportError(
-                    f"--{key.replace('_', '-')} {value:g}: this sweep's design ({path}) has {design[key]:g}; "
-                    "a design cannot change between its looks (drop the flag to carry on)"
+                    f"--{key.replace('_', '-')} {value:g}: this sweep's design ({path}) has "
+                    f"{getattr(design, key):g}; a design cannot change between its looks (drop the flag to carry on)"
                 )
-        if baseline and parse_choices(baseline) != parse_choices(design["baseline"]):
-            raise ReportError(f"--baseline {baseline}: this sweep's design ({path}) has {design['baseline']}")
+        if baseline and parse_choices(baseline) != parse_choices(design.baseline):
+            raise ReportError(f"--baseline {baseline}: this sweep's design ({path}) has {design.baseline}")
         return design
     named, source = named_baseline(baseline, read_runs(sweep_dir), None)
     if named is None:
@@ -144,18 +146,9 @@ def start_design(
             "name the baseline: --baseline key=value[,key=value] (the experiment preset names none)"
         )
     build_report(sweep_dir, named, min_effect=min_effect)  # refuses a baseline that matches no setting
-    design = {
-        "alpha": alpha, "min_effect": min_effect, "max_seeds": budget.max_seeds, "baseline": named,
-        "baseline_source": source,
-        "spending": "Lan-DeMets O'Brien-Fleming-type, group-sequential boundaries over the added seeds",
-        "looks": [], "round": None,
-    }  # fmt: skip
-    save(sweep_dir, design)
+    design = Design(alpha, min_effect, budget.max_seeds, named, (), source)
+    write_design(sweep_dir, design)
     return design
-
-
-def save(sweep_dir: Path, design: dict[str, Any]) -> None:
-    write_json(sweep_dir / DESIGN_FILE, design)
 
 
 def next_seeds(runs: Sequence[RunSummary], count: int) -> list[str]:
@@ -204,19 +197,18 @@ def command_for(run: RunSummary, seeds: Sequence[str], sweep_dir: Path) -> list[
 
 def run_round(
     report: SweepReport,
-    design: dict[str, Any],
+    design: Design,
     sweep_dir: Path,
     train_command: Sequence[str],
     echo: Callable[[str], Any],
 ) -> None:
     """Launch the round's runs that have no result yet, one multirun per setting (its seeds in parallel as
     its launcher allows), each into its own new directory under SWEEP_DIR/added/."""
-    planned = design["round"]
-    seeds = [str(s) for s in planned["seeds"]]
-    wanted = [dict(choices) for choices in planned["settings"]]
+    assert design.round is not None
+    seeds, wanted = list(design.round.seeds), list(design.round.settings)
     rows = [s for s in report.family if s.choices in wanted]
     added = sweep_dir / ADDED_DIR
-    look = len(design["looks"])
+    look = len(design.looks)
     for row in rows:
         for setting in runs_of(report, row):
             missing = [seed for seed in seeds if seed not in setting.results]

@@ -8,6 +8,7 @@ diverged run counts as a result (+inf, the worst); a failed or unfinished one as
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -45,7 +46,7 @@ from tinylm.analysis.stats import (
     sequential_plan,
     tuned_tests,
 )
-from tinylm.files import plain
+from tinylm.files import plain, write_json
 from tinylm.overrides import OverrideError, parse
 
 REPORT_MD = "report.md"
@@ -103,6 +104,14 @@ class Setting:
 
 
 @dataclass(frozen=True)
+class Round:
+    """A round add_seeds has started: the seeds it adds, to the settings with these choices."""
+
+    seeds: tuple[str, ...]
+    settings: tuple[dict[str, str], ...]
+
+
+@dataclass(frozen=True)
 class Design:
     """A sequential extension of a finished sweep (scripts/add_seeds.py). Its first look is the sweep as it
     was: those seeds were judged by the sweep's own report, at α, and keep those verdicts (and, when the rate
@@ -115,6 +124,10 @@ class Design:
     baseline: str
     looks: tuple[tuple[str, ...], ...]  # the baseline's seeds at each look
     baseline_source: str = DESIGN_FILE  # who named the baseline for add_seeds: --baseline or the experiment
+    # add_seeds' progress: the round it started (its seeds and the settings' choices) and rounds since a look.
+    round: Round | None = None
+    rounds_since_look: int = 0
+    spending: str = "Lan-DeMets O'Brien-Fleming-type, group-sequential boundaries over the added seeds"
 
     @property
     def first_seeds(self) -> tuple[str, ...]:
@@ -437,18 +450,29 @@ def added_family(report: SweepReport, design: Design, look: int) -> list[Setting
 
 
 def read_design(sweep_dir: Path) -> Design | None:
+    """SWEEP_DIR/sequential.json as add_seeds wrote it (`write_design`), or None."""
     path = sweep_dir / DESIGN_FILE
     if not path.is_file():
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+        started = data.get("round")
         return Design(
             float(data["alpha"]), float(data["min_effect"]), int(data["max_seeds"]), str(data["baseline"]),
             tuple(tuple(str(s) for s in look) for look in data["looks"]),
             str(data.get("baseline_source", DESIGN_FILE)),
+            Round(
+                tuple(str(s) for s in started["seeds"]),
+                tuple({str(k): str(v) for k, v in choices.items()} for choices in started["settings"]),
+            ) if started else None,
+            int(data.get("rounds_since_look", 0)),
         )  # fmt: skip
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise ReportError(f"{path} is not a sequential design scripts/add_seeds.py wrote: {err}") from None
+
+
+def write_design(sweep_dir: Path, design: Design) -> None:
+    write_json(sweep_dir / DESIGN_FILE, dataclasses.asdict(design))
 
 
 def rank_runs(runs: Sequence[RunSummary]) -> list[RunSummary]:
