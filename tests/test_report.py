@@ -92,8 +92,10 @@ def test_report_ranks_the_four_runs_of_a_grid_and_plots_them(sweep_copy):
     assert markdown in result.stdout
 
     header = _header(markdown)
-    for column in ("run", "norm", "norm_type", "act", "params", "final val loss", "best val loss"):
+    for column in ("run", "norm", "act", "params", "final val loss", "best val loss"):
         assert column in header
+    # A choice every run shares is stated once above the tables, not repeated in each row.
+    assert "norm_type" not in header and "`norm_type=layer`" in markdown.split("## Settings")[0]
     for column in ("bits/char", "tokens/s", "wall time", "status"):
         assert column in header
     rows = [dict(zip(header, row, strict=True)) for row in _table_rows(markdown)]

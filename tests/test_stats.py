@@ -251,8 +251,8 @@ def test_report_on_made_up_records_has_the_known_means_intervals_and_cross_fitte
 
     text = markdown(report)
     assert "## Each setting at a cross-fitted learning rate" in text
-    assert "| 1 | pre | layer | gelu | 0.003 | 3 | 1.9000 |" in text
-    assert "| pre | layer | gelu | 0.003 ×3 | 1.9000 | 3 | baseline |" in text
+    assert "| 1 | pre | 0.003 | 3 | 1.9000 |" in text  # only the columns that vary: norm and the rate
+    assert "| pre | 0.003 ×3 | 1.9000 | 3 | baseline |" in text
     record = json.loads(json.dumps(to_json(report)))  # plain JSON, no NaN or infinity
     assert record["tuned_baseline"]["norm"] == "pre" and record["baseline_source"] == "--baseline"
     diverged = next(
@@ -298,7 +298,7 @@ def test_one_seed_per_setting_says_so_instead_of_an_interval(tmp_path):
     assert not report.lr_varies and report.baseline.choices["act"] == "swiglu"
     gelu = next(s for s in report.settings if s.choices["act"] == "gelu")
     assert gelu.comparison.verdict == ONE_SEED and gelu.comparison.difference.mean == pytest.approx(0.1)
-    assert "| pre | layer | gelu | 1 | +0.1000 | — | — | — | one seed: no interval |" in markdown(report)
+    assert "| gelu | 1 | +0.1000 | — | — | — | one seed: no interval |" in markdown(report)
 
 
 def test_added_seeds_are_judged_apart_at_the_rate_the_sweeps_own_seeds_chose_which_keep_their_verdicts(
@@ -388,10 +388,9 @@ def test_the_reference_levels_runs_share_are_stated_and_each_setting_gets_its_ga
     assert report.reference == levels
     text = markdown(report)
     assert "unigram 3.3473, bigram 2.4872" in text
-    assert "| 1 | pre | layer | gelu | 1 | 2.1000 | — | — | +1.2473 | 0 | 0 | — |  |" in text
+    assert "| 1 | gelu | 1 | 2.1000 | — | — | +1.2473 | 0 | 0 | — |  |" in text
     assert (
-        "| 2 | pre | layer | swiglu | 1 | 3.3473 | — | — | +0.0000 | 0 | 0 | ignores context (1/1) |  |"
-        in text
+        "| 2 | swiglu | 1 | 3.3473 | — | — | +0.0000 | 0 | 0 | ignores context (1/1) |  |" in text
     )  # learned no context, and the `why` column says so
     # Runs on another split share no levels: none are shown rather than the wrong ones.
     other = fake_run(sweep, 2, "completed", 2.0, act="geglu")

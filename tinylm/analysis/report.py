@@ -181,6 +181,16 @@ class SweepReport:
     def family_baseline(self) -> Setting | None:
         return self.tuned_baseline if self.lr_varies else self.baseline
 
+    @property
+    def shown_family_columns(self) -> list[str]:
+        """The family's columns a table shows: those whose value varies between its rows."""
+        return varying(self.family_columns, [s.choices for s in self.family])
+
+
+def varying(columns: Sequence[str], choices: Sequence[dict[str, str]]) -> list[str]:
+    """The columns whose value differs between `choices`: the others are stated once, not in every row."""
+    return [c for c in columns if len({str(row.get(c, "—")) for row in choices}) > 1]
+
 
 def parse_choices(text: str) -> dict[str, str]:
     """`norm=pre,act=gelu` -> {"norm": "pre", "act": "gelu"}; values read as Hydra reads overrides (so 1e-3
@@ -558,7 +568,7 @@ def rates_cell(s: Setting) -> str:
 
 def _family_rows(report: SweepReport) -> list[list]:
     rows = []
-    base, columns = report.family_baseline, report.family_columns
+    base, columns = report.family_baseline, report.shown_family_columns
     for s in report.family:
         choices = [s.choices.get(col, "—") for col in columns]
         tuned = (
@@ -589,7 +599,7 @@ def _answer_section(report: SweepReport) -> list[str]:
     base = report.family_baseline
     if base is None or report.scale_baseline is not None or len(report.family) < 2:
         return []
-    varying = [c for c in report.family_columns if len({s.choices.get(c) for s in report.family}) > 1]
+    named = report.shown_family_columns
     rows = [s for s in report.family if s is not base and s.answer is not None]
     pct = f"{report.confidence:.0%}"
     lines = ["## Answer", ""]
@@ -603,7 +613,7 @@ def _answer_section(report: SweepReport) -> list[str]:
             else "no difference measured"
         )
         lines.append(
-            f"- `{s.label(varying)}` against `{base.label(varying)}`: **{c.verdict}**; {numbers}, "
+            f"- `{s.label(named)}` against `{base.label(named)}`: **{c.verdict}**; {numbers}, "
             f"{len(c.seeds)} {source}seed{'s' if len(c.seeds) != 1 else ''}"
         )
     added = any(s.added is not None for s in rows)
@@ -625,7 +635,7 @@ def _answer_section(report: SweepReport) -> list[str]:
 
 def _family_section(report: SweepReport) -> list[str]:
     pct = f"{report.confidence:.0%}"
-    columns, base = report.family_columns, report.family_baseline
+    columns, base = report.shown_family_columns, report.family_baseline
     text = []
     if report.lr_varies:
         text += [
@@ -671,7 +681,7 @@ def _family_section(report: SweepReport) -> list[str]:
 
 def _added_section(report: SweepReport) -> list[str]:
     design, pct = report.design, f"{report.confidence:.0%}"
-    columns = report.family_columns
+    columns = report.shown_family_columns
     first = design.first_seeds
     plan = design.added_plan()
     looks = ", ".join(
@@ -815,7 +825,7 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
     """The report as markdown: settings with intervals, the family of comparisons, `sections` (lines of
     markdown from elsewhere, e.g. the depth probe), every run."""
     pct = f"{report.confidence:.0%}"
-    cols = report.setting_columns
+    cols = varying(report.setting_columns, [s.choices for s in report.settings])
     text = [f"# Sweep report: {report.sweep_dir}", "", *_answer_section(report)]
     n_seeds = max((len(s.results) for s in report.settings), default=0)
     text += [
@@ -827,8 +837,10 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
         "as the worst result, a failed or unfinished one as none.",
         "",
     ]
-    if report.common:
-        text += ["Shared by every run: " + " ".join(f"`{k}={v}`" for k, v in report.common.items()), ""]
+    shared = {c: report.runs[0].choices.get(c, "—") for c in report.columns if c not in _run_columns(report)}
+    shared |= report.common
+    if shared:
+        text += ["Shared by every run: " + " ".join(f"`{k}={v}`" for k, v in shared.items()), ""]
 
     text += ["## Settings", ""]
     header = ["rank", *cols, "seeds", "mean", "sd", f"{pct} CI", "diverged", "no result", "why", "note"]
@@ -865,8 +877,13 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
     return "\n".join(text) + "\n"
 
 
+def _run_columns(report: SweepReport) -> list[str]:
+    return varying(report.columns, [run.choices for run in report.runs])
+
+
 def _runs_table(report: SweepReport) -> list[str]:
-    header = ["rank", "run", *report.columns, "params", "final val loss", "evaluated on", "best val loss"]
+    columns = _run_columns(report)
+    header = ["rank", "run", *columns, "params", "final val loss", "evaluated on", "best val loss"]
     header += ["bits/char"]
     header += ["tokens/s", "wall time", "steps", "status"]
     rows, rank = [], 0
@@ -876,7 +893,7 @@ def _runs_table(report: SweepReport) -> list[str]:
         steps = "—" if run.steps is None else f"{run.steps}" + (f"/{run.max_steps}" if run.max_steps else "")
         status = run.status if not run.error else f"{run.status}: {run.error}"
         rows.append([
-            rank if ranked else "—", run.name, *(run.choices.get(c, "—") for c in report.columns),
+            rank if ranked else "—", run.name, *(run.choices.get(c, "—") for c in columns),
             "—" if run.params is None else f"{run.params:,}", fmt_number(run.final_val_loss), run.evaluated, fmt_number(run.best_val_loss),
             fmt_number(run.final_bpc, 3), "—" if run.tokens_per_s is None else f"{run.tokens_per_s:,.0f}",
             _fmt_wall_time(run.wall_time_s), steps, status if len(status) <= 120 else status[:117] + "...",
