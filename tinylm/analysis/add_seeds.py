@@ -165,8 +165,8 @@ def runs_of(report: SweepReport, setting: Setting) -> list[Setting]:
     group = [s for s in report.settings if s.key(report.family_columns) == key]  # every seed's result
     if not report.lr_varies:
         return group
-    if report.design is not None and report.design.looks:  # the rate is chosen: new seeds are judged at it
-        rate = chosen_rate(setting.by_rate, report.design.looks[0])
+    if report.own_seeds is not None:  # the rate is chosen: new seeds are judged at it
+        rate = chosen_rate(setting.by_rate, report.own_seeds)
         return [s for s in group if s.choices[LR] == rate]
     return group
 

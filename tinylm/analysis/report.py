@@ -182,6 +182,12 @@ class SweepReport:
         return self.tuned_baseline if self.lr_varies else self.baseline
 
     @property
+    def own_seeds(self) -> tuple[str, ...] | None:
+        """With a sequential design, the sweep's own seeds (its first look), the only ones its verdicts use;
+        None without one (every seed is the sweep's own)."""
+        return self.design.first_seeds if self.design is not None and self.design.looks else None
+
+    @property
     def shown_family_columns(self) -> list[str]:
         """The family's columns a table shows: those whose value varies between its rows."""
         return varying(self.family_columns, [s.choices for s in self.family])
@@ -245,9 +251,8 @@ def build_report(
     )  # fmt: skip
     report.reference = shared_reference(runs)
     report.findings = {run.path: diagnose(run, report.reference) for run in runs}
-    first_seeds = design.first_seeds if design and design.looks else None
     if report.lr_varies:  # cross-fitted on the sweep's own seeds (an extension's are judged apart)
-        report.tuned = tuned_settings(settings, report.family_columns, confidence, seeds=first_seeds)
+        report.tuned = tuned_settings(settings, report.family_columns, confidence, seeds=report.own_seeds)
     if baseline is None:
         return report
     wanted = {k: v for k, v in parse_choices(baseline).items() if not (report.lr_varies and k == LR)}
@@ -259,7 +264,7 @@ def build_report(
         report.tuned_baseline = base
     else:
         report.baseline = base
-    judge_family(report.family, base, report, first_seeds)
+    judge_family(report.family, base, report, report.own_seeds)
     if design is not None and len(design.looks) > 1:
         judge_added(report, design)
     return report
@@ -575,8 +580,7 @@ def _family_rows(report: SweepReport) -> list[list]:
             [rates_cell(s), fmt_number(s.estimate.mean if s.estimate else None)] if report.lr_varies else []
         )
         if s is base:
-            first = report.design.first_seeds if report.design and report.design.looks else None
-            judged = len(only(s, first).results)  # the seeds the rows are judged on
+            judged = len(only(s, report.own_seeds).results)  # the seeds the rows are judged on
             rows.append([*choices, *tuned, judged, "baseline", *[""] * 9])
             continue
         c = s.comparison
