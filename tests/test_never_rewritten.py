@@ -201,7 +201,7 @@ def test_the_forest_rows_are_the_verdict_table(three_settings):
             c.difference.mean, c.difference.low, c.difference.high, c.verdict
         )  # fmt: skip
     worse = next(row for row in rows if row.label.startswith("norm=post"))
-    assert worse.mean == pytest.approx(0.3) and worse.verdict.startswith("worse") and worse.low > 0
+    assert worse.mean == pytest.approx(0.3) and str(worse.verdict).startswith("worse") and worse.low > 0
 
 
 def test_the_report_figure_shows_the_rows_their_verdicts_and_what_is_better(three_settings, tmp_path):

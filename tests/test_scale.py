@@ -11,9 +11,11 @@ import pytest
 from conftest import SHRINK, rate_not_above, run_script, small_corpus
 from hydra import compose, initialize_config_module
 
-from tinylm.analysis.report import REPORT_JSON, SCALE_KEY, Setting, build_report
-from tinylm.analysis.report import tests_against as comparison_against
-from tinylm.analysis.scale import SCALE_PNG, Rung, TrendWord, judge_ladder, trends
+from tinylm.analysis.ladder import SCALE_KEY, Rung, TrendWord, trends
+from tinylm.analysis.report import REPORT_JSON, build_report
+from tinylm.analysis.scale import SCALE_PNG
+from tinylm.analysis.settings import Setting
+from tinylm.analysis.settings import tests_against as comparison_against
 from tinylm.analysis.stats import Comparison, Estimate, Outcome, Verdict, judge, paired_tests
 from tinylm.analysis.sweep_report import write_report
 
@@ -63,7 +65,7 @@ def test_a_scaled_down_ladder_is_judged_size_by_size(ladder_sweep):
 
     # Each size's post-norm row is its tuned comparison against pre-norm *of that size*.
     report = build_report(ladder_sweep)
-    ladder = judge_ladder(report)
+    ladder = report.ladder
     assert [rung.size for rung in ladder.rungs] == ["d64_l2", "d128_l4"]
     assert ladder.rungs[0].params < ladder.rungs[1].params
     for rung in ladder.rungs:
@@ -74,7 +76,7 @@ def test_a_scaled_down_ladder_is_judged_size_by_size(ladder_sweep):
             "act": "gelu",
             SCALE_KEY: rung.size,
         }
-        alone = comparison_against(post_setting, rung.baseline, report)
+        alone = comparison_against(post_setting, rung.baseline, report.rules)
         assert post_setting.comparison.difference == alone.difference
         assert post_setting.comparison.p_value == alone.p_value
     (trend,) = ladder.trends
@@ -93,11 +95,9 @@ def _rungs(differences: list[tuple[float, float, str]]) -> list[Rung]:
     for number, (mean, sd, verdict) in enumerate(differences):
         size = f"s{number}"
         base = Setting({"norm": "pre", SCALE_KEY: size}, [])
-        other = Setting({"norm": "post", SCALE_KEY: size}, [])
         outcome = OUTCOMES[verdict.split(" within")[0]]
-        other.comparison = Comparison(
-            (1, 2, 3), difference=Estimate(mean, 3, sd), verdict=Verdict(verdict, outcome)
-        )
+        compared = Comparison((1, 2, 3), difference=Estimate(mean, 3, sd), verdict=Verdict(verdict, outcome))
+        other = Setting({"norm": "post", SCALE_KEY: size}, [], comparison=compared)
         rungs.append(Rung(size, 10**number, 100, base, [base, other]))
     return rungs
 
@@ -144,15 +144,15 @@ def _simulated_words(
     rng = np.random.default_rng(34)
     counts = dict.fromkeys(TrendWord, 0)
     for _ in range(replicates):
-        rungs, tested = [], []
-        for number, mean in enumerate((small, large)):
-            base = Setting({"norm": "pre", SCALE_KEY: f"s{number}"}, [])
-            other = Setting({"norm": "post", SCALE_KEY: f"s{number}"}, [])
+        tested = []
+        for mean in (small, large):
             differences = rng.normal(mean, sd, seeds)
             tested.append(paired_tests(dict(enumerate(2.0 + differences)), dict.fromkeys(range(seeds), 2.0)))
+        rungs = []
+        for number, comparison in enumerate(judge(tested, with_power=False)):
+            base = Setting({"norm": "pre", SCALE_KEY: f"s{number}"}, [])
+            other = Setting({"norm": "post", SCALE_KEY: f"s{number}"}, [], comparison=comparison)
             rungs.append(Rung(f"s{number}", 10**number, 100, base, [base, other]))
-        for rung, comparison in zip(rungs, judge(tested, with_power=False), strict=True):
-            rung.settings[1].comparison = comparison
         (trend,) = trends(rungs, ["norm"], alpha=0.05)
         counts[trend.word] += 1
     return counts

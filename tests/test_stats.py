@@ -11,7 +11,8 @@ import pytest
 import yaml
 from scipy.stats import t as student_t
 
-from tinylm.analysis.report import PREVIOUS_REPORTS, REPORT_MD, build_report, fmt_interval, markdown, to_json
+from tinylm.analysis.render import fmt_interval, markdown, to_json
+from tinylm.analysis.report import PREVIOUS_REPORTS, REPORT_MD, build_report
 from tinylm.analysis.runs import ReportError
 from tinylm.analysis.stats import (
     BETTER,
@@ -21,6 +22,7 @@ from tinylm.analysis.stats import (
     UNRESOLVED,
     WORSE,
     Divergence,
+    Outcome,
     best_key,
     compare,
     cross_fit,
@@ -129,15 +131,15 @@ def test_divergence_is_a_rate_with_an_exact_test_beside_the_finished_seeds_diffe
     # measured, but a setting that diverges more often is not `better` while that difference is open.
     assert once.divergence == Divergence(mine=1, theirs=0, n=3, p_value=1.0)
     assert once.difference.mean == pytest.approx(-0.49) and once.difference.n == 2
-    assert once.verdict.startswith(UNRESOLVED) and "1/3 vs 0/3 (exact p = 1)" in once.verdict
+    assert str(once.verdict).startswith(UNRESOLVED) and "1/3 vs 0/3 (exact p = 1)" in str(once.verdict)
     assert not once.resolved
     # Both sides diverged, on different seeds: two discordant seeds, one each way.
     crossed = compare({"1": math.inf, "2": 2.1, "3": 2.2}, {"1": 2.0, "2": math.inf, "3": 2.1})
     assert crossed.divergence == Divergence(1, 1, 3, 1.0) and crossed.difference.n == 1
-    assert crossed.verdict.startswith(ONE_SEED)
+    assert str(crossed.verdict).startswith(ONE_SEED)
     both = compare({"1": math.inf, "2": math.inf}, {"1": math.inf, "2": math.inf})
     assert both.divergence.mine == both.divergence.theirs == 2 and both.difference is None
-    assert both.verdict.startswith("not resolved: every seed diverged")
+    assert str(both.verdict).startswith("not resolved: every seed diverged")
 
 
 def test_a_baseline_that_diverged_on_every_seed_is_beaten_only_when_the_rate_is_clear():
@@ -147,7 +149,7 @@ def test_a_baseline_that_diverged_on_every_seed_is_beaten_only_when_the_rate_is_
     # 7 of 7 against 0 of 7: exact p = 2 * 0.5^7 = 0.0156
     assert c.divergence.p_value == pytest.approx(2 * 0.5**7) and c.verdict == "better: diverges less often"
     three = compare({"1": 2.0, "2": 2.0, "3": 2.0}, {"1": math.inf, "2": math.inf, "3": math.inf})
-    assert three.divergence.p_value == pytest.approx(0.25) and three.verdict.startswith("not resolved")
+    assert three.divergence.p_value == pytest.approx(0.25) and str(three.verdict).startswith("not resolved")
 
 
 def test_the_best_learning_rate_is_the_lowest_mean_and_never_one_that_diverged():
@@ -334,7 +336,7 @@ def test_added_seeds_are_judged_apart_at_the_rate_the_sweeps_own_seeds_chose_whi
     assert c.difference.mean == pytest.approx(
         ((2.00 - 2.10) + (2.03 - 2.11) + (2.01 - 2.12) + (2.00 - 2.10)) / 4
     )
-    assert c.verdict.endswith("(look 3, 4 added seeds)") and c.verdict.startswith(BETTER)
+    assert str(c.verdict).endswith("(look 3, 4 added seeds)") and c.verdict.outcome is Outcome.BETTER
     assert "## Seeds added to the open rows (scripts/add_seeds.py)" in markdown(report)
 
 
@@ -416,7 +418,7 @@ def test_unequal_divergence_that_is_not_resolved_leaves_every_loss_verdict_open(
     baseline = {str(s): 2.0 + 0.01 * (s % 3) for s in range(1, 9)}
     mine = {s: v + shift for s, v in baseline.items()} | {"1": math.inf}
     (c,) = judge([paired_tests(mine, baseline)])
-    assert c.verdict.startswith(f"{UNRESOLVED}: {DIVERGENCE_OPEN}") and not c.resolved
+    assert str(c.verdict).startswith(f"{UNRESOLVED}: {DIVERGENCE_OPEN}") and not c.resolved
 
 
 def test_equal_divergence_on_both_sides_leaves_the_loss_verdict_to_the_finished_seeds():
@@ -424,7 +426,7 @@ def test_equal_divergence_on_both_sides_leaves_the_loss_verdict_to_the_finished_
     mine = {s: v - 0.5 for s, v in baseline.items()}
     (c,) = judge([paired_tests(mine, baseline)])
     assert c.divergence == Divergence(1, 1, 8, 1.0)
-    assert c.verdict.startswith(BETTER) and "diverged 1/8 vs 1/8" in c.verdict
+    assert c.verdict.outcome is Outcome.BETTER and "diverged 1/8 vs 1/8" in str(c.verdict)
 
 
 def test_a_resolved_divergence_decides_and_more_divergence_is_worse_whatever_the_losses():

@@ -9,6 +9,8 @@ import json
 import pickle
 from pathlib import Path
 
+import pytest
+
 import tinylm
 from tinylm.analysis.stats import Comparison, Outcome, Verdict
 from tinylm.files import plain
@@ -57,3 +59,19 @@ def test_a_verdict_keeps_its_outcome_through_notes_copies_pickles_and_json():
     assert json.loads(json.dumps(plain({"verdict": verdict}))) == {
         "verdict": "better (look 2, 4 added seeds)"
     }
+
+
+def test_code_that_reads_a_verdicts_words_fails_where_the_ast_cannot_see_it():
+    # The AST test sees names and attributes; a verdict reached through a tuple (`said[0][1].split(...)`,
+    # as the ladder once did) is caught at run time instead.
+    said = [("s0", Verdict("worse (the same difference on every seed)", Outcome.WORSE))]
+    for read in (
+        lambda: said[0][1].split(" ("),
+        lambda: said[0][1].startswith("worse"),
+        lambda: "w" in said[0][1],
+    ):
+        with pytest.raises(TypeError, match="outcome"):
+            read()
+    assert str(said[0][1]).split(" (")[0] == "worse" and f"{said[0][1]}".startswith(
+        "worse"
+    )  # printing is fine

@@ -16,10 +16,8 @@ from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import ttost_paired
 
 from tinylm.analysis.stats import (
-    BETTER,
-    UNRESOLVED,
-    WORSE,
     Look,
+    Outcome,
     cross_fit,
     estimate,
     first_verdicts,
@@ -31,6 +29,10 @@ from tinylm.analysis.stats import (
     spent,
     tuned_tests,
 )
+
+# The outcomes a false claim states; counted by outcome, so `better, but by less than δ` and the divergence
+# verdicts count too.
+CLAIMS = (Outcome.BETTER, Outcome.WORSE)
 
 
 def sweep_values(
@@ -109,7 +111,7 @@ def test_eight_identical_settings_give_a_false_verdict_in_at_most_5_percent_of_s
     holm_false, unadjusted_false = 0, 0
     for _ in range(sweeps):
         judged = judge(family(sweep_values(rng, settings=8, seeds=3)), with_power=False)
-        holm_false += any(c.verdict in (BETTER, WORSE) for c in judged)
+        holm_false += any(c.verdict.outcome in CLAIMS for c in judged)
         unadjusted_false += any(c.p_value <= 0.05 for c in judged)
     assert holm_false / sweeps <= 0.055 if sweeps >= 2000 else rate_not_above(holm_false, sweeps, 0.05)
     # Judged one row at a time, the same sweeps would make a false claim far more often (the issue's 19-25%).
@@ -138,7 +140,7 @@ def test_cross_fitted_tuning_is_unbiased_between_a_broad_and_a_sharp_optimum_of_
         mine, theirs = runs(broad, seed_effect), runs(sharp, seed_effect)
         c = judge([tuned_tests(mine, theirs)], with_power=False)[0]
         differences.append(c.difference.mean)
-        false_better += c.verdict.startswith(BETTER)
+        false_better += c.verdict.outcome is Outcome.BETTER
         # The same cross-fitted values under a plain paired t test: too liberal, the jackknife is why.
         plain = paired_tests(cross_fit(mine).values, cross_fit(theirs).values)
         loo_t_false_better += plain.p_value <= 0.05 and plain.difference.mean < 0
@@ -185,7 +187,7 @@ def test_a_look_with_too_few_seeds_judges_nothing_and_spends_nothing():
 
 def sequential_sweeps(rng: np.random.Generator, sweeps: int, shift: float) -> tuple[list, list]:
     """The issue's case: a family of 3 against a baseline, paired sd 0.05, looks every 2 seeds up to 16.
-    Per sweep, each row's sequential verdict and its verdict on all 16 seeds at once."""
+    Per sweep, each row's sequential outcome and its outcome on all 16 seeds at once."""
     counts = list(range(2, 17, 2))
     plan = sequential_plan(counts, 16)
     sequential, fixed = [], []
@@ -193,16 +195,19 @@ def sequential_sweeps(rng: np.random.Generator, sweeps: int, shift: float) -> tu
         values = sweep_values(rng, settings=4, seeds=16, shift=shift, noise=0.05 / math.sqrt(2))
         looks = [family(values, seeds=n) for n in counts]
         sequential.append(
-            [found[1].verdict if found else UNRESOLVED for found in first_verdicts(looks, plan)]
+            [
+                found[1].verdict.outcome if found else Outcome.NOT_RESOLVED
+                for found in first_verdicts(looks, plan)
+            ]
         )
-        fixed.append([c.verdict for c in judge(looks[-1], with_power=False)])
+        fixed.append([c.verdict.outcome for c in judge(looks[-1], with_power=False)])
     return sequential, fixed
 
 
 @pytest.mark.parametrize("sweeps", [200, pytest.param(1000, marks=pytest.mark.slow)])
 def test_the_sequential_design_keeps_the_family_wise_error_over_its_looks(sweeps):
     sequential, _ = sequential_sweeps(np.random.default_rng(4), sweeps, shift=0.0)
-    false = sum(any(v.startswith((BETTER, WORSE)) for v in row) for row in sequential)
+    false = sum(any(v in CLAIMS for v in row) for row in sequential)
     assert false / sweeps <= 0.055 if sweeps >= 1000 else rate_not_above(false, sweeps, 0.05)
 
 
@@ -212,8 +217,8 @@ def test_the_sequential_design_has_the_power_of_the_fixed_one_within_2_points(sw
     often as by 16 seeds judged at once, within 2 points, on the same sweeps. The fast version: not below the
     fixed design by more than 2 points beyond its Monte Carlo error (a one-sided paired test at 1%)."""
     sequential, fixed = sequential_sweeps(np.random.default_rng(9), sweeps, shift=0.02)
-    found = np.array([[v.startswith(WORSE) for v in row] for row in sequential], dtype=float).ravel()
-    found_fixed = np.array([[v.startswith(WORSE) for v in row] for row in fixed], dtype=float).ravel()
+    found = np.array([[v is Outcome.WORSE for v in row] for row in sequential], dtype=float).ravel()
+    found_fixed = np.array([[v is Outcome.WORSE for v in row] for row in fixed], dtype=float).ravel()
     assert found_fixed.mean() > 0.1  # the case has the power the issue measured (about 20%)
     gap = found - found_fixed
     if sweeps >= 3000:
@@ -227,7 +232,7 @@ def test_the_sequential_design_stops_early_on_a_large_difference():
     counts = [3, 5, 7, 9, 11]
     values = sweep_values(rng, settings=2, seeds=11, shift=0.2)  # 4 run-noise sds
     found = first_verdicts([family(values, seeds=n) for n in counts], sequential_plan(counts, 11))[0]
-    assert found is not None and found[1].verdict == WORSE and found[0] < len(counts) - 1
+    assert found is not None and found[1].verdict.outcome is Outcome.WORSE and found[0] < len(counts) - 1
 
 
 def test_the_evaluation_set_error_of_a_paired_difference_is_that_of_the_window_differences():

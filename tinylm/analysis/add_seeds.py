@@ -28,20 +28,18 @@ from omegaconf import OmegaConf
 
 from tinylm.analysis.report import (
     DESIGN_FILE,
-    LR,
     Design,
     ReportError,
     Round,
-    Setting,
     SweepReport,
     build_report,
-    chosen_rate,
     named_baseline,
     parse_choices,
     read_design,
     write_design,
 )
 from tinylm.analysis.runs import RunSummary, natural_key, read_runs
+from tinylm.analysis.settings import LR, Setting, chosen_rate
 from tinylm.analysis.stats import ALPHA, MIN_EFFECT
 from tinylm.errors import Interrupted
 from tinylm.layout import HYDRA_DIR

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tinylm.analysis.report import LR, Setting, SweepReport
+from tinylm.analysis.report import SweepReport
+from tinylm.analysis.settings import LR, Setting
 from tinylm.analysis.stats import Estimate, Outcome, estimate
 
 if TYPE_CHECKING:
@@ -188,7 +189,7 @@ def plot_verdicts(axes: Axes, report: SweepReport, rows: Sequence[ForestRow]) ->
 
 def _verdict_text(row: ForestRow) -> str:
     """The verdict as the table words it, wrapped: a long one (why there is no test) would squeeze the plot."""
-    text = row.verdict if row.mean is not None else f"{row.verdict} (nothing to draw)"
+    text = str(row.verdict) if row.mean is not None else f"{row.verdict} (nothing to draw)"
     return textwrap.fill(text, VERDICT_WIDTH)
 
 

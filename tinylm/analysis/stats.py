@@ -20,6 +20,7 @@ import statistics
 import warnings
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import NoReturn
 
 import numpy as np
 from scipy.optimize import brentq
@@ -83,6 +84,15 @@ class Verdict(str):
     def noted(self, note: str) -> Verdict:
         """The same outcome with `note` after the words."""
         return Verdict(f"{self}{note}", self.outcome)
+
+    def _read_back(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError(
+            "a verdict's words are for people: code reads its outcome (str(verdict) to print them)"
+        )
+
+    # Reading the words back would break the day they are reworded (the ladder once parsed them).
+    startswith = endswith = split = rsplit = partition = rpartition = _read_back
+    find = rfind = index = rindex = count = removeprefix = removesuffix = __contains__ = _read_back
 
 
 NOT_YET_JUDGED = Verdict(UNRESOLVED, Outcome.NOT_RESOLVED)

@@ -1,5 +1,6 @@
-"""`write_report`: the files `scripts/report.py` writes into a sweep directory. The report's tables
-(`tinylm.analysis.report`) and its figures (`tinylm.analysis.plots`, which reads the tables) meet only here."""
+"""`write_report`: the files `scripts/report.py` writes into a sweep directory. The report is assembled once
+(`tinylm.analysis.report.build_report`), then rendered: its text and json (`tinylm.analysis.render`, with the
+ladder's and the why sections) and its figures (`tinylm.analysis.plots`) meet only here."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 from tinylm.analysis.plots import plot_lr_sensitivity, plot_report
+from tinylm.analysis.render import markdown, to_json
 from tinylm.analysis.report import (
     PREVIOUS_REPORTS,
     REPORT_JSON,
@@ -16,13 +18,11 @@ from tinylm.analysis.report import (
     SENSITIVITY_PNG,
     ReportError,
     build_report,
-    markdown,
-    to_json,
 )
-from tinylm.analysis.scale import SCALE_PNG, draw_ladder, judge_ladder, ladder_section
+from tinylm.analysis.scale import SCALE_PNG, draw_ladder, ladder_section
 from tinylm.analysis.sweep_probe import probe_rows, probe_section
 from tinylm.analysis.why import draw_why, explained, why_section
-from tinylm.files import plain, write_json
+from tinylm.files import write_json
 
 
 def write_report(
@@ -43,20 +43,17 @@ def write_report(
             f"--curve {curve}: no run of this sweep logged it; try loss/train, lr, or "
             "training_health/<quantity>/block_<k> (docs/probe.md lists them)"
         )
-    ladder = judge_ladder(report)
+    ladder = report.ladder
     figure = f"report_{curve.replace('/', '_')}.png" if curve else REPORT_PNG
     written = [report.sweep_dir / REPORT_MD, report.sweep_dir / REPORT_JSON, report.sweep_dir / figure]
-    lost = explained(report)  # after the ladder: its verdicts are per size
+    lost = explained(report)
     why_figures = draw_why(report, lost, report.sweep_dir)
     sections = ladder_section(report, ladder) if ladder else []
     sections += why_section(report, lost, why_figures) + probe_section(probe_rows(report.runs))
     text = markdown(report, sections)
     keep_previous(report.sweep_dir, text, written)
     written[0].write_text(text, encoding="utf-8")
-    record = to_json(report)
-    if ladder:
-        record["scale"] = plain(ladder.trends)
-    write_json(written[1], record)
+    write_json(written[1], to_json(report))
     plot_report(report, written[2], x_axis, band, curve)
     if report.lr_varies:
         written.append(plot_lr_sensitivity(report, report.sweep_dir / SENSITIVITY_PNG))

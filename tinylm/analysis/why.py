@@ -8,8 +8,9 @@ from pathlib import Path
 
 from tinylm.analysis.diagnosis import NOT_FAILURES, Shared, failed, shared
 from tinylm.analysis.plots import plot_health
-from tinylm.analysis.report import LR, REPORT_PNG, Setting, SweepReport
+from tinylm.analysis.report import REPORT_PNG, SweepReport
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary
+from tinylm.analysis.settings import LR, Setting
 from tinylm.analysis.stats import Outcome
 
 
@@ -83,10 +84,11 @@ def _quantity(tag: str) -> str | None:
 
 def baseline_of(report: SweepReport, setting: Setting) -> Setting | None:
     """The setting `setting` is judged against: the family's baseline, or in a scale ladder that of its size."""
-    if report.scale_baseline is None:
+    if report.ladder is None:
         return report.family_baseline
-    wanted = {**setting.choices, **report.scale_baseline}
-    return next((s for s in report.family if s.choices == wanted), None)
+    return next(
+        (rung.baseline for rung in report.ladder.rungs if any(s is setting for s in rung.settings)), None
+    )
 
 
 def draw_why(

@@ -1,0 +1,481 @@
+"""A report rendered: report.md's sections and tables, and report.json (the figures are drawn by
+`tinylm.analysis.plots`). Reads a `SweepReport` as `build_report` assembled it, and changes nothing."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tinylm.analysis.diagnosis import Finding, why_cell
+from tinylm.analysis.report import DESIGN_FILE, SweepReport, varying
+from tinylm.analysis.runs import natural_key
+from tinylm.analysis.settings import LR, Setting, only
+from tinylm.analysis.stats import Comparison, Estimate, seeds_needed
+from tinylm.files import plain
+
+_CURVES = ("val_curve", "train_curve", "curve", "health", "window_losses")  # too long for report.json
+
+
+def fmt_number(value: float | None, digits: int = 4, signed: bool = False) -> str:
+    if value is None:
+        return "—"
+    if not math.isfinite(value):
+        return "diverged" if value == math.inf else str(value)
+    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+
+
+def fmt_interval(e: Estimate | None, signed: bool = False) -> str:
+    if e is None or not e.has_interval:
+        return "—"
+    return f"[{fmt_number(e.low, 4, signed)}, {fmt_number(e.high, 4, signed)}]"
+
+
+def _fmt_wall_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return lines + ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+
+
+def _settings_rows(
+    settings: Sequence[Setting],
+    columns: Sequence[str],
+    baseline: Setting | None,
+    reference: dict[str, float] | None = None,
+    findings: dict[Path, list[Finding]] | None = None,
+) -> list[list]:
+    rows = []
+    for rank, s in enumerate(settings, start=1):
+        e = s.estimate
+        rows.append([
+            rank if e is not None else "—",
+            *(s.choices.get(c, "—") for c in columns),
+            len(s.results),
+            fmt_number(e.mean if e else None),
+            fmt_number(e.sd if e else None),
+            fmt_interval(e),
+            s.diverged,
+            s.without_result,
+            why_cell(s.runs, findings or {}),
+            "baseline" if s is baseline else "",
+        ])  # fmt: skip
+        if reference is not None:
+            gain = reference["unigram"] - e.mean if e is not None and math.isfinite(e.mean) else None
+            rows[-1].insert(-4, fmt_number(gain, signed=True))
+    return rows
+
+
+def fmt_p(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2g}"
+
+
+def _seeds_cell(s: Setting, c: Comparison) -> str:
+    text = str(len(c.seeds))
+    if c.unmatched:
+        text += f" (unpaired, not used: seed {', '.join(c.unmatched)})"
+    if s.missing:
+        text += f" (no run at the chosen rate: seed {', '.join(s.missing)})"
+    return text
+
+
+def rates_cell(s: Setting) -> str:
+    counts = Counter(s.rates.values())
+    return ", ".join(f"{rate} ×{n}" for rate, n in sorted(counts.items(), key=lambda kv: float(kv[0]))) or "—"
+
+
+def _family_rows(report: SweepReport) -> list[list]:
+    rows = []
+    base, columns = report.family_baseline, report.shown_family_columns
+    for s in report.family:
+        choices = [s.choices.get(col, "—") for col in columns]
+        tuned = (
+            [rates_cell(s), fmt_number(s.estimate.mean if s.estimate else None)] if report.lr_varies else []
+        )
+        if s is base:
+            judged = len(only(s, report.own_seeds).results)  # the seeds the rows are judged on
+            rows.append([*choices, *tuned, judged, "baseline", *[""] * 9])
+            continue
+        c = s.comparison
+        if c is None:
+            continue
+        d, pw, dv = c.difference, c.power, c.divergence
+        rows.append([
+            *choices, *tuned, _seeds_cell(s, c), fmt_number(d.mean if d else None, signed=True),
+            fmt_interval(d, signed=True), fmt_p(c.p_adjusted), fmt_p(c.p_equivalence_adjusted), c.verdict,
+            dv.describe() if dv else f"0/{len(c.seeds)} vs 0/{len(c.seeds)}", fmt_number(pw.sd if pw else None),
+            fmt_number(pw.resolvable if pw else None, 3), pw.seeds_for_min_effect if pw else "—",
+            fmt_number(c.eval_se, 4) if c.eval_se is not None else "—",
+        ])  # fmt: skip
+    return rows
+
+
+def _answer_section(report: SweepReport) -> list[str]:
+    """The answer first: a sentence per comparison (its verdict, difference, interval and seeds), then what is
+    still open and the command that resolves it; the methods are below, with the tables."""
+    base = report.family_baseline
+    if base is None or report.ladder is not None or len(report.family) < 2:
+        return []
+    named = report.shown_family_columns
+    rows = [s for s in report.family if s is not base and s.answer is not None]
+    pct = f"{report.confidence:.0%}"
+    lines = ["## Answer", ""]
+    for s in rows:
+        c = s.answer
+        d = c.difference
+        source = "added " if c is s.added else ""
+        numbers = (
+            f"difference {fmt_number(d.mean, signed=True)} nats/char, {pct} CI {fmt_interval(d, signed=True)}"
+            if d is not None
+            else "no difference measured"
+        )
+        lines.append(
+            f"- `{s.label(named)}` against `{base.label(named)}`: **{c.verdict}**; {numbers}, "
+            f"{len(c.seeds)} {source}seed{'s' if len(c.seeds) != 1 else ''}"
+        )
+    added = any(s.added is not None for s in rows)
+    lines += [
+        "",
+        f"Lower is better. Family-wise (Holm): the chance of any false `better`/`worse` among these is at most "
+        f"α = {report.alpha:g}"
+        + (" for the sweep's own seeds and α for the added seeds'" if added else "")
+        + ". The tables and the methods are below.",
+    ]
+    still_open = [s for s in rows if not s.answer.resolved]
+    if still_open:
+        lines.append(
+            f"Still open: {len(still_open)} of {len(rows)}. `python scripts/add_seeds.py {report.sweep_dir}` adds "
+            "seeds to them in rounds until each is resolved (*What resolving … would take*, below, sizes it)."
+        )
+    return [*lines, ""]
+
+
+def _family_section(report: SweepReport) -> list[str]:
+    pct = f"{report.confidence:.0%}"
+    columns, base = report.shown_family_columns, report.family_baseline
+    text = []
+    if report.lr_varies:
+        text += [
+            "## Each setting at a cross-fitted learning rate",
+            "",
+            "Each seed's result is taken at the rate with the lowest mean over the setting's *other* seeds "
+            "(leave one seed out), so no seed both chooses the rate and is judged at it: picking the best "
+            "rate on the runs it is judged on flatters a setting whose optimum is broad. `rates chosen` "
+            "counts the seeds judged at each rate.",
+            "",
+        ]
+    if report.ladder is not None:
+        return [
+            *text,
+            "The baseline is judged at each size: see *Across sizes* below.",
+            "",
+        ]
+    if base is None:
+        return [
+            *text,
+            "No verdicts: no baseline was named. The best setting is not used as one: it is picked from the "
+            "same runs it would be judged on, which tilts every other row toward `worse`. Name it with "
+            "`--baseline key=value[,key=value]`, or with `baseline:` in the experiment preset.",
+            "",
+        ]
+    if not report.lr_varies:
+        text += [f"## Against the baseline `{base.label(columns)}`", ""]
+    text += [
+        f"Baseline `{base.label(columns)}` (named by {report.baseline_source}). Paired seed by seed: the mean "
+        f"of (setting − baseline) over the seeds both finished, with its {pct} interval; < 0 is a lower loss.",
+        "",
+    ]
+    tuned = ["rates chosen", "mean"] if report.lr_varies else []
+    header = [*columns, *tuned, "seeds", "difference", f"{pct} CI", "p (Holm)", "equivalence p (Holm)",
+              "verdict", "diverged", "paired sd", "resolves (80%)", f"seeds for ±{report.min_effect:g}",
+              "eval SE"]  # fmt: skip
+    text += [*md_table(header, _family_rows(report)), ""]
+    text += [*_family_notes(report), ""]
+    if report.design is not None and len(report.design.looks) > 1:
+        text += _added_section(report)
+    return text
+
+
+def _added_section(report: SweepReport) -> list[str]:
+    design, pct = report.design, f"{report.confidence:.0%}"
+    columns = report.shown_family_columns
+    first = design.first_seeds
+    plan = design.added_plan()
+    looks = ", ".join(
+        f"look {number + 2}: {len(design.added_seeds(number + 1))} added seeds, "
+        + ("judging nothing" if look is None else f"level {look.level(report.alpha):.2g}")
+        for number, look in enumerate(plan)
+    )
+    rows = []
+    for s in report.family:
+        c = s.added
+        if c is None:
+            continue
+        d = c.difference
+        rows.append([
+            *(s.choices.get(col, "—") for col in columns), s.comparison.verdict, len(c.seeds),
+            fmt_number(d.mean if d else None, signed=True), fmt_interval(d, signed=True), fmt_p(c.p_value),
+            c.verdict,
+        ])  # fmt: skip
+    rate = " at the rate its sweep seeds chose" if report.lr_varies else ""
+    return [
+        "## Seeds added to the open rows (scripts/add_seeds.py)",
+        "",
+        f"The rows above are judged on the sweep's own {len(first)} seeds ({', '.join(first)}), as its report "
+        f"judged them, and keep those verdicts. The seeds added since to the rows left open (and to the "
+        f"baseline) are a second experiment, judged here on the added seeds alone{rate}: a group-sequential "
+        f"design declared before its first added seed ({DESIGN_FILE}), up to {design.max_seeds - len(first)} "
+        f"added seeds, α = {report.alpha:g} spent by Lan-DeMets' O'Brien-Fleming-type function with the "
+        f"looks' correlation ({looks}: the level of a test given the whole α; Holm gives the k-th smallest "
+        "of m p-values the level of α / (m − k + 1) at the same look). A verdict names the "
+        "look that gave it. Each experiment's chance of any false `better`/`worse` is at most α, so a row's "
+        f"answer (the sweep's verdict, or where it was open the added seeds') errs with chance at most "
+        f"2α = {2 * report.alpha:g} over both. Intervals are {pct}, over the added seeds, not adjusted for "
+        "the looks.",
+        "",
+        *md_table(
+            [
+                *columns,
+                "sweep's verdict",
+                "added seeds",
+                "difference",
+                f"{pct} CI",
+                "p",
+                "verdict on added seeds",
+            ],
+            rows,
+        ),
+        "",
+    ]
+
+
+def _family_notes(report: SweepReport) -> list[str]:
+    comparisons = [s.comparison for s in report.family if s.comparison is not None]
+    tests = sum(c.p_value is not None for c in comparisons) + sum(
+        c.divergence is not None for c in comparisons
+    )
+    equivalence = sum(c.p_equivalence is not None for c in comparisons)
+    delta = f"{report.min_effect:g}"
+    test = (
+        "t on the cross-fitted differences, with the standard error of the jackknife over seeds of the whole "
+        "choose-then-compare procedure; `paired sd` is √n times it"
+        if report.lr_varies
+        else "paired t"
+    )
+    notes = [
+        f"One family: {tests} test{'s' if tests != 1 else ''} of difference ({test}; for diverged seeds, "
+        f"McNemar's exact test), Holm-adjusted so that the chance of any false `better`/`worse` in the table "
+        f"is at most α = {report.alpha:g}; {equivalence} test{'s' if equivalence != 1 else ''} of equivalence "
+        f"(two one-sided tests within ±δ, δ = {delta} nats/char, `--min-effect`), Holm-adjusted apart. `better, but by "
+        f"less than {delta}`: both. A difference below {1e-6:g} on every seed is `identical on every seed`. "
+        f"`resolves (80%)`: the smallest |difference| these seeds find with 80% power at α/{max(1, tests)}; "
+        f"`seeds for ±{delta}`: the seeds a difference of δ would need. `eval SE`: the standard error the "
+        "final evaluation's finite set of windows adds to the difference (part of the seed interval already).",
+    ]
+    notes += _cost_lines(report)
+    return notes
+
+
+def _cost_lines(report: SweepReport) -> list[str]:
+    """What resolving the open rows would take: per row, the seeds that find its observed difference, or δ
+    when that is smaller (below δ the answer sought is equivalence, which needs about as many), with 80%
+    power; runs and minutes from the runs' own median wall times."""
+    base = report.family_baseline
+    open_rows = [
+        s for s in report.family
+        if s is not base and s.answer is not None and not s.answer.resolved
+    ]  # fmt: skip
+    if not open_rows or base is None:
+        return []
+    lines, needed_base, total_runs, total_s = [], 0, 0, 0.0
+    for s in open_rows:
+        c = s.comparison
+        if c.power is None or c.difference is None:
+            lines.append(f"- `{s.label(report.family_columns)}`: too few finished seeds to size it")
+            continue
+        effect = max(abs(c.difference.mean), report.min_effect)
+        needed = seeds_needed(effect / c.power.sd, c.power.level)
+        if needed is None:
+            continue
+        have = len(c.seeds) + (len(s.added.seeds) if s.added is not None else 0)
+        more = max(0, needed - have)
+        needed_base = max(needed_base, more)
+        runs, seconds = _run_cost(s, more)
+        total_runs, total_s = total_runs + runs, total_s + seconds
+        if more:
+            lines.append(f"- `{s.label(report.family_columns)}`: {needed} seeds ({more} more, {runs} runs)")
+        else:
+            lines.append(
+                f"- `{s.label(report.family_columns)}`: its {have} seeds would find this difference 80% of the "
+                "time and did not: it is smaller than it seems, or this was the other 20%"
+            )
+    runs, seconds = _run_cost(base, needed_base)
+    total_runs, total_s = total_runs + runs, total_s + seconds
+    if total_runs:
+        per_seed = (
+            ", every rate of a setting at each new seed (cross-fitting needs them)"
+            if report.lr_varies
+            else ""
+        )
+        lines.insert(0, (
+            f"What resolving the {len(open_rows)} open row{'s' if len(open_rows) != 1 else ''} would take, "
+            f"if each difference is what it seems (or δ, if smaller): {total_runs:,} more runs with the "
+            f"baseline's{per_seed}, {_fmt_duration(total_s)} of run time at these runs' median wall times; "
+            "`python scripts/add_seeds.py <sweep dir>` adds them in rounds until each is resolved."
+        ))  # fmt: skip
+    return ["", *lines] if lines else []
+
+
+def _fmt_duration(seconds: float) -> str:
+    hours = seconds / 3600
+    return f"{hours:,.1f} hours" if hours >= 2 else f"{seconds / 60:.0f} minutes"
+
+
+def _run_cost(s: Setting, seeds: int) -> tuple[int, float]:
+    times = [run.wall_time_s for run in s.runs if run.wall_time_s is not None]
+    rates = max(1, len({run.choices.get(LR) for run in s.runs}))
+    runs = seeds * rates
+    return runs, runs * (statistics.median(times) if times else 0.0)
+
+
+def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
+    """The report as markdown: settings with intervals, the family of comparisons, `sections` (lines of
+    markdown from elsewhere, e.g. the depth probe), every run."""
+    pct = f"{report.confidence:.0%}"
+    cols = varying(report.setting_columns, [s.choices for s in report.settings])
+    text = [f"# Sweep report: {report.sweep_dir}", "", *_answer_section(report)]
+    n_seeds = max((len(s.results) for s in report.settings), default=0)
+    text += [
+        f"Final validation loss (nats/char) of {len(report.runs)} runs in {len(report.settings)} settings, "
+        f"up to {n_seeds} seed{'s' if n_seeds != 1 else ''} each: the mean over the final evaluation's windows "
+        "(every validation window, or up to 4 per window a short run trained on; the runs table says how many), "
+        "or the last validation for a run without one. "
+        f"Intervals are {pct} confidence intervals for the mean (Student t over seeds); a diverged run counts "
+        "as the worst result, a failed or unfinished one as none.",
+        "",
+    ]
+    shared = {c: report.runs[0].choices.get(c, "—") for c in report.columns if c not in _run_columns(report)}
+    shared |= report.common
+    if shared:
+        text += ["Shared by every run: " + " ".join(f"`{k}={v}`" for k, v in shared.items()), ""]
+
+    text += ["## Settings", ""]
+    header = ["rank", *cols, "seeds", "mean", "sd", f"{pct} CI", "diverged", "no result", "why", "note"]
+    if report.reference is not None:
+        header.insert(-4, "gain over unigram")
+    text += [
+        *md_table(
+            header, _settings_rows(report.settings, cols, report.baseline, report.reference, report.findings)
+        ),
+        "",
+    ]
+    if report.reference is not None:
+        levels = report.reference
+        text += [
+            f"Reference levels of the validation split, estimated on the training split (nats/char): uniform "
+            f"(ln V) {levels['uniform']:.4f}, unigram {levels['unigram']:.4f}, bigram {levels['bigram']:.4f}. "
+            "A loss at the unigram level has learned the characters' frequencies and nothing of their "
+            "context; `gain over unigram` is how far below it a setting got.",
+            "",
+            "`why`: what the runs' curves show, with how many runs showed it and the step it began "
+            "(tinylm/analysis/diagnosis.py; docs/diagnosis.md has each threshold and its reason).",
+            "",
+        ]
+    if len(report.family) > 1:
+        text += _family_section(report)
+
+    text += [*sections, "## Runs", "", *_runs_table(report), ""]
+    counts = Counter(run.status for run in report.runs)
+    text.append(
+        f"{len(report.runs)} runs: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+        + ". bits/char = nats / ln 2; params without position embeddings; tokens/s and wall time depend on what "
+        "else ran on the machine."
+    )  # fmt: skip
+    return "\n".join(text) + "\n"
+
+
+def _run_columns(report: SweepReport) -> list[str]:
+    return varying(report.columns, [run.choices for run in report.runs])
+
+
+def _runs_table(report: SweepReport) -> list[str]:
+    columns = _run_columns(report)
+    header = ["rank", "run", *columns, "params", "final val loss", "evaluated on", "best val loss"]
+    header += ["bits/char"]
+    header += ["tokens/s", "wall time", "steps", "status"]
+    rows, rank = [], 0
+    for run in report.runs:
+        ranked = run.result is not None
+        rank += ranked
+        steps = "—" if run.steps is None else f"{run.steps}" + (f"/{run.max_steps}" if run.max_steps else "")
+        status = run.status if not run.error else f"{run.status}: {run.error}"
+        rows.append([
+            rank if ranked else "—", run.name, *(run.choices.get(c, "—") for c in columns),
+            "—" if run.params is None else f"{run.params:,}", fmt_number(run.final_val_loss), run.evaluated, fmt_number(run.best_val_loss),
+            fmt_number(run.final_bpc, 3), "—" if run.tokens_per_s is None else f"{run.tokens_per_s:,.0f}",
+            _fmt_wall_time(run.wall_time_s), steps, status if len(status) <= 120 else status[:117] + "...",
+        ])  # fmt: skip
+    return md_table(header, rows)
+
+
+def to_json(report: SweepReport) -> dict[str, Any]:
+    """The report's numbers as JSON-ready data (non-finite floats as "inf"/"nan" strings)."""
+
+    def setting(s: Setting) -> dict[str, Any]:
+        c = s.comparison
+        return {
+            "choices": s.choices,
+            "results": dict(sorted(s.results.items(), key=lambda kv: natural_key(kv[0]))),
+            "final_val_loss": s.estimate,
+            "diverged": s.diverged,
+            "without_result": s.without_result,
+            "rates": s.rates,
+            "vs_baseline": c and {
+                "seeds": list(c.seeds), "unmatched": list(c.unmatched), "difference": c.difference,
+                "p": c.p_value, "p_holm": c.p_adjusted, "p_equivalence": c.p_equivalence,
+                "p_equivalence_holm": c.p_equivalence_adjusted, "divergence": c.divergence,
+                "p_divergence_holm": c.p_divergence_adjusted, "power": c.power, "eval_se": c.eval_se,
+                "verdict": c.verdict, "outcome": c.verdict.outcome,
+            },
+            "added_seeds_vs_baseline": s.added and {
+                "seeds": list(s.added.seeds), "difference": s.added.difference, "p": s.added.p_value,
+                "p_equivalence": s.added.p_equivalence, "divergence": s.added.divergence,
+                "verdict": s.added.verdict, "outcome": s.added.verdict.outcome,
+            },
+        }  # fmt: skip
+
+    return plain(
+        {
+            "sweep_dir": report.sweep_dir,
+            "confidence": report.confidence,
+            "alpha": report.alpha,
+            "min_effect": report.min_effect,
+            "baseline_source": report.baseline_source,
+            "design": report.design,
+            "common": report.common,
+            "reference_levels": report.reference,
+            "setting_columns": report.setting_columns,
+            "baseline": report.baseline and report.baseline.choices,
+            "settings": [setting(s) for s in report.settings],
+            "tuned_baseline": report.tuned_baseline and report.tuned_baseline.choices,
+            "tuned": [setting(s) for s in report.tuned],
+            "runs": [
+                {k: v for k, v in vars(r).items() if k not in _CURVES}
+                | {"diagnosis": report.findings.get(r.path, [])}
+                for r in report.runs
+            ],
+        }
+        | ({"scale": report.ladder.trends} if report.ladder is not None else {})
+    )
