@@ -13,7 +13,8 @@ from scipy.stats import t as student_t
 
 from tinylm.analysis.render import fmt_interval, markdown, to_json
 from tinylm.analysis.report import PREVIOUS_REPORTS, REPORT_MD, build_report
-from tinylm.analysis.runs import ReportError
+from tinylm.analysis.runs import ReportError, RunSummary, runs_frame
+from tinylm.analysis.settings import group_settings
 from tinylm.analysis.stats import (
     BETTER,
     DIVERGENCE_OPEN,
@@ -434,3 +435,20 @@ def test_a_resolved_divergence_decides_and_more_divergence_is_worse_whatever_the
     mine = {s: (math.inf if int(s) <= 7 else v - 1.0) for s, v in baseline.items()}  # 7/8 vs 0/8: p = 0.016
     (c,) = judge([paired_tests(mine, baseline)])
     assert c.verdict == "worse: diverges more often"
+
+
+def test_runs_are_a_tidy_table_that_groups_into_settings_by_every_choice_but_the_seed():
+    def run(norm: str, seed: str, status: str, loss: float | None) -> RunSummary:
+        return RunSummary(
+            Path(f"{norm}{seed}"), f"{norm}{seed}", status, {"norm": norm}, seed, final_val_loss=loss
+        )
+
+    runs = [run("post", "1", "completed", 2.5), run("pre", "1", "completed", 2.0), run("post", "2", "diverged", None),
+            run("pre", "2", "failed", None), run("pre", "3", "completed", 2.2)]  # fmt: skip
+    frame = runs_frame(runs, ["norm"])
+    assert list(frame.columns) == ["norm", "seed", "result"] and list(frame.index) == [0, 1, 2, 3, 4]
+    assert list(frame.result[:3]) == [2.5, 2.0, math.inf] and math.isnan(frame.result[3])  # failed: no result
+    pre, post = group_settings(runs, ["norm"], 0.95)  # ranked by mean: post's diverged seed is the worst
+    assert pre.choices == {"norm": "pre"} and [r.seed for r in pre.runs] == ["1", "2", "3"]
+    assert pre.results == {"1": 2.0, "3": 2.2} and pre.estimate.mean == pytest.approx(2.1)
+    assert post.results == {"1": 2.5, "2": math.inf} and post.diverged == 1

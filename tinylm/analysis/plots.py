@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from tinylm.analysis.report import SweepReport
+from tinylm.analysis.runs import runs_frame
 from tinylm.analysis.settings import LR, Setting
 from tinylm.analysis.stats import Estimate, Outcome, estimate
 
@@ -251,30 +254,26 @@ def plot_lr_sensitivity(report: SweepReport, path: Path) -> Path:
     """Final validation loss against learning rate (log axis), one line per setting: the mean over seeds,
     a min-max band; a learning rate where some seed diverged is drawn as x at the top of the axes."""
     columns = [c for c in report.setting_columns if c != LR]
-    groups: dict[str, list[Setting]] = {}
-    for setting in report.settings:
-        if setting.results:
-            groups.setdefault(setting.label(columns), []).append(setting)
-    labels = list(groups)
+    runs = runs_frame(report.runs, report.setting_columns).dropna(subset=["result"])
+    runs["design"] = [" ".join(f"{c}={row[c]}" for c in columns) or "all runs" for _, row in runs.iterrows()]
+    runs["rate"] = runs[LR].astype(float)
+    # Per design and rate: the mean and range over seeds, and whether any seed diverged (+inf).
+    points = runs.groupby(["design", "rate"]).result.agg(["mean", "min", "max"])
+    points["diverged"] = points["max"] == math.inf
+    labels = list(dict.fromkeys(s.label(columns) for s in report.settings if s.results))  # ranked by mean
     figure, axes, legend_columns = _figure(len(labels) + 1, labels)
-    finite = [v for s in report.settings for v in s.results.values() if math.isfinite(v)]
-    top = max(finite) + 0.05 * (max(finite) - min(finite) + 1e-9) if finite else 1.0
-    for index, (label, settings) in enumerate(groups.items()):
-        colour = _colour(index, len(groups))
-        ordered = sorted(settings, key=lambda s: float(s.choices[LR]))
-        rates = [float(s.choices[LR]) for s in ordered]
-        alive = [(lr, s) for lr, s in zip(rates, ordered, strict=True) if not s.diverged]
-        if alive:
-            xs = [lr for lr, _ in alive]
-            values = [list(s.results.values()) for _, s in alive]
-            axes.plot(xs, [statistics.fmean(v) for v in values], marker="o", color=colour, label=label)
-            axes.fill_between(
-                xs, [min(v) for v in values], [max(v) for v in values], color=colour, alpha=0.15
-            )
-        dead = [lr for lr, s in zip(rates, ordered, strict=True) if s.diverged]
-        if dead:
-            axes.plot(dead, [top] * len(dead), linestyle="none", marker="x", markersize=9, color=colour,
-                      label=None if alive else label)  # fmt: skip
+    finite = runs.result[np.isfinite(runs.result)]
+    top = finite.max() + 0.05 * (finite.max() - finite.min() + 1e-9) if len(finite) else 1.0
+    for index, label in enumerate(labels):
+        colour = _colour(index, len(labels))
+        design = points.loc[label]  # indexed by rate, ascending
+        alive, dead = design[~design.diverged], design[design.diverged]
+        if len(alive):
+            axes.plot(alive.index, alive["mean"], marker="o", color=colour, label=label)
+            axes.fill_between(alive.index, alive["min"], alive["max"], color=colour, alpha=0.15)
+        if len(dead):
+            axes.plot(dead.index, [top] * len(dead), linestyle="none", marker="x", markersize=9, color=colour,
+                      label=None if len(alive) else label)  # fmt: skip
     axes.plot([], [], linestyle="none", marker="x", color="black", label="a seed diverged (drawn at the top)")
     axes.set_xscale("log")
     axes.set_ylim(top=top * 1.01)

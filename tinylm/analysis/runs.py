@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from omegaconf import OmegaConf
 
 from tinylm.errors import ConfigError, UserError
@@ -302,3 +303,17 @@ def read_runs(sweep_dir: str | Path, curve_tag: str | None = None) -> list[RunSu
     run_dirs = find_run_dirs(sweep_dir)
     scalars = read_scalars(sweep_dir, run_dirs)
     return [summarize_run(run_dir, sweep_dir, scalars.get(run_dir), curve_tag) for run_dir in run_dirs]
+
+
+def runs_frame(runs: Sequence[RunSummary], columns: Sequence[str]) -> pd.DataFrame:
+    """The runs as a tidy table, a row per run in the order given (its index is the run's position): a
+    column per choice in `columns` (as text, "—" where a run has none), then its seed and `result` (+inf
+    diverged, NaN none). What the report groups into settings and what the figures aggregate."""
+    return pd.DataFrame(
+        {
+            **{c: [str(run.choices.get(c, "—")) for run in runs] for c in columns},
+            "seed": [run.seed for run in runs],
+            "result": [math.nan if run.result is None else run.result for run in runs],
+        },
+        index=range(len(runs)),
+    )

@@ -8,7 +8,7 @@ import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
-from tinylm.analysis.runs import ReportError, RunSummary
+from tinylm.analysis.runs import ReportError, RunSummary, runs_frame
 from tinylm.analysis.stats import (
     Comparison,
     Estimate,
@@ -76,11 +76,9 @@ class Rules:
 
 def group_settings(runs: Sequence[RunSummary], columns: Sequence[str], confidence: float) -> list[Setting]:
     """Runs grouped by every column but the seed, ranked by their mean result (settings without one last)."""
-    groups: dict[tuple[str, ...], list[RunSummary]] = {}
-    for run in runs:
-        groups.setdefault(tuple(str(run.choices.get(c, "—")) for c in columns), []).append(run)
     settings = []
-    for key, members in groups.items():
+    for key, rows in runs_frame(runs, columns).groupby(list(columns), sort=False):
+        members = [runs[i] for i in rows.index]
         finished = [run for run in members if run.result is not None]
         results = {run.seed: run.result for run in finished}
         windows = {run.seed: run.window_losses for run in finished if run.window_losses}
