@@ -1,4 +1,5 @@
-"""Compare a sweep's settings: `python scripts/report.py SWEEP_DIR [--baseline norm=pre,act=gelu] [--min-effect 0.01]`.
+"""Compare a sweep's settings: `python scripts/report.py SWEEP_DIR [--baseline norm=pre,act=gelu] [--ladder KEY]
+[--min-effect 0.01]`.
 
 Writes SWEEP_DIR/report.md (also printed), report.json, report.png and, when the learning rate varies,
 lr_sensitivity.png (docs/sweeps.md).
@@ -17,6 +18,11 @@ def main() -> None:
         "--baseline",
         help="the setting to compare against, e.g. norm=pre,act=gelu (default: the experiment preset's "
         "`baseline:`; without one, no verdicts)",
+    )
+    parser.add_argument(
+        "--ladder",
+        help="judge level by level along these choices, e.g. optim.lr or norm,model.n_layer: each level's "
+        "designs against the baseline of that level (default: the experiment preset's `ladder:`)",
     )
     parser.add_argument(
         "--min-effect",
@@ -42,7 +48,7 @@ def main() -> None:
 
     try:
         text, written = write_report(
-            args.sweep_dir, args.baseline, args.x, args.band, args.curve, args.min_effect
+            args.sweep_dir, args.baseline, args.x, args.band, args.curve, args.min_effect, args.ladder
         )
     except UserError as error:
         exit_with(str(error), USAGE_EXIT_CODE)

@@ -11,9 +11,11 @@ import pytest
 import yaml
 from scipy.stats import t as student_t
 
+from tinylm.analysis.ladder import TrendWord
 from tinylm.analysis.render import fmt_interval, markdown, to_json
 from tinylm.analysis.report import PREVIOUS_REPORTS, REPORT_MD, build_report
 from tinylm.analysis.runs import ReportError, RunSummary, runs_frame
+from tinylm.analysis.scale import ladder_section
 from tinylm.analysis.settings import group_settings
 from tinylm.analysis.stats import (
     BETTER,
@@ -452,3 +454,63 @@ def test_runs_are_a_tidy_table_that_groups_into_settings_by_every_choice_but_the
     assert pre.choices == {"norm": "pre"} and [r.seed for r in pre.runs] == ["1", "2", "3"]
     assert pre.results == {"1": 2.0, "3": 2.2} and pre.estimate.mean == pytest.approx(2.1)
     assert post.results == {"1": 2.5, "2": math.inf} and post.diverged == 1
+
+
+def test_a_ladder_over_the_rate_judges_each_rate_against_its_own_baseline_with_no_tuning(lr_sweep):
+    report = build_report(lr_sweep, baseline="norm=pre", ladder="optim.lr")
+    assert not report.lr_varies and report.tuned == []  # each rate is a level, not a choice to tune
+    ladder = report.ladder
+    assert [rung.level for rung in ladder.rungs] == ["0.001", "0.003"] and ladder.ordered  # numeric order
+    for rung in ladder.rungs:
+        (post,) = [s for s in rung.settings if s.choices["norm"] == "post"]
+        assert rung.baseline.choices == {
+            "norm": "pre",
+            "norm_type": "layer",
+            "act": "gelu",
+            "optim.lr": rung.level,
+        }
+        diverged = "1/3 vs 0/3 (exact p = 1)" if rung.level == "0.003" else None  # post at 3e-3, seed 2
+        assert (
+            post.comparison.divergence is None
+            if diverged is None
+            else post.comparison.divergence.describe() == diverged
+        )
+    low = next(s for s in ladder.rungs[0].settings if s.choices["norm"] == "post")
+    assert low.comparison.difference.mean == pytest.approx((0.10 + 0.15 + 0.05) / 3)  # post − pre at 1e-3
+    (trend,) = ladder.trends
+    assert trend.design == {"norm": "post", "norm_type": "layer", "act": "gelu"}
+    text = markdown(report, ladder_section(report, ladder))
+    assert "## Across levels of optim.lr" in text and "| norm | 0.001 | 0.003 | across levels |" in text
+    assert f"along `optim.lr`: **{trend.verdict}**" in text  # the answer first, for a ladder too
+
+
+def test_a_ladder_over_two_choices_has_no_ends_to_compare_and_bad_axes_are_refused(tmp_path):
+    sweep = tmp_path / "sweep"
+    number = 0
+    for norm in ("pre", "post"):
+        for layers in ("4", "12"):
+            for warmup, shift in (("100", 0.0), ("0", 0.3)):
+                for seed, noise in (("1", 0.0), ("2", 0.01), ("3", -0.02)):
+                    choices = {
+                        "norm": norm,
+                        "model.n_layer": layers,
+                        "optim.warmup_steps": warmup,
+                        "seed": seed,
+                    }
+                    fake_run(sweep, number, "completed", 2.0 + shift + noise, **choices)
+                    number += 1
+    report = build_report(sweep, baseline="optim.warmup_steps=100", ladder="norm,model.n_layer")
+    ladder = report.ladder
+    assert [rung.level for rung in ladder.rungs] == [
+        "pre/4",
+        "pre/12",
+        "post/4",
+        "post/12",
+    ] and not ladder.ordered
+    assert all(rung.baseline.choices["optim.warmup_steps"] == "100" for rung in ladder.rungs)
+    (trend,) = ladder.trends  # no warm-up: +0.3 at every level, on every seed
+    assert trend.word is TrendWord.HOLDS and trend.p_value is None  # no change test between unordered levels
+    with pytest.raises(ReportError, match="--ladder 'dropout': dropout does not vary in this sweep"):
+        build_report(sweep, baseline="optim.warmup_steps=100", ladder="dropout")
+    with pytest.raises(ReportError, match="the baseline names norm, the ladder's axis"):
+        build_report(sweep, baseline="norm=pre,optim.warmup_steps=100", ladder="norm,model.n_layer")

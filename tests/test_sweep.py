@@ -327,3 +327,18 @@ def test_norm_act_sweep_preset_is_a_fair_grid_over_every_placement():
     }
     assert model["d_ff"] is None
     assert abs(counts["swiglu"] - counts["gelu"]) / counts["gelu"] < 0.005
+
+
+@pytest.mark.parametrize(
+    "preset", sorted(p.stem for p in (Path(tinylm.conf.__file__).parent / "experiment").glob("*.yaml"))
+)
+def test_each_presets_baseline_and_ladder_name_choices_its_sweep_varies(preset):
+    """The report judges against `baseline:` along `ladder:`; a key the sweep does not vary would stop it."""
+    cfg = _compose_with_hydra([f"experiment={preset}"])
+    params = cfg.hydra.sweeper.params or {}  # a single-run preset sweeps nothing
+    varied = {key for key, values in params.items() if "," in str(values)}
+    named = [part.split("=")[0] for part in (cfg.baseline or "").split(",") if part]
+    axis = [key for key in (cfg.ladder or "").split(",") if key]
+    assert set(named) <= varied and set(axis) <= varied, (named, axis, varied)
+    assert not set(named) & set(axis)  # the baseline names a design, judged at every level
+    assert named or not axis

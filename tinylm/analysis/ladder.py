@@ -1,17 +1,19 @@
-"""Does a ranking hold as the model grows? A scale ladder (`experiment=scale_ladder`: the same designs at
-several `size=` rungs) judged size by size: each design against the baseline *of its size*, every size's
-comparisons one Holm family, and per design a verdict across sizes (docs/sweeps.md):
+"""Does a ranking hold along an axis? A ladder is a sweep judged level by level along one or more of its
+choices (the axis: `size` for `experiment=scale_ladder`, or any other, e.g. `optim.lr`, or `norm,model.n_layer`):
+each design against the baseline *of its level*, every level's comparisons one Holm family, and per design a
+verdict across levels (docs/sweeps.md). Along an ordered axis (`size`, by parameters, or one numeric choice):
 
-- `flips at <size>`: resolved in opposite directions at two sizes;
-- `grows / shrinks with size`: resolved in the same direction at the smallest and the largest size, and the
-  difference at the largest differs from that at the smallest (Welch's t on the two sizes' paired
-  differences, Holm over the designs): with one sign at both ends, the change is one of magnitude;
-- `changes sign, not resolved`: the smallest and largest sizes' differences have opposite signs, not both
+- `flips at <level>`: resolved in opposite directions at two levels;
+- `grows / shrinks with <axis>`: resolved in the same direction at the first and the last level, and the
+  difference at the last differs from that at the first (Welch's t on the two levels' paired differences,
+  Holm over the designs): with one sign at both ends, the change is one of magnitude;
+- `changes sign, not resolved`: the first and last levels' differences have opposite signs, not both
   resolved (a `flips` needs both);
-- `holds at every size`: the same resolved verdict at every size, and no change shown;
-- otherwise `not resolved at every size`, with what each size says.
+- `holds at every <level>`: the same resolved verdict at every level, and no change shown;
+- otherwise `not resolved at every <level>`, with what each level says.
 
-Each verdict is a `TrendWord` with its text, so that what the ladder says is counted without reading text.
+Along an unordered axis (several choices, or text) there are no ends to compare: `flips`, `holds` or `not
+resolved`. Each verdict is a `TrendWord` with its text, so what the ladder says is counted without reading text.
 """
 
 from __future__ import annotations
@@ -28,16 +30,18 @@ from scipy.stats import ttest_ind_from_stats
 from tinylm.analysis.settings import Rules, Setting, judge_families, pick_baseline
 from tinylm.analysis.stats import Outcome, Verdict, holm
 
-# The choice a scale ladder varies (conf/size/): the baseline is then judged size by size, not once.
+# The choice a scale ladder varies (conf/size/): a sweep over it with a baseline that does not name it is a
+# ladder even without `ladder:` (the scale ladder's runs predate it); its levels are ordered by parameters.
 SCALE_KEY = "size"
 
 
 @dataclass(frozen=True)
 class Rung:
-    """One size of the ladder: its runs' parameter count and steps, its baseline, and every design at it
-    (the family's settings of that size, baseline included, each judged against that baseline)."""
+    """One level of the ladder: its name (the axis's values), its runs' parameter count and steps, its
+    baseline, and every design at it (the family's settings of that level, baseline included, each judged
+    against that baseline)."""
 
-    size: str
+    level: str
     params: int | None
     steps: int | None
     baseline: Setting
@@ -45,20 +49,20 @@ class Rung:
 
 
 class TrendWord(enum.StrEnum):
-    """What the ladder says of one design across sizes."""
+    """What the ladder says of one design across levels."""
 
     FLIPS = "flips"
-    GROWS = "grows with size"
-    SHRINKS = "shrinks with size"
-    HOLDS = "holds at every size"
+    GROWS = "grows"
+    SHRINKS = "shrinks"
+    HOLDS = "holds"
     SIGN_CHANGE = "changes sign, not resolved"
-    UNRESOLVED = "not resolved at every size"
+    UNRESOLVED = "not resolved"
 
 
 @dataclass(frozen=True)
 class Trend:
-    """One design across sizes: the change of its difference from the smallest size to the largest, the
-    test of that change (raw and Holm over the designs), the verdict's word and its text."""
+    """One design across levels: the change of its difference from the first level to the last, the test
+    of that change (raw and Holm over the designs), the verdict's word and its text."""
 
     design: dict[str, str]
     change: float | None
@@ -70,51 +74,91 @@ class Trend:
 
 @dataclass(frozen=True)
 class Ladder:
-    columns: list[str]  # the design columns: the family's, less the size
-    rungs: list[Rung]  # smallest first
+    axis: list[str]  # the choices whose values make a level
+    columns: list[str]  # the design columns: the family's, less the axis
+    rungs: list[Rung]  # in the axis's order (smallest first, for sizes)
     trends: list[Trend]
+
+    @property
+    def ordered(self) -> bool:
+        return ordered(self.axis, [rung.level for rung in self.rungs])
+
+    @property
+    def noun(self) -> str:
+        """What a level is called in the report's words: `size` on the scale ladder, else `level`."""
+        return "size" if self.axis == [SCALE_KEY] else "level"
+
+
+def ordered(axis: Sequence[str], levels: Sequence[str]) -> bool:
+    """Whether the levels have an order that makes `grows` and `shrinks` mean something: sizes, or the
+    values of one numeric choice."""
+    return list(axis) == [SCALE_KEY] or (
+        len(axis) == 1 and all(_number(level) is not None for level in levels)
+    )
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def judge_ladder(
-    family: Sequence[Setting], wanted: dict[str, str], columns: Sequence[str], rules: Rules
+    family: Sequence[Setting],
+    wanted: dict[str, str],
+    columns: Sequence[str],
+    rules: Rules,
+    axis: Sequence[str],
 ) -> Ladder:
-    """The family judged size by size: each design against the baseline `wanted` names at its size, all
-    sizes' comparisons one Holm family, then each design's verdict across sizes. `columns`: the family's."""
-    columns = [c for c in columns if c != SCALE_KEY]
-    by_size: dict[str, list[Setting]] = {}
+    """The family judged level by level along `axis`: each design against the baseline `wanted` names at its
+    level, all levels' comparisons one Holm family, then each design's verdict across levels. `columns`: the
+    family's."""
+    axis = list(axis)
+    columns = [c for c in columns if c not in axis]
+    by_level: dict[str, list[Setting]] = {}
     for setting in family:
-        by_size.setdefault(setting.choices[SCALE_KEY], []).append(setting)
-    sizes = [
+        by_level.setdefault("/".join(setting.choices[key] for key in axis), []).append(setting)
+    levels = [
         (
-            size,
+            level,
             _median([r.params for s in group for r in s.runs]),
             _median([r.max_steps for s in group for r in s.runs]),
         )
-        for size, group in by_size.items()
+        for level, group in by_level.items()
     ]
-    sizes.sort(key=lambda size: (size[1] is None, size[1] or 0, size[0]))
-    groups = [(by_size[size], pick_baseline(by_size[size], wanted, columns)) for size, *_ in sizes]
+    if axis == [SCALE_KEY]:
+        levels.sort(key=lambda level: (level[1] is None, level[1] or 0, level[0]))
+    elif ordered(axis, list(by_level)):
+        levels.sort(key=lambda level: float(level[0]))
+    groups = [(by_level[level], pick_baseline(by_level[level], wanted, columns)) for level, *_ in levels]
     judged = judge_families(groups, rules)
     rungs = [
-        Rung(size, params, steps, base, settings)
-        for (size, params, steps), (_, base), settings in zip(sizes, groups, judged, strict=True)
+        Rung(level, params, steps, base, settings)
+        for (level, params, steps), (_, base), settings in zip(levels, groups, judged, strict=True)
     ]
-    return Ladder(columns, rungs, trends(rungs, columns, rules.alpha))
+    return Ladder(axis, columns, rungs, trends(rungs, columns, rules.alpha, axis))
 
 
-def trends(rungs: list[Rung], columns: list[str], alpha: float) -> list[Trend]:
+def trends(
+    rungs: list[Rung], columns: list[str], alpha: float, axis: Sequence[str] = (SCALE_KEY,)
+) -> list[Trend]:
+    along = ordered(axis, [rung.level for rung in rungs])
+    noun = "size" if list(axis) == [SCALE_KEY] else "level"
     designs: dict[tuple[str, ...], list[tuple[Rung, Setting]]] = {}
     for rung in rungs:
         for setting in rung.settings:
             if setting is not rung.baseline and setting.comparison is not None:
                 designs.setdefault(setting.key(columns), []).append((rung, setting))
-    tests = {key: _change(found) for key, found in designs.items()}
+    tests = {key: _change(found) if along else (None, None) for key, found in designs.items()}
     tested = [key for key, (_, p) in tests.items() if p is not None]
     adjusted = dict(zip(tested, holm([tests[key][1] for key in tested]), strict=True))
     said = []
     for key, found in designs.items():
         (change, p), p_adjusted = tests[key], adjusted.get(key)
-        word, text = _verdict(found, change, p_adjusted, alpha)
+        word, text = _verdict(
+            found, change, p_adjusted, alpha, noun, ", ".join(axis) if noun == "level" else noun, along
+        )
         said.append(Trend(dict(zip(columns, key, strict=True)), change, p, p_adjusted, text, word))
     return said
 
@@ -141,33 +185,39 @@ def _direction(verdict: Verdict) -> int | None:
 
 
 def _verdict(
-    found: list[tuple[Rung, Setting]], change: float | None, p: float | None, alpha: float
+    found: list[tuple[Rung, Setting]],
+    change: float | None,
+    p: float | None,
+    alpha: float,
+    noun: str = "size",
+    axis: str = "size",
+    along: bool = True,
 ) -> tuple[TrendWord, str]:
-    said = [(rung.size, s.comparison.verdict, _direction(s.comparison.verdict)) for rung, s in found]
-    resolved = [(size, verdict, d) for size, verdict, d in said if d is not None]
+    said = [(rung.level, s.comparison.verdict, _direction(s.comparison.verdict)) for rung, s in found]
+    resolved = [(level, verdict, d) for level, verdict, d in said if d is not None]
     directed = [found for found in resolved if found[2]]  # better or worse
-    for (size_a, verdict_a, a), (size_b, verdict_b, b) in itertools.pairwise(directed):
+    for (level_a, verdict_a, a), (level_b, verdict_b, b) in itertools.pairwise(directed):
         if a != b:
-            return TrendWord.FLIPS, f"flips at {size_b}: {verdict_a} at {size_a}, {verdict_b} at {size_b}"
-    every = ", ".join(f"{verdict} at {size}" for size, verdict, _ in said)
+            return TrendWord.FLIPS, f"flips at {level_b}: {verdict_a} at {level_a}, {verdict_b} at {level_b}"
+    every = ", ".join(f"{verdict} at {level}" for level, verdict, _ in said)
     ends = [s.comparison.difference for _, s in (found[0], found[-1])]
     small, large = (d.mean if d is not None else math.nan for d in ends)
-    at_ends = f"{small:+.3f} at {found[0][0].size}, {large:+.3f} at {found[-1][0].size}"
+    at_ends = f"{small:+.3f} at {found[0][0].level}, {large:+.3f} at {found[-1][0].level}"
     tested = f" (change p (Holm) = {p:.2g})" if p is not None else ""
     if p is not None and p <= alpha and change is not None and said[0][2] == said[-1][2] and said[0][2]:
         # One resolved sign at both ends: the change of the difference is one of its magnitude.
         word = TrendWord.GROWS if abs(large) > abs(small) else TrendWord.SHRINKS
-        return word, f"{word.value}: {at_ends}{tested}; {every}"
+        return word, f"{word.value} with {axis}: {at_ends}{tested}; {every}"
     if len(resolved) == len(said) and len({d for *_, d in resolved}) == 1:
-        return TrendWord.HOLDS, f"holds at every size: {said[0][1].outcome}" + (
-            f" (no change with size shown, p (Holm) = {p:.2g})" if p is not None else ""
+        return TrendWord.HOLDS, f"holds at every {noun}: {said[0][1].outcome}" + (
+            f" (no change with {axis} shown, p (Holm) = {p:.2g})" if p is not None else ""
         )
-    if small * large < 0:  # opposite signs, not both resolved (that would have been a flip)
+    if along and small * large < 0:  # opposite signs, not both resolved (that would have been a flip)
         return TrendWord.SIGN_CHANGE, f"{TrendWord.SIGN_CHANGE.value}: {at_ends}{tested}; {every}"
     changed = (
-        f"changes with size{tested}, not resolved at both ends; " if p is not None and p <= alpha else ""
+        f"changes with {axis}{tested}, not resolved at both ends; " if p is not None and p <= alpha else ""
     )
-    return TrendWord.UNRESOLVED, f"not resolved at every size: {changed}{every}"
+    return TrendWord.UNRESOLVED, f"not resolved at every {noun}: {changed}{every}"
 
 
 def _median(values: list[int | None]) -> int | None:

@@ -125,8 +125,10 @@ def _family_rows(report: SweepReport) -> list[list]:
 def _answer_section(report: SweepReport) -> list[str]:
     """The answer first: a sentence per comparison (its verdict, difference, interval and seeds), then what is
     still open and the command that resolves it; the methods are below, with the tables."""
+    if report.ladder is not None:
+        return _ladder_answer(report)
     base = report.family_baseline
-    if base is None or report.ladder is not None or len(report.family) < 2:
+    if base is None or len(report.family) < 2:
         return []
     named = report.shown_family_columns
     rows = [s for s in report.family if s is not base and s.answer is not None]
@@ -160,6 +162,26 @@ def _answer_section(report: SweepReport) -> list[str]:
             "seeds to them in rounds until each is resolved (*What resolving … would take*, below, sizes it)."
         )
     return [*lines, ""]
+
+
+def _ladder_answer(report: SweepReport) -> list[str]:
+    """A ladder's answer: per design, its verdict across the levels (which names each level's verdict)."""
+    ladder = report.ladder
+    shown = (
+        varying(ladder.columns, [s.choices for rung in ladder.rungs for s in rung.settings]) or ladder.columns
+    )
+    base = ladder.rungs[0].baseline.label(shown)
+    lines = ["## Answer", ""]
+    for trend in ladder.trends:
+        design = " ".join(f"{c}={trend.design[c]}" for c in shown)
+        lines.append(f"- `{design}` against `{base}` along `{', '.join(ladder.axis)}`: **{trend.verdict}**")
+    return [
+        *lines,
+        "",
+        f"Lower is better. Every {ladder.noun}'s comparisons are one family (Holm): the chance of any false "
+        f"`better`/`worse` among them is at most α = {report.alpha:g}. The tables and the methods are below.",
+        "",
+    ]
 
 
 def _family_section(report: SweepReport) -> list[str]:

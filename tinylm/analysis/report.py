@@ -120,13 +120,16 @@ class SweepReport:
     baseline_source: str | None = None  # where the baseline was named: --baseline or the runs' config
     design: Design | None = None
     reference: dict[str, float] | None = None  # the levels of the runs' validation split, when they share one
-    # A scale ladder: the family judged size by size (tinylm/analysis/ladder.py), not against one baseline.
+    # A ladder: the family judged level by level along `axis` (tinylm/analysis/ladder.py), not against one
+    # baseline. `axis` is known before the verdicts: it decides whether the rate is tuned or a level.
+    axis: list[str] = field(default_factory=list)
     ladder: Ladder | None = None
     findings: dict[Path, list[Finding]] = field(default_factory=dict)  # each run's diagnosis, by its path
 
     @property
     def lr_varies(self) -> bool:
-        return LR in self.setting_columns
+        """The rate varies and is tuned per setting (not a ladder's axis, where each rate is a level)."""
+        return LR in self.setting_columns and LR not in self.axis
 
     @property
     def family(self) -> list[Setting]:
@@ -135,7 +138,8 @@ class SweepReport:
 
     @property
     def family_columns(self) -> list[str]:
-        return family_columns(self.setting_columns)
+        """The columns the family's settings differ in: all but the rate when it is tuned per setting."""
+        return [c for c in self.setting_columns if c != LR] if self.lr_varies else self.setting_columns
 
     @property
     def family_baseline(self) -> Setting | None:
@@ -177,17 +181,13 @@ def parse_choices(text: str) -> dict[str, str]:
     return {choice.key: display_value(choice.value) for choice in parsed}
 
 
-def family_columns(setting_columns: Sequence[str]) -> list[str]:
-    """The columns a family's settings differ in: all but the rate when it varies (it is chosen per setting)."""
-    return [c for c in setting_columns if c != LR]
-
-
 def build_report(
     sweep_dir: str | Path,
     baseline: str | None = None,
     confidence: float = 0.95,
     curve: str | None = None,
     min_effect: float | None = None,
+    ladder: str | None = None,
 ) -> SweepReport:
     """The report of a sweep, in one pass: runs, settings, the family judged against its baseline (or the
     ladder, size by size), the added seeds' verdicts, each run's findings."""
@@ -214,7 +214,9 @@ def build_report(
                 f"({DESIGN_FILE}); its verdicts hold only against that baseline"
             )
     baseline, source = named_baseline(baseline, runs, design)
-    lr_varies = LR in setting_columns
+    wanted = parse_choices(baseline) if baseline is not None else None
+    axis = ladder_axis(ladder, runs, setting_columns, wanted)
+    lr_varies = LR in setting_columns and LR not in axis
     rules = Rules(
         confidence, design.alpha if design else ALPHA,
         design.min_effect if design else (MIN_EFFECT if min_effect is None else min_effect), lr_varies,
@@ -224,18 +226,18 @@ def build_report(
     settings = group_settings(runs, setting_columns, confidence)
     # When the rate varies: each setting cross-fitted on the sweep's own seeds (an extension's are judged apart).
     tuned = (
-        tuned_settings(settings, family_columns(setting_columns), confidence, seeds=own_seeds)
+        tuned_settings(settings, [c for c in setting_columns if c != LR], confidence, seeds=own_seeds)
         if lr_varies
         else []
     )
     assembled = SweepReport(
         sweep_dir, rank_runs(runs), columns, common, settings, setting_columns, None, tuned, None, confidence,
         rules.alpha, rules.min_effect, source, design, reference,
-        findings={run.path: diagnose(run, reference) for run in runs},
+        axis=axis, findings={run.path: diagnose(run, reference) for run in runs},
     )  # fmt: skip
-    if baseline is None:
+    if wanted is None:
         return assembled
-    return judged(assembled, parse_choices(baseline))
+    return judged(assembled, wanted)
 
 
 def judged(report: SweepReport, wanted: dict[str, str]) -> SweepReport:
@@ -244,8 +246,8 @@ def judged(report: SweepReport, wanted: dict[str, str]) -> SweepReport:
     if report.lr_varies:
         wanted = {k: v for k, v in wanted.items() if k != LR}
     columns = report.family_columns
-    if SCALE_KEY in columns and SCALE_KEY not in wanted:
-        ladder = judge_ladder(report.family, wanted, columns, report.rules)
+    if report.axis:
+        ladder = judge_ladder(report.family, wanted, columns, report.rules, report.axis)
         by_key = {s.key(columns): s for rung in ladder.rungs for s in rung.settings}
         family = [by_key[s.key(columns)] for s in report.family]
         return replace(report, ladder=ladder, **_as_family(report, family, None))
@@ -264,6 +266,37 @@ def _as_family(report: SweepReport, family: list[Setting], base: Setting | None)
     if report.lr_varies:
         return {"tuned": family, "tuned_baseline": base}
     return {"settings": family, "baseline": base}
+
+
+def ladder_axis(
+    flag: str | None, runs: Sequence[RunSummary], columns: Sequence[str], wanted: dict[str, str] | None
+) -> list[str]:
+    """The choices the report judges level by level: --ladder, the experiment's `ladder:`, or `size` when the
+    sweep varies it and the baseline does not name it (the scale ladder's runs predate `ladder:`); [] for
+    none. Each must vary in the sweep, and the baseline names the design only, not a level."""
+    named = {run.ladder for run in runs if run.ladder}
+    if not flag and len(named) > 1:
+        raise ReportError(
+            f"the runs name different ladders ({', '.join(sorted(named))}); choose one with --ladder"
+        )
+    text = flag or (named.pop() if named else None)
+    if text is None:
+        return [SCALE_KEY] if SCALE_KEY in columns and wanted is not None and SCALE_KEY not in wanted else []
+    where = "--ladder" if flag else "the experiment's `ladder:`"
+    axis = [key.strip() for key in text.split(",") if key.strip()]
+    still = [key for key in axis if key not in columns]
+    if not axis or still:
+        raise ReportError(
+            f"{where} {text!r}: {', '.join(still) or 'nothing'} does not vary in this sweep; choose among "
+            f"{', '.join(columns)}"
+        )
+    named_level = sorted(set(axis) & set(wanted or {}))
+    if named_level:
+        raise ReportError(
+            f"the baseline names {', '.join(named_level)}, the ladder's axis ({where} {text}): name the design "
+            "only, and it is judged at every level"
+        )
+    return axis
 
 
 def shared_reference(runs: Sequence[RunSummary]) -> dict[str, float] | None:

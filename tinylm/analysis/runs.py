@@ -71,6 +71,7 @@ class RunSummary:
     # Which evaluation final_val_loss comes from: `final, 960 of 7,477 validation windows`, `last validation`.
     evaluated: str = "—"
     baseline: str | None = None  # the setting its experiment compares against (the config's `baseline`)
+    ladder: str | None = None  # the choices its experiment judges level by level (the config's `ladder`)
     reference: dict[str, float] | None = None  # its validation split's uniform, unigram and bigram levels
     model: dict[str, Any] | None = None  # the model section of its config
     # (step, value, seconds since the run's first scalar) of the validation loss, and of the tag plotted
@@ -157,6 +158,7 @@ def _from_config(run_dir: Path) -> dict[str, Any]:
         "model": _buildable_model(config),
         "seed": str(get("seed")),
         "baseline": get("baseline"),
+        "ladder": get("ladder"),
         "max_steps": get("trainer.max_steps"),
         "chars_per_step": batch * block * accumulate
         if isinstance(batch, int) and isinstance(block, int)
@@ -241,6 +243,7 @@ def summarize_run(
         chars_per_step=config["chars_per_step"],
         model=config["model"],
         baseline=str(config["baseline"]) if config["baseline"] else None,
+        ladder=str(config["ladder"]) if config["ladder"] else None,
     )
     if record:
         run.params = int(record["params"]) if isinstance(record.get("params"), int | float) else None

@@ -8,32 +8,36 @@ from pathlib import Path
 from tinylm.analysis.ladder import Ladder, Rung
 from tinylm.analysis.plots import plot_scale
 from tinylm.analysis.render import fmt_interval, fmt_number, fmt_p, md_table, rates_cell
-from tinylm.analysis.report import SweepReport
+from tinylm.analysis.report import SweepReport, varying
 from tinylm.analysis.stats import Estimate
 
 SCALE_PNG = "scale.png"
 
 
-def _size_label(rung: Rung) -> str:
+def _level_label(ladder: Ladder, rung: Rung) -> str:
+    if ladder.noun != "size":
+        return rung.level
     params = f"{rung.params / 1e6:.2f}M" if rung.params is not None else "?"
-    return f"{rung.size} ({params}, {rung.steps} steps)"
+    return f"{rung.level} ({params}, {rung.steps} steps)"
 
 
 def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
-    """The report's *Across sizes* section: per design and size, the mean and the paired difference with its
-    interval and verdict, then the verdict across sizes; and the figure."""
-    columns, pct = ladder.columns, f"{report.confidence:.0%}"
+    """The report's *Across sizes* (or *Across levels of …*) section: per design and level, the mean and the
+    paired difference with its interval and verdict, then the verdict across levels; and, for sizes, the
+    figure."""
+    columns, pct, noun = ladder.columns, f"{report.confidence:.0%}", ladder.noun
     base = ladder.rungs[0].baseline
     designs = {s.key(columns): s for rung in ladder.rungs for s in rung.settings}
+    # The design columns that vary name the rows; the others are stated once, above the tables.
+    shown = varying(columns, [s.choices for s in designs.values()]) or columns
     means = []
-    for key in designs:
+    for key, design in designs.items():
         cells = []
         for rung in ladder.rungs:
             s = next((s for s in rung.settings if s.key(columns) == key), None)
-            cells.append(
-                "—" if s is None or s.estimate is None else f"{fmt_number(s.estimate.mean)} ({rates_cell(s)})"
-            )
-        means.append([*key, *cells])
+            rates = f" ({rates_cell(s)})" if s is not None and report.lr_varies else ""
+            cells.append("—" if s is None or s.estimate is None else f"{fmt_number(s.estimate.mean)}{rates}")
+        means.append([*design.key(shown), *cells])
     differences = []
     for trend in ladder.trends:
         key = tuple(trend.design[c] for c in columns)
@@ -44,32 +48,57 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
             d = c.difference if c is not None else None
             cells.append("—" if d is None else f"{fmt_number(d.mean, signed=True)} {fmt_interval(d, signed=True)}, "
                          f"p {fmt_p(c.p_adjusted)}: {c.verdict}")  # fmt: skip
-        differences.append([*key, *cells, trend.verdict])
-    sizes = [_size_label(rung) for rung in ladder.rungs]
+        differences.append([*(trend.design[c] for c in shown), *cells, trend.verdict])
+    levels = [_level_label(ladder, rung) for rung in ladder.rungs]
     family = sum(
         (s.comparison.p_value is not None) + (s.comparison.divergence is not None)
         for rung in ladder.rungs for s in rung.settings if s.comparison is not None
     )  # fmt: skip
+    axis = ", ".join(ladder.axis)
+    if noun == "size":
+        title, across, along = "## Across sizes", "across sizes", "size"
+        rates = ", each at its own cross-fitted rate per size. Mean final loss (rates chosen):"
+        words = (
+            "`grows / shrinks with size`: resolved in the same direction at the smallest and largest sizes, and "
+            "Welch's t test of the difference at the largest size against that at the smallest, Holm over the "
+            "designs, finds a change; `holds at every size`: the same resolved verdict at every size and no "
+            "change shown; `flips`: resolved in opposite directions; `changes sign, not resolved`: opposite "
+            f"signs at the two ends, not both resolved. Loss against parameters: {SCALE_PNG}."
+        )
+    else:
+        title, across, along = f"## Across levels of {axis}", "across levels", f"level (`{axis}`)"
+        rates = (
+            ", each at its own cross-fitted rate per level. Mean final loss (rates chosen):"
+            if report.lr_varies
+            else ". Mean final loss:"
+        )
+        words = (
+            (
+                f"`grows / shrinks with {axis}`: resolved in the same direction at the first and last levels, "
+                "and Welch's t test of the difference at the last level against that at the first, Holm over the "
+                "designs, finds a change; `changes sign, not resolved`: opposite signs at the two ends, not both "
+                "resolved; "
+                if ladder.ordered
+                else "The levels have no order, so no word compares the ends; "
+            )
+            + "`holds at every level`: the same resolved verdict at every level"
+            + (" and no change shown" if ladder.ordered else "")
+            + "; `flips`: resolved in opposite directions."
+        )
     return [
-        "## Across sizes",
+        title,
         "",
-        f"Each design against the baseline `{base.label(columns)}` of its own size, each at its own cross-fitted "
-        f"rate per size. Mean final loss (rates chosen):",
+        f"Each design against the baseline `{base.label(shown)}` of its own {along}{rates}",
         "",
-        *md_table([*columns, *sizes], means),
+        *md_table([*shown, *levels], means),
         "",
-        f"Difference from the baseline (< 0: lower loss), its {pct} interval, p (Holm) and verdict at each size, "
-        "and the verdict across sizes:",
+        f"Difference from the baseline (< 0: lower loss), its {pct} interval, p (Holm) and verdict at each "
+        f"{noun}, and the verdict {across}:",
         "",
-        *md_table([*columns, *sizes, "across sizes"], differences),
+        *md_table([*shown, *levels, across], differences),
         "",
-        f"Every size's comparisons are one family ({family} tests, Holm, α = {report.alpha:g}, δ = "
-        f"{report.min_effect:g}). `grows / shrinks with size`: resolved in the same direction at the smallest and "
-        "largest sizes, and Welch's t test of the difference at the largest size against that at the smallest, "
-        "Holm over the designs, finds a change; `holds at every size`: the same resolved verdict at every size "
-        "and no change shown; `flips`: resolved in opposite directions; `changes sign, not resolved`: opposite "
-        "signs at the two ends, not both resolved. Loss against "
-        f"parameters: {SCALE_PNG}.",
+        f"Every {noun}'s comparisons are one family ({family} tests, Holm, α = {report.alpha:g}, δ = "
+        f"{report.min_effect:g}). {words}",
         "",
     ]
 

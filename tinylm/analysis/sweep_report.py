@@ -32,23 +32,23 @@ def write_report(
     band: str = "minmax",
     curve: str | None = None,
     min_effect: float | None = None,
+    ladder: str | None = None,
 ) -> tuple[str, list[Path]]:
     """Build the report and write report.md, report.json and report.png (or `report_<curve>.png` for another
     scalar than the validation loss), lr_sensitivity.png when the learning rate varies, scale.png for a scale
     ladder and why_<quantity>.png for each health curve a diagnosis names, into the sweep directory; returns
     the markdown and the paths written."""
-    report = build_report(sweep_dir, baseline, curve=curve, min_effect=min_effect)
+    report = build_report(sweep_dir, baseline, curve=curve, min_effect=min_effect, ladder=ladder)
     if curve and not any(run.curve for run in report.runs):
         raise ReportError(
             f"--curve {curve}: no run of this sweep logged it; try loss/train, lr, or "
             "training_health/<quantity>/block_<k> (docs/probe.md lists them)"
         )
-    ladder = report.ladder
     figure = f"report_{curve.replace('/', '_')}.png" if curve else REPORT_PNG
     written = [report.sweep_dir / REPORT_MD, report.sweep_dir / REPORT_JSON, report.sweep_dir / figure]
     lost = explained(report)
     why_figures = draw_why(report, lost, report.sweep_dir)
-    sections = ladder_section(report, ladder) if ladder else []
+    sections = ladder_section(report, report.ladder) if report.ladder else []
     sections += why_section(report, lost, why_figures) + probe_section(probe_rows(report.runs))
     text = markdown(report, sections)
     keep_previous(report.sweep_dir, text, written)
@@ -57,8 +57,8 @@ def write_report(
     plot_report(report, written[2], x_axis, band, curve)
     if report.lr_varies:
         written.append(plot_lr_sensitivity(report, report.sweep_dir / SENSITIVITY_PNG))
-    if ladder:
-        written.append(draw_ladder(report, ladder, report.sweep_dir / SCALE_PNG))
+    if report.ladder and report.ladder.noun == "size":
+        written.append(draw_ladder(report, report.ladder, report.sweep_dir / SCALE_PNG))
     written += why_figures.values()
     return text, written
 

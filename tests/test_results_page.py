@@ -1,0 +1,119 @@
+"""docs/results.md says what its stored reports say (issue 34, point 7). Every table on the page names the
+report it is cut from (`<!-- from results/<sweep>/report.md -->` above it); each of its rows must be a row of
+a table of that report, cell for cell in the columns it keeps, and the report's numbers must be those of the
+report.json written beside it. The cost table is checked against the runs in report.json and cost.json."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+from tinylm.analysis.render import fmt_interval, fmt_number, fmt_p
+from tinylm.analysis.stats import Estimate
+
+DOCS = Path(__file__).parents[1] / "docs"
+PAGE = DOCS / "results.md"
+SOURCE = re.compile(r"<!-- from (results/[\w./-]+/report\.md) -->")
+
+
+def tables(text: str) -> list[tuple[int, list[str], list[list[str]]]]:
+    """Every markdown table in `text`: the line it starts on, its header and its rows, as cell texts."""
+    found, lines, number = [], text.splitlines(), 0
+    while number < len(lines):
+        if lines[number].startswith("|") and number + 1 < len(lines) and lines[number + 1].startswith("|---"):
+            header, rows, end = cells(lines[number]), [], number + 2
+            while end < len(lines) and lines[end].startswith("|"):
+                rows.append(cells(lines[end]))
+                end += 1
+            found.append((number, header, rows))
+            number = end
+        else:
+            number += 1
+    return found
+
+
+def cells(line: str) -> list[str]:
+    parts = re.split(r"(?<!\\)\|", line.strip())[1:-1]
+    return [part.strip().replace("**", "") for part in parts]
+
+
+def page_tables() -> list[tuple[str, list[str], list[list[str]]]]:
+    """The page's tables, each with the report named in the comment just above it ('' when none is)."""
+    text = PAGE.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    named = []
+    for start, header, rows in tables(text):
+        above = next((line for line in reversed(lines[:start]) if line.strip()), "")
+        match = SOURCE.search(above)
+        named.append((match.group(1) if match else "", header, rows))
+    return named
+
+
+def test_every_table_on_the_page_names_its_report_or_is_the_cost_table():
+    for source, header, _ in page_tables():
+        assert source or header[0] == "experiment", f"a table with no stored report above it: {header}"
+        if source:
+            assert (DOCS / source).is_file() and (DOCS / source).with_name("report.json").is_file(), source
+
+
+@pytest.mark.parametrize("number", range(len(page_tables())))
+def test_each_row_is_a_row_of_its_report_cell_for_cell(number):
+    source, header, rows = page_tables()[number]
+    if not source:
+        return
+    report = tables((DOCS / source).read_text(encoding="utf-8"))
+    # The report's table that has every column the page keeps; its rows keyed by the choices they show.
+    candidates = [(h, r) for _, h, r in report if set(header) <= set(h)]
+    assert candidates, f"{source} has no table with the columns {header}"
+    their_header, their_rows = candidates[0]
+    keys = [c for c in header if c in CHOICE_COLUMNS]
+    assert keys, f"the page's table from {source} shows no choice column to match rows by"
+    theirs = {tuple(row[their_header.index(k)] for k in keys): row for row in their_rows}
+    for row in rows:
+        key = tuple(row[header.index(k)] for k in keys)
+        assert key in theirs, f"{source}: no row {dict(zip(keys, key, strict=True))}"
+        for column, cell in zip(header, row, strict=True):
+            assert cell == theirs[key][their_header.index(column)], (source, key, column)
+
+
+# The columns that name a setting in the reports the page cites (the report's own column names).
+CHOICE_COLUMNS = {"norm", "act", "norm_type", "optim.lr", "optim.warmup_steps", "model.n_layer", "model.qk_norm",
+                  "size", "seed"}  # fmt: skip
+
+
+@pytest.mark.parametrize("source", sorted({s for s, _, _ in page_tables() if s}))
+def test_each_stored_report_states_the_numbers_of_its_json(source):
+    """The report.md a table is cut from was written with the report.json beside it: every comparison's
+    difference, interval and Holm p as the family table prints them."""
+    text = (DOCS / source).read_text(encoding="utf-8")
+    record = json.loads((DOCS / source).with_name("report.json").read_text(encoding="utf-8"))
+    family = record["tuned"] or record["settings"]
+    compared = [s for s in family if s["vs_baseline"]]
+    assert compared, source
+    for s in compared:
+        c = s["vs_baseline"]
+        d = c["difference"] and Estimate(**c["difference"])
+        row = " | ".join(
+            [fmt_number(d.mean if d else None, signed=True), fmt_interval(d, signed=True), fmt_p(c["p_holm"])]
+        )
+        assert row in text, (source, s["choices"], row)
+
+
+def test_the_cost_table_is_what_the_runs_took():
+    (table,) = [(h, r) for s, h, r in page_tables() if not s]
+    header, rows = table
+    for row in rows:
+        sweep = re.search(r"`([\w./-]+)`", row[header.index("stored report")]).group(1)
+        record = json.loads((DOCS / sweep / "report.json").read_text(encoding="utf-8"))
+        cost = json.loads((DOCS / sweep / "cost.json").read_text(encoding="utf-8"))
+        times = [run["wall_time_s"] for run in record["runs"] if run["wall_time_s"] is not None]
+        assert row[header.index("runs")] == str(len(record["runs"])), sweep
+        assert row[header.index("wall time")] == f"{cost['wall_s'] / 60:.0f} min", sweep
+        median, low, high = statistics.median(times), min(times), max(times)
+        assert row[header.index("one run (median, range)")] == f"{median:.0f} s ({low:.0f}–{high:.0f} s)", (
+            sweep
+        )
