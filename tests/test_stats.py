@@ -33,7 +33,7 @@ from tinylm.analysis.stats import (
     judge,
     paired_tests,
 )
-from tinylm.analysis.sweep_report import keep_previous
+from tinylm.analysis.sweep_report import keep_previous, write_report
 from tinylm.layout import write_run_record
 
 # --- estimate -----------------------------------------------------------------------------------------------
@@ -514,3 +514,14 @@ def test_a_ladder_over_two_choices_has_no_ends_to_compare_and_bad_axes_are_refus
         build_report(sweep, baseline="optim.warmup_steps=100", ladder="dropout")
     with pytest.raises(ReportError, match="the baseline names norm, the ladder's axis"):
         build_report(sweep, baseline="norm=pre,optim.warmup_steps=100", ladder="norm,model.n_layer")
+
+
+def test_a_new_report_moves_aside_every_figure_the_old_one_was_written_with(lr_sweep):
+    write_report(lr_sweep, baseline="norm=pre")  # the rate tuned: lr_sensitivity.png
+    assert (lr_sweep / "lr_sensitivity.png").is_file()
+    write_report(lr_sweep, baseline="norm=pre", ladder="optim.lr")  # reads differently, draws no such figure
+    (kept,) = (lr_sweep / PREVIOUS_REPORTS).iterdir()
+    assert {"report.md", "report.json", "report.png", "lr_sensitivity.png"} <= {
+        p.name for p in kept.iterdir()
+    }
+    assert not (lr_sweep / "lr_sensitivity.png").exists()  # not left beside a report that does not name it

@@ -21,7 +21,7 @@ from tinylm.analysis.report import (
 )
 from tinylm.analysis.scale import SCALE_PNG, draw_ladder, ladder_section
 from tinylm.analysis.sweep_probe import probe_rows, probe_section
-from tinylm.analysis.why import draw_why, explained, why_section
+from tinylm.analysis.why import draw_why, explained, why_figures, why_path, why_section
 from tinylm.files import write_json
 
 
@@ -47,11 +47,16 @@ def write_report(
     figure = f"report_{curve.replace('/', '_')}.png" if curve else REPORT_PNG
     written = [report.sweep_dir / REPORT_MD, report.sweep_dir / REPORT_JSON, report.sweep_dir / figure]
     lost = explained(report)
-    why_figures = draw_why(report, lost, report.sweep_dir)
+    curves = why_figures(report, lost)
+    figures = {quantity: why_path(report.sweep_dir, quantity) for quantity in curves}
     sections = ladder_section(report, report.ladder) if report.ladder else []
-    sections += why_section(report, lost, why_figures) + probe_section(probe_rows(report.runs))
+    sections += why_section(report, lost, figures) + probe_section(probe_rows(report.runs))
     text = markdown(report, sections)
-    keep_previous(report.sweep_dir, text, written)
+    # Before anything is written: the old report goes aside with every figure it was written with.
+    drawn = [SENSITIVITY_PNG, SCALE_PNG, "why_*.png", "report*.png"]
+    keep_previous(
+        report.sweep_dir, text, [*written, *(p for name in drawn for p in report.sweep_dir.glob(name))]
+    )
     written[0].write_text(text, encoding="utf-8")
     write_json(written[1], to_json(report))
     plot_report(report, written[2], x_axis, band, curve)
@@ -59,7 +64,7 @@ def write_report(
         written.append(plot_lr_sensitivity(report, report.sweep_dir / SENSITIVITY_PNG))
     if report.ladder and report.ladder.noun == "size":
         written.append(draw_ladder(report, report.ladder, report.sweep_dir / SCALE_PNG))
-    written += why_figures.values()
+    written += draw_why(report, curves)
     return text, written
 
 

@@ -91,11 +91,10 @@ def baseline_of(report: SweepReport, setting: Setting) -> Setting | None:
     )
 
 
-def draw_why(
-    report: SweepReport, rows: list[tuple[Setting, list[Shared]]], directory: Path
-) -> dict[str, Path]:
-    """`why_<quantity>.png` for every health quantity a finding of `rows` (`explained`) names: that tag in
-    each explained setting's runs, and the same block's in the runs of the baseline it is judged against."""
+def why_figures(report: SweepReport, rows: list[tuple[Setting, list[Shared]]]) -> dict[str, dict[str, list]]:
+    """The curves of `why_<quantity>.png` for every health quantity a finding of `rows` (`explained`) names:
+    that tag in each explained setting's runs, and the same block's in the runs of the baseline it is judged
+    against; by quantity, then by the label of the runs' setting."""
     columns = _rows(report)[1]
     wanted: dict[str, dict[str, list]] = {}
     for setting, findings in rows:
@@ -113,12 +112,21 @@ def draw_why(
                     f"{base.label(columns)} (baseline)",
                     [run.health.get(f.example.tag, []) for run in judged_runs(base)],
                 )
-    return {
-        quantity: plot_health(
+    return wanted
+
+
+def why_path(directory: Path, quantity: str) -> Path:
+    return directory / f"why_{quantity}.png"
+
+
+def draw_why(report: SweepReport, figures: dict[str, dict[str, list]]) -> list[Path]:
+    """Draws each of `why_figures` into the sweep directory."""
+    return [
+        plot_health(
             curves,
-            directory / f"why_{quantity}.png",
+            why_path(report.sweep_dir, quantity),
             f"{HEALTH_PREFIX}{quantity}",
             f"{report.sweep_dir.name}: {quantity}, the runs diagnosed and their baselines",
         )
-        for quantity, curves in wanted.items()
-    }
+        for quantity, curves in figures.items()
+    ]
