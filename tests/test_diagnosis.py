@@ -505,6 +505,7 @@ def test_a_collapse_that_recovers_is_named_as_an_episode_and_is_not_a_failure():
     again = with_health(token_spread__block_4=[0.98, 1e-7, 1e-7, 0.047, 0.05, 1e-7, 1e-7])
     (collapse,) = diagnose(constructed(CONVERGED, again), LEVELS)
     assert (collapse.step, collapse.until) == (500, None)
+    assert "collapsed before, from step 100 to 200, and recovered to 0.047 in between" in collapse.evidence
 
 
 @pytest.mark.parametrize(

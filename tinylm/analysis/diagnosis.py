@@ -181,6 +181,15 @@ def _health(run: RunSummary) -> list[Finding]:
             start, until = found
             low = min(v for s, v in series if start <= s <= (until if until is not None else math.inf))
             after = "" if until is None else f", then recovered to {_after(series, until):.2g}"
+            if until is None:  # a collapse to the end may have begun earlier, with a recovery between
+                earlier = episode(
+                    [(step, v) for step, v in series if step < start], lambda v: v < COLLAPSED_SPREAD
+                )
+                if earlier is not None and earlier[1] is not None:
+                    after = (
+                        f"; it had collapsed before, from step {earlier[0]} to {earlier[1]}, and recovered to "
+                        f"{_after(series, earlier[1]):.2g} in between"
+                    )
             findings.append(Finding(
                 COLLAPSED, f"the last block's token spread fell to {low:.1e}{_span(start, until)} (below "
                 f"{COLLAPSED_SPREAD:g}; about 1 for independent tokens){after}", start, tag, until,
