@@ -103,11 +103,11 @@ def why_figures(report: SweepReport, rows: list[tuple[Setting, list[Shared]]]) -
             if not quantity:
                 continue
             curves = wanted.setdefault(quantity, {})
-            curves[setting.label(columns)] = [
-                run.health.get(f.example.tag, []) for run in judged_runs(setting)
-            ]
+            label = setting.label(columns)
+            curves.pop(f"{label} (baseline)", None)  # a baseline explained in its own right: drawn once
+            curves[label] = [run.health.get(f.example.tag, []) for run in judged_runs(setting)]
             base = baseline_of(report, setting)
-            if base is not None and base is not setting:
+            if base is not None and base is not setting and base.label(columns) not in curves:
                 curves.setdefault(
                     f"{base.label(columns)} (baseline)",
                     [run.health.get(f.example.tag, []) for run in judged_runs(base)],
