@@ -88,7 +88,7 @@ CHOICE_COLUMNS = {"norm", "act", "norm_type", "optim.lr", "optim.warmup_steps", 
 @pytest.mark.parametrize("source", sorted({s for s, _, _ in page_tables() if s}))
 def test_each_stored_report_states_the_numbers_of_its_json(source):
     """The report.md a table is cut from was written with the report.json beside it: every comparison's
-    difference, interval and Holm p as the family table prints them."""
+    difference, interval and Holm p (and, on a ladder, verdict) as the report prints them."""
     text = (DOCS / source).read_text(encoding="utf-8")
     record = json.loads((DOCS / source).with_name("report.json").read_text(encoding="utf-8"))
     family = record["tuned"] or record["settings"]
@@ -97,10 +97,14 @@ def test_each_stored_report_states_the_numbers_of_its_json(source):
     for s in compared:
         c = s["vs_baseline"]
         d = c["difference"] and Estimate(**c["difference"])
-        row = " | ".join(
-            [fmt_number(d.mean if d else None, signed=True), fmt_interval(d, signed=True), fmt_p(c["p_holm"])]
+        numbers = (
+            fmt_number(d.mean if d else None, signed=True),
+            fmt_interval(d, signed=True),
+            fmt_p(c["p_holm"]),
         )
-        assert row in text, (source, s["choices"], row)
+        # The family table's cells, or a ladder's cell of each level: `mean [low, high], p p_holm: verdict`.
+        row = "{} {}, p {}: ".format(*numbers) if "scale" in record else " | ".join(numbers)
+        assert row + (c["verdict"] if "scale" in record else "") in text, (source, s["choices"], row)
 
 
 def test_the_cost_table_is_what_the_runs_took():
