@@ -66,7 +66,7 @@ def test_a_scaled_down_ladder_is_judged_size_by_size(ladder_sweep):
     # Each size's post-norm row is its tuned comparison against pre-norm *of that size*.
     report = build_report(ladder_sweep)
     ladder = report.ladder
-    assert [rung.size for rung in ladder.rungs] == ["d64_l2", "d128_l4"]
+    assert [rung.level for rung in ladder.rungs] == ["d64_l2", "d128_l4"]
     assert ladder.rungs[0].params < ladder.rungs[1].params
     for rung in ladder.rungs:
         (post_setting,) = [s for s in rung.settings if s.choices["norm"] == "post"]
@@ -74,7 +74,7 @@ def test_a_scaled_down_ladder_is_judged_size_by_size(ladder_sweep):
             "norm": "pre",
             "norm_type": "layer",
             "act": "gelu",
-            SCALE_KEY: rung.size,
+            SCALE_KEY: rung.level,
         }
         alone = comparison_against(post_setting, rung.baseline, report.rules)
         assert post_setting.comparison.difference == alone.difference
