@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from scipy.stats import ttest_ind_from_stats
 
-from tinylm.analysis.settings import Rules, Setting, judge_families, pick_baseline
+from tinylm.analysis.settings import Rules, Setting, judge_families, pick_baseline, varying
 from tinylm.analysis.stats import Outcome, Verdict, holm
 
 # The choice a scale ladder varies (conf/size/): a sweep over it with a baseline that does not name it is a
@@ -85,8 +85,18 @@ class Ladder:
 
     @property
     def noun(self) -> str:
-        """What a level is called in the report's words: `size` on the scale ladder, else `level`."""
-        return "size" if self.axis == [SCALE_KEY] else "level"
+        return noun(self.axis)
+
+    @property
+    def shown_columns(self) -> list[str]:
+        """The design columns that tell the designs apart and name its rows; the others are stated once."""
+        designs = [s.choices for rung in self.rungs for s in rung.settings]
+        return varying(self.columns, designs) or self.columns
+
+
+def noun(axis: Sequence[str]) -> str:
+    """What a level is called in the report's words: `size` on the scale ladder, else `level`."""
+    return "size" if list(axis) == [SCALE_KEY] else "level"
 
 
 def ordered(axis: Sequence[str], levels: Sequence[str]) -> bool:
@@ -143,8 +153,7 @@ def judge_ladder(
 def trends(
     rungs: list[Rung], columns: list[str], alpha: float, axis: Sequence[str] = (SCALE_KEY,)
 ) -> list[Trend]:
-    along = ordered(axis, [rung.level for rung in rungs])
-    noun = "size" if list(axis) == [SCALE_KEY] else "level"
+    along, called = ordered(axis, [rung.level for rung in rungs]), noun(axis)
     designs: dict[tuple[str, ...], list[tuple[Rung, Setting]]] = {}
     for rung in rungs:
         for setting in rung.settings:
@@ -157,15 +166,15 @@ def trends(
     for key, found in designs.items():
         (change, p), p_adjusted = tests[key], adjusted.get(key)
         word, text = _verdict(
-            found, change, p_adjusted, alpha, noun, ", ".join(axis) if noun == "level" else noun, along
+            found, change, p_adjusted, alpha, called, ", ".join(axis) if called == "level" else called, along
         )
         said.append(Trend(dict(zip(columns, key, strict=True)), change, p, p_adjusted, text, word))
     return said
 
 
 def _change(found: list[tuple[Rung, Setting]]) -> tuple[float | None, float | None]:
-    """The difference at the largest size minus that at the smallest, and Welch's t test of it (scipy): the
-    sizes' runs are independent, each difference's sd and seed count as its comparison estimated them."""
+    """The difference at the last level minus that at the first, and Welch's t test of it (scipy): the
+    levels' runs are independent, each difference's sd and seed count as its comparison estimated them."""
     ends = [s.comparison.difference for _, s in (found[0], found[-1])]
     if len(found) < 2 or any(d is None or not math.isfinite(d.mean) for d in ends):
         return None, None

@@ -17,7 +17,7 @@ import numpy as np
 
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.runs import runs_frame
-from tinylm.analysis.settings import LR, Setting
+from tinylm.analysis.settings import LR, Setting, setting_label
 from tinylm.analysis.stats import Estimate, Outcome, estimate
 
 if TYPE_CHECKING:
@@ -255,7 +255,7 @@ def plot_lr_sensitivity(report: SweepReport, path: Path) -> Path:
     a min-max band; a learning rate where some seed diverged is drawn as x at the top of the axes."""
     columns = [c for c in report.setting_columns if c != LR]
     runs = runs_frame(report.runs, report.setting_columns).dropna(subset=["result"])
-    runs["design"] = [" ".join(f"{c}={row[c]}" for c in columns) or "all runs" for _, row in runs.iterrows()]
+    runs["design"] = [setting_label(row, columns) for _, row in runs.iterrows()]
     runs["rate"] = runs[LR].astype(float)
     # Per design and rate: the mean and range over seeds, and whether any seed diverged (+inf).
     points = runs.groupby(["design", "rate"]).result.agg(["mean", "min", "max"])

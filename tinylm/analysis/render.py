@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from tinylm.analysis.diagnosis import Finding, why_cell
-from tinylm.analysis.report import DESIGN_FILE, SweepReport, varying
+from tinylm.analysis.report import DESIGN_FILE, SweepReport
 from tinylm.analysis.runs import natural_key
-from tinylm.analysis.settings import LR, Setting, only
+from tinylm.analysis.settings import LR, Setting, only, setting_label, varying
 from tinylm.analysis.stats import Comparison, Estimate, seeds_needed
 from tinylm.files import plain
 
@@ -167,13 +167,11 @@ def _answer_section(report: SweepReport) -> list[str]:
 def _ladder_answer(report: SweepReport) -> list[str]:
     """A ladder's answer: per design, its verdict across the levels (which names each level's verdict)."""
     ladder = report.ladder
-    shown = (
-        varying(ladder.columns, [s.choices for rung in ladder.rungs for s in rung.settings]) or ladder.columns
-    )
+    shown = ladder.shown_columns
     base = ladder.rungs[0].baseline.label(shown)
     lines = ["## Answer", ""]
     for trend in ladder.trends:
-        design = " ".join(f"{c}={trend.design[c]}" for c in shown)
+        design = setting_label(trend.design, shown)
         lines.append(f"- `{design}` against `{base}` along `{', '.join(ladder.axis)}`: **{trend.verdict}**")
     return [
         *lines,

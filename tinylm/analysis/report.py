@@ -35,6 +35,7 @@ from tinylm.analysis.settings import (
     pick_baseline,
     tests_against,
     tuned_settings,
+    varying,
 )
 from tinylm.analysis.stats import (
     ALPHA,
@@ -161,11 +162,6 @@ class SweepReport:
         return varying(self.family_columns, [s.choices for s in self.family])
 
 
-def varying(columns: Sequence[str], choices: Sequence[dict[str, str]]) -> list[str]:
-    """The columns whose value differs between `choices`: the others are stated once, not in every row."""
-    return [c for c in columns if len({str(row.get(c, "—")) for row in choices}) > 1]
-
-
 def parse_choices(text: str) -> dict[str, str]:
     """`norm=pre,act=gelu` -> {"norm": "pre", "act": "gelu"}; values read as Hydra reads overrides (so 1e-3
     is 0.001, as the runs' own records show it)."""
@@ -194,9 +190,9 @@ def build_report(
     sweep_dir = Path(sweep_dir)
     runs = read_runs(sweep_dir, curve)
     keys = list(DESIGN_CHOICES) + sorted({k for r in runs for k in r.choices} - set(DESIGN_CHOICES))
-    varying = [k for k in keys if len({r.choices.get(k) for r in runs}) > 1]
-    columns = list(DESIGN_CHOICES) + [k for k in varying if k not in DESIGN_CHOICES]
-    common = {k: str(runs[0].choices[k]) for k in keys if k not in varying and k in runs[0].choices}
+    varied = [k for k in keys if len({r.choices.get(k) for r in runs}) > 1]
+    columns = list(DESIGN_CHOICES) + [k for k in varied if k not in DESIGN_CHOICES]
+    common = {k: str(runs[0].choices[k]) for k in keys if k not in varied and k in runs[0].choices}
     for key in DESIGN_CHOICES:
         common.pop(key, None)
     setting_columns = [c for c in columns if c != "seed"]
@@ -215,26 +211,21 @@ def build_report(
             )
     baseline, source = named_baseline(baseline, runs, design)
     wanted = parse_choices(baseline) if baseline is not None else None
-    axis = ladder_axis(ladder, runs, setting_columns, wanted)
-    lr_varies = LR in setting_columns and LR not in axis
-    rules = Rules(
-        confidence, design.alpha if design else ALPHA,
-        design.min_effect if design else (MIN_EFFECT if min_effect is None else min_effect), lr_varies,
-    )  # fmt: skip
-    own_seeds = design.first_seeds if design is not None and design.looks else None
     reference = shared_reference(runs)
     settings = group_settings(runs, setting_columns, confidence)
-    # When the rate varies: each setting cross-fitted on the sweep's own seeds (an extension's are judged apart).
-    tuned = (
-        tuned_settings(settings, [c for c in setting_columns if c != LR], confidence, seeds=own_seeds)
-        if lr_varies
-        else []
-    )
     assembled = SweepReport(
-        sweep_dir, rank_runs(runs), columns, common, settings, setting_columns, None, tuned, None, confidence,
-        rules.alpha, rules.min_effect, source, design, reference,
-        axis=axis, findings={run.path: diagnose(run, reference) for run in runs},
+        sweep_dir, rank_runs(runs), columns, common, settings, setting_columns, None, confidence=confidence,
+        alpha=design.alpha if design else ALPHA,
+        min_effect=design.min_effect if design else (MIN_EFFECT if min_effect is None else min_effect),
+        baseline_source=source, design=design, reference=reference,
+        axis=ladder_axis(ladder, runs, setting_columns, wanted),
+        findings={run.path: diagnose(run, reference) for run in runs},
     )  # fmt: skip
+    if (
+        assembled.lr_varies
+    ):  # each setting cross-fitted on the sweep's own seeds (an extension's are judged apart)
+        tuned = tuned_settings(settings, assembled.family_columns, confidence, seeds=assembled.own_seeds)
+        assembled = replace(assembled, tuned=tuned)
     if wanted is None:
         return assembled
     return judged(assembled, wanted)

@@ -8,7 +8,7 @@ from pathlib import Path
 from tinylm.analysis.ladder import Ladder, Rung
 from tinylm.analysis.plots import plot_scale
 from tinylm.analysis.render import fmt_interval, fmt_number, fmt_p, md_table, rates_cell
-from tinylm.analysis.report import SweepReport, varying
+from tinylm.analysis.report import SweepReport
 from tinylm.analysis.stats import Estimate
 
 SCALE_PNG = "scale.png"
@@ -28,8 +28,7 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
     columns, pct, noun = ladder.columns, f"{report.confidence:.0%}", ladder.noun
     base = ladder.rungs[0].baseline
     designs = {s.key(columns): s for rung in ladder.rungs for s in rung.settings}
-    # The design columns that vary name the rows; the others are stated once, above the tables.
-    shown = varying(columns, [s.choices for s in designs.values()]) or columns
+    shown = ladder.shown_columns
     means = []
     for key, design in designs.items():
         cells = []

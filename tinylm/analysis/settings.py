@@ -57,10 +57,20 @@ class Setting:
         return sum(run.result is None for run in self.runs)
 
     def label(self, columns: Sequence[str]) -> str:
-        return " ".join(f"{c}={self.choices.get(c, '—')}" for c in columns) or "all runs"
+        return setting_label(self.choices, columns)
 
     def key(self, columns: Sequence[str]) -> tuple[str, ...]:
         return tuple(self.choices.get(c, "—") for c in columns)
+
+
+def setting_label(choices: dict[str, str], columns: Sequence[str]) -> str:
+    """`norm=pre act=gelu`: how a setting is named in tables, legends and figures."""
+    return " ".join(f"{c}={choices.get(c, '—')}" for c in columns) or "all runs"
+
+
+def varying(columns: Sequence[str], choices: Sequence[dict[str, str]]) -> list[str]:
+    """The columns whose value differs between `choices`: the others are stated once, not in every row."""
+    return [c for c in columns if len({str(row.get(c, "—")) for row in choices}) > 1]
 
 
 @dataclass(frozen=True)
