@@ -15,7 +15,7 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
-from conftest import REPO, run_script, run_sweep
+from conftest import REPO, run_script, run_sweep, table_header, table_rows
 from omegaconf import OmegaConf
 
 from tinylm.analysis.report import (
@@ -49,24 +49,6 @@ def report_script(*args: str) -> tuple[int, str]:
     return 0, stderr.getvalue()
 
 
-def _table_rows(markdown: str, section: str = "## Runs") -> list[list[str]]:
-    """The cells of the body of the first table under `section`."""
-    lines = markdown.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| ") and i > lines.index(section))
-    rows = []
-    for line in lines[start + 2 :]:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in line.strip("|").split(" | ")])
-    return rows
-
-
-def _header(markdown: str, section: str = "## Runs") -> list[str]:
-    lines = markdown.splitlines()
-    line = next(line for i, line in enumerate(lines) if line.startswith("| ") and i > lines.index(section))
-    return [cell.strip() for cell in line.strip("|").split(" | ")]
-
-
 def _assert_valid_png(path: Path) -> None:
     data = path.read_bytes()
     assert data[:8] == PNG_SIGNATURE and len(data) > 1000
@@ -91,14 +73,14 @@ def test_report_ranks_the_four_runs_of_a_grid_and_plots_them(sweep_copy):
     markdown = (sweep_copy / REPORT_MD).read_text(encoding="utf-8")
     assert markdown in result.stdout
 
-    header = _header(markdown)
+    header = table_header(markdown)
     for column in ("run", "norm", "act", "params", "final val loss", "best val loss"):
         assert column in header
     # A choice every run shares is stated once above the tables, not repeated in each row.
     assert "norm_type" not in header and "`norm_type=layer`" in markdown.split("## Settings")[0]
     for column in ("bits/char", "tokens/s", "wall time", "status"):
         assert column in header
-    rows = [dict(zip(header, row, strict=True)) for row in _table_rows(markdown)]
+    rows = [dict(zip(header, row, strict=True)) for row in table_rows(markdown)]
     assert len(rows) == 4
     assert [row["rank"] for row in rows] == ["1", "2", "3", "4"]
     assert {(row["norm"], row["act"]) for row in rows} == {
@@ -148,8 +130,8 @@ def test_report_marks_failed_and_unfinished_runs_without_crashing(sweep_copy):
     text, written = write_report(sweep_copy)
     markdown, png = written[0], written[2]
     assert markdown.read_text(encoding="utf-8") == text
-    header = _header(text)
-    rows = {row[header.index("run")]: dict(zip(header, row, strict=True)) for row in _table_rows(text)}
+    header = table_header(text)
+    rows = {row[header.index("run")]: dict(zip(header, row, strict=True)) for row in table_rows(text)}
     assert len(rows) == 4
     number = {d: d.name.split("_")[0] for d in run_dirs}
     assert rows[number[killed]]["status"] == "unfinished"
@@ -160,7 +142,7 @@ def test_report_marks_failed_and_unfinished_runs_without_crashing(sweep_copy):
     # Only the completed run has a result, so only it is ranked.
     assert [row["rank"] for row in rows.values()].count("1") == 1
     assert sum(row["rank"] != "—" for row in rows.values()) == 1
-    settings = {tuple(r[:3]): r for r in _table_rows(text, "## Settings")}
+    settings = {tuple(r[:3]): r for r in table_rows(text, "## Settings")}
     assert sum(r[0] != "—" for r in settings.values()) == 1
     assert "1 completed" in text and "1 failed" in text and "2 unfinished" in text
     _assert_valid_png(png)
@@ -181,9 +163,9 @@ def test_report_of_seeds_times_learning_rates_has_intervals_a_tuned_table_and_bo
     code, stderr = report_script(str(seeds_by_lrs), "--x", x_axis, "--band", "ci")
     assert code == 0, stderr
     text = (seeds_by_lrs / REPORT_MD).read_text(encoding="utf-8")
-    settings = _table_rows(text, "## Settings")
+    settings = table_rows(text, "## Settings")
     assert len(settings) == 2  # one per learning rate, each over two seeds
-    header = _header(text, "## Settings")
+    header = table_header(text, "## Settings")
     for row in settings:
         cells = dict(zip(header, row, strict=True))
         assert cells["seeds"] == "2" and cells["95% CI"].startswith("[")
@@ -225,7 +207,7 @@ def test_the_report_probes_each_placement_at_initialisation_at_the_sweeps_own_sh
     text = (sweep_copy / REPORT_MD).read_text(encoding="utf-8")
     rows = {
         (row[0], row[1]): row
-        for row in _table_rows(text, "## At initialisation: the depth probe at this sweep's shapes")
+        for row in table_rows(text, "## At initialisation: the depth probe at this sweep's shapes")
     }
     assert sorted(rows) == [("post", "gelu"), ("post", "swiglu"), ("pre", "gelu"), ("pre", "swiglu")]
     # The numbers are the probe's own at the runs' shape (SHRINK: 2 blocks of width 32, context 32).

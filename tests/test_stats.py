@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import table_header, table_rows
 from scipy.stats import t as student_t
 
+from tinylm.analysis.add_seeds import ADDED_DIR, round_settings
 from tinylm.analysis.ladder import TrendWord
 from tinylm.analysis.render import fmt_interval, markdown, to_json
-from tinylm.analysis.report import PREVIOUS_REPORTS, REPORT_MD, build_report
+from tinylm.analysis.report import PREVIOUS_REPORTS, REPORT_MD, Design, build_report, write_design
 from tinylm.analysis.runs import ReportError, RunSummary, runs_frame
 from tinylm.analysis.scale import ladder_section
 from tinylm.analysis.settings import group_settings
@@ -34,7 +36,7 @@ from tinylm.analysis.stats import (
     paired_tests,
 )
 from tinylm.analysis.sweep_report import keep_previous, write_report
-from tinylm.layout import write_run_record
+from tinylm.layout import REFERENCE_LEVELS, write_run_record
 
 # --- estimate -----------------------------------------------------------------------------------------------
 
@@ -182,8 +184,11 @@ def test_cross_fitting_takes_each_seed_at_the_rate_the_other_seeds_chose():
 # --- the report from made-up run records ---------------------------------------------------------------------
 
 
-def fake_run(sweep: Path, number: int, status: str, loss: float | None, **choices: str) -> Path:
-    """A run directory as train.py -m leaves it (Hydra's record, metrics.json), without TensorBoard events."""
+def fake_run(
+    sweep: Path, number: int, status: str, loss: float | None, reference: dict | None = None, **choices: str
+) -> Path:
+    """A run directory as train.py -m leaves it (Hydra's record, metrics.json), without TensorBoard events;
+    `reference`: its validation split's reference levels."""
     seed = choices.pop("seed", "1337")
     overrides = [f"{k}={v}" for k, v in choices.items()] + [f"seed={seed}"]
     run = sweep / f"{number}_{','.join(overrides)}"
@@ -198,6 +203,8 @@ def fake_run(sweep: Path, number: int, status: str, loss: float | None, **choice
     }  # fmt: skip
     (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     fields = {"loss/val": loss, "step": 600, "params": 801_664} if loss is not None else {"error": "boom"}
+    if reference is not None:
+        fields[REFERENCE_LEVELS] = reference
     write_run_record(run, status, **fields)
     return run
 
@@ -514,6 +521,81 @@ def test_a_ladder_over_two_choices_has_no_ends_to_compare_and_bad_axes_are_refus
         build_report(sweep, baseline="optim.warmup_steps=100", ladder="dropout")
     with pytest.raises(ReportError, match="the baseline names norm, the ladder's axis"):
         build_report(sweep, baseline="norm=pre,optim.warmup_steps=100", ladder="norm,model.n_layer")
+
+
+def test_seeds_added_to_a_ladder_go_to_the_open_level_and_are_judged_against_its_baseline(tmp_path):
+    """add_seeds on a ladder (issue 35): post-norm is resolved worse at 2 blocks and open at 4 on the sweep's
+    seeds 1-3; a round adds seeds to the open row and its level's baseline only, and the report judges the
+    added seeds 4-5 against that level's baseline, then reads the verdict across levels from the answers."""
+    sweep = tmp_path / "sweep"
+    differences = {"2": [0.30, 0.32, 0.31], "4": [0.05, -0.02, 0.10]}
+    number = 0
+    for layers, shifts in differences.items():
+        for seed, shift in zip(("1", "2", "3"), shifts, strict=True):
+            for norm, loss in (("pre", 2.0 + 0.01 * int(seed)), ("post", 2.0 + 0.01 * int(seed) + shift)):
+                fake_run(sweep, number, "completed", loss, norm=norm, **{"model.n_layer": layers}, seed=seed)
+                number += 1
+    report = build_report(sweep, baseline="norm=pre", ladder="model.n_layer")
+    assert [s.answer.verdict.outcome for rung in report.ladder.rungs for s in rung.settings if s.answer] == [
+        Outcome.WORSE, Outcome.NOT_RESOLVED,
+    ]  # fmt: skip
+    (before,) = report.ladder.trends
+    assert before.word is TrendWord.UNRESOLVED
+    open_rows = [s for s in report.family if s.answer is not None and not s.answer.resolved]
+    chosen = round_settings(report, open_rows)
+    assert [(s.choices["norm"], s.choices["model.n_layer"]) for s in chosen] == [("pre", "4"), ("post", "4")]
+
+    # The round's runs, as add_seeds would have launched them, and the design's second look.
+    for seed, shift in (("4", 0.30), ("5", 0.32)):
+        for norm, loss in (("pre", 2.0), ("post", 2.0 + shift)):
+            fake_run(sweep / ADDED_DIR / f"look1_norm-{norm}", number, "completed", loss, norm=norm,
+                     **{"model.n_layer": "4"}, seed=seed)  # fmt: skip
+            number += 1
+    design = Design(0.05, 0.01, 5, "norm=pre", (("1", "2", "3"), ("1", "2", "3", "4", "5")))
+    write_design(sweep, design)
+    report = build_report(sweep, ladder="model.n_layer")
+    low, high = (
+        next(s for s in rung.settings if s.choices["norm"] == "post") for rung in report.ladder.rungs
+    )
+    assert low.added is None and len(low.comparison.seeds) == 3  # resolved by the sweep: its own verdict
+    assert sorted(high.added.seeds) == ["4", "5"] and high.added.verdict.outcome is Outcome.WORSE
+    assert high.added.difference.mean == pytest.approx(0.31)  # against the 4-block baseline's added seeds
+    (after,) = report.ladder.trends
+    assert after.word is TrendWord.HOLDS, after.verdict  # worse at both levels, read from the answers
+
+
+def test_a_ladder_over_corpora_reads_losses_in_bits_and_as_gain_over_each_corpuss_unigram(tmp_path):
+    """Issue 35: nats are not comparable between vocabularies. Two corpora with their own reference levels:
+    the settings table adds bits/char and gain over unigram (bits/char), a table of each corpus's levels, and
+    the ladder states each difference in bits/char and as a share of its level's baseline's gain."""
+    sweep = tmp_path / "sweep"
+    levels = {"verse": {"uniform": 4.0, "unigram": 3.3, "bigram": 2.5},
+              "code": {"uniform": 5.1, "unigram": 3.1, "bigram": 2.4}}  # fmt: skip
+    number = 0
+    for corpus, base in (("verse", 2.3), ("code", 1.6)):
+        for seed, noise in (("1", 0.0), ("2", 0.01), ("3", -0.01)):
+            for norm, shift in (("pre", 0.0), ("post", 0.1 + noise / 2)):
+                fake_run(sweep, number, "completed", base + noise + shift, reference=levels[corpus], norm=norm,
+                         data=corpus, seed=seed)  # fmt: skip
+                number += 1
+    report = build_report(sweep, baseline="norm=pre", ladder="data")
+    assert report.reference is None and report.ladder.in_bits
+    text = markdown(report, ladder_section(report, report.ladder))
+    header = table_header(text, "## Settings")
+    assert header[-6:-4] == ["bits/char", "gain over unigram (bits/char)"]
+    rows = {(r[1], r[2]): r for r in table_rows(text, "## Settings")}
+    code_pre = rows["pre", "code"]
+    assert float(code_pre[-6]) == pytest.approx(1.6 / math.log(2), abs=1e-4)
+    assert float(code_pre[-5]) == pytest.approx((3.1 - 1.6) / math.log(2), abs=1e-4)
+    assert "| data=code | 5.1000 | 3.1000 | 2.4000 | 7.358 | 4.472 | 3.462 |" in text
+    # The difference at each corpus, in bits/char and as a share of that corpus's baseline gain (1.0 on
+    # verse, 1.5 on code): the same 0.1 nats is 10% of one and 6.7% of the other.
+    across = text.split("## Across levels of data")[1]
+    post = next(
+        line for line in across.splitlines() if line.startswith("| post") and "baseline's gain" in line
+    )
+    assert f"+{0.1 / math.log(2):.4f}" in post and "(+10.0% of the baseline's gain)" in post
+    assert "(+6.7% of the baseline's gain)" in post
 
 
 def test_a_new_report_moves_aside_every_figure_the_old_one_was_written_with(lr_sweep):

@@ -1,5 +1,6 @@
 """Seeds until the answer is known: `python scripts/add_seeds.py SWEEP_DIR` adds seeds, in rounds, to the
-settings whose comparison with the baseline is still open (and to the baseline), until every comparison is
+settings whose comparison with the baseline is still open (and to the baseline; on a ladder, to the open rows
+of each level and that level's baseline), until every comparison is
 `better`, `worse` or `equivalent`, or the budget is spent (docs/sweeps.md).
 
 The sweep's own seeds were judged by its report at α: those verdicts stand, and the seeds added are a second
@@ -77,10 +78,11 @@ def add_seeds(
             run_round(report, design, sweep_dir, train_command, echo)
             design = replace(design, round=None, rounds_since_look=design.rounds_since_look + 1)
             continue
-        # Every seed the baseline has a result for, those that chose its rate included.
+        # Every seed a baseline (on a ladder, any level's) has a result for, those that chose its rate included.
         seeds = tuple(
             sorted(
-                {run.seed for run in report.family_baseline.runs if run.result is not None}, key=natural_key
+                {run.seed for base in report.baselines for run in base.runs if run.result is not None},
+                key=natural_key,
             )
         )
         if design.looks and design.looks[-1] == seeds and design.rounds_since_look:
@@ -95,7 +97,8 @@ def add_seeds(
         open_rows = [s for s in report.family if s.answer is not None and not s.answer.resolved]
         look = len(design.looks)
         echo(
-            f"look {look}: {len(seeds)} seeds; {len(open_rows)} of {len(report.family) - 1} comparisons open"
+            f"look {look}: {len(seeds)} seeds; {len(open_rows)} of "
+            f"{len(report.family) - len(report.baselines)} comparisons open"
         )
         if not open_rows:
             echo("every comparison is resolved")
@@ -104,7 +107,7 @@ def add_seeds(
             echo(f"stopped: the baseline has {len(seeds)} seeds, the most this design allows (--max-seeds)")
             return report
         new_seeds = next_seeds(report.runs, min(budget.per_round, budget.max_seeds - len(seeds)))
-        settings = [report.family_baseline, *open_rows]
+        settings = round_settings(report, open_rows)
         minutes = round_minutes(report, settings, len(new_seeds))
         elapsed = (time.monotonic() - started) / 60
         if budget.max_minutes is not None and elapsed + minutes > budget.max_minutes:
@@ -147,6 +150,14 @@ def start_design(
     design = Design(alpha, min_effect, budget.max_seeds, named, (), source)
     write_design(sweep_dir, design)
     return design
+
+
+def round_settings(report: SweepReport, open_rows: Sequence[Setting]) -> list[Setting]:
+    """The settings a round adds seeds to: the open rows and their baselines (on a ladder, the baseline of
+    each level with an open row, and no other level's)."""
+    columns = report.family_columns
+    bases = {report.baseline_keys[s.key(columns)] for s in open_rows}
+    return [b for b in report.baselines if b.key(columns) in bases] + list(open_rows)
 
 
 def next_seeds(runs: Sequence[RunSummary], count: int) -> list[str]:

@@ -7,8 +7,8 @@ verdict across levels (docs/sweeps.md). Along an ordered axis (`size`, by parame
 - `grows / shrinks with <axis>`: resolved in the same direction at the first and the last level, and the
   difference at the last differs from that at the first (Welch's t on the two levels' paired differences,
   Holm over the designs): with one sign at both ends, the change is one of magnitude;
-- `changes sign, not resolved`: the first and last levels' differences have opposite signs, not both
-  resolved (a `flips` needs both);
+- `changes sign, not resolved`: the first and last levels' differences have opposite signs and the same test
+  finds a change, but not both ends are resolved (a `flips` needs both);
 - `holds at every <level>`: the same resolved verdict at every level, and no change shown;
 - otherwise `not resolved at every <level>`, with what each level says.
 
@@ -22,11 +22,12 @@ import enum
 import itertools
 import math
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from scipy.stats import ttest_ind_from_stats
 
+from tinylm.analysis.runs import shared_reference
 from tinylm.analysis.settings import Rules, Setting, judge_families, pick_baseline, varying
 from tinylm.analysis.stats import Outcome, Verdict, holm
 
@@ -46,6 +47,11 @@ class Rung:
     steps: int | None
     baseline: Setting
     settings: list[Setting]
+
+    @property
+    def reference(self) -> dict[str, float] | None:
+        """The reference levels of the level's validation split, when its runs share one."""
+        return shared_reference([run for s in self.settings for run in s.runs])
 
 
 class TrendWord(enum.StrEnum):
@@ -88,6 +94,13 @@ class Ladder:
         return noun(self.axis)
 
     @property
+    def in_bits(self) -> bool:
+        """Whether the levels are read in bits/char and gain over unigram: each has its own reference levels
+        (different corpora), whose nats are not comparable between vocabularies."""
+        references = [rung.reference for rung in self.rungs]
+        return None not in references and any(r != references[0] for r in references)
+
+    @property
     def shown_columns(self) -> list[str]:
         """The design columns that tell the designs apart and name its rows; the others are stated once."""
         designs = [s.choices for rung in self.rungs for s in rung.settings]
@@ -120,10 +133,11 @@ def judge_ladder(
     columns: Sequence[str],
     rules: Rules,
     axis: Sequence[str],
+    seeds: Collection[str] | None = None,
 ) -> Ladder:
     """The family judged level by level along `axis`: each design against the baseline `wanted` names at its
-    level, all levels' comparisons one Holm family, then each design's verdict across levels. `columns`: the
-    family's."""
+    level, all levels' comparisons one Holm family (on `seeds` only, when given: a sequential design's first
+    look), then each design's verdict across levels. `columns`: the family's."""
     axis = list(axis)
     columns = [c for c in columns if c not in axis]
     by_level: dict[str, list[Setting]] = {}
@@ -142,12 +156,24 @@ def judge_ladder(
     elif ordered(axis, list(by_level)):
         levels.sort(key=lambda level: float(level[0]))
     groups = [(by_level[level], pick_baseline(by_level[level], wanted, columns)) for level, *_ in levels]
-    judged = judge_families(groups, rules)
+    judged = judge_families(groups, rules, seeds)
     rungs = [
         Rung(level, params, steps, base, settings)
         for (level, params, steps), (_, base), settings in zip(levels, groups, judged, strict=True)
     ]
     return Ladder(axis, columns, rungs, trends(rungs, columns, rules.alpha, axis))
+
+
+def with_added(
+    ladder: Ladder, added: Mapping[tuple[str, ...], Setting], columns: Sequence[str], alpha: float
+) -> Ladder:
+    """`ladder` with the settings a sequential design added seeds to (`added`, by their key over the family's
+    `columns`, the axis among them) in place of its own, and the verdicts across levels read again from each
+    design's answer (the added seeds' verdict where its own seeds left it open)."""
+    rungs = [
+        replace(rung, settings=[added.get(s.key(columns), s) for s in rung.settings]) for rung in ladder.rungs
+    ]
+    return replace(ladder, rungs=rungs, trends=trends(rungs, ladder.columns, alpha, ladder.axis))
 
 
 def trends(
@@ -157,7 +183,7 @@ def trends(
     designs: dict[tuple[str, ...], list[tuple[Rung, Setting]]] = {}
     for rung in rungs:
         for setting in rung.settings:
-            if setting is not rung.baseline and setting.comparison is not None:
+            if setting is not rung.baseline and setting.answer is not None:
                 designs.setdefault(setting.key(columns), []).append((rung, setting))
     tests = {key: _change(found) if along else (None, None) for key, found in designs.items()}
     tested = [key for key, (_, p) in tests.items() if p is not None]
@@ -175,7 +201,7 @@ def trends(
 def _change(found: list[tuple[Rung, Setting]]) -> tuple[float | None, float | None]:
     """The difference at the last level minus that at the first, and Welch's t test of it (scipy): the
     levels' runs are independent, each difference's sd and seed count as its comparison estimated them."""
-    ends = [s.comparison.difference for _, s in (found[0], found[-1])]
+    ends = [s.answer.difference for _, s in (found[0], found[-1])]
     if len(found) < 2 or any(d is None or not math.isfinite(d.mean) for d in ends):
         return None, None
     small, large = ends
@@ -202,14 +228,14 @@ def _verdict(
     axis: str = "size",
     along: bool = True,
 ) -> tuple[TrendWord, str]:
-    said = [(rung.level, s.comparison.verdict, _direction(s.comparison.verdict)) for rung, s in found]
+    said = [(rung.level, s.answer.verdict, _direction(s.answer.verdict)) for rung, s in found]
     resolved = [(level, verdict, d) for level, verdict, d in said if d is not None]
     directed = [found for found in resolved if found[2]]  # better or worse
     for (level_a, verdict_a, a), (level_b, verdict_b, b) in itertools.pairwise(directed):
         if a != b:
             return TrendWord.FLIPS, f"flips at {level_b}: {verdict_a} at {level_a}, {verdict_b} at {level_b}"
     every = ", ".join(f"{verdict} at {level}" for level, verdict, _ in said)
-    ends = [s.comparison.difference for _, s in (found[0], found[-1])]
+    ends = [s.answer.difference for _, s in (found[0], found[-1])]
     small, large = (d.mean if d is not None else math.nan for d in ends)
     at_ends = f"{small:+.3f} at {found[0][0].level}, {large:+.3f} at {found[-1][0].level}"
     tested = f" (change p (Holm) = {p:.2g})" if p is not None else ""
@@ -221,7 +247,9 @@ def _verdict(
         return TrendWord.HOLDS, f"holds at every {noun}: {said[0][1].outcome}" + (
             f" (no change with {axis} shown, p (Holm) = {p:.2g})" if p is not None else ""
         )
-    if along and small * large < 0:  # opposite signs, not both resolved (that would have been a flip)
+    if along and small * large < 0 and p is not None and p <= alpha:
+        # Opposite signs and a change shown, but not both ends resolved (that would have been a flip). Without
+        # the change test, a constant difference near 0 would change sign by noise half of the time.
         return TrendWord.SIGN_CHANGE, f"{TrendWord.SIGN_CHANGE.value}: {at_ends}{tested}; {every}"
     changed = (
         f"changes with {axis}{tested}, not resolved at both ends; " if p is not None and p <= alpha else ""

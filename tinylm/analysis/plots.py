@@ -152,10 +152,17 @@ def report_title(report: SweepReport) -> str:
     return f"{f'experiment={experiment}: ' if experiment else ''}{compared}, final validation loss {against}"
 
 
-def plot_verdicts(axes: Axes, report: SweepReport, rows: Sequence[ForestRow]) -> None:
+def plot_verdicts(
+    axes: Axes,
+    report: SweepReport,
+    rows: Sequence[ForestRow],
+    differences: bool | None = None,
+    bits: bool = False,
+) -> None:
     """The forest plot: a row per setting, its difference from the baseline (a dot) with its interval (a bar),
-    the ±δ band within which no difference is worth a claim, and the table's verdict at the right."""
-    differences = report.family_baseline is not None
+    the ±δ band within which no difference is worth a claim, and the table's verdict at the right.
+    `differences`: whether the rows are differences (default: the report has a baseline); `bits`: in bits/char."""
+    differences = report.family_baseline is not None if differences is None else differences
     ys = list(range(len(rows)))[::-1]  # the first row at the top
     colours = [_verdict_colour(row) for row in rows]
     for y, row, colour in zip(ys, rows, colours, strict=True):
@@ -175,14 +182,14 @@ def plot_verdicts(axes: Axes, report: SweepReport, rows: Sequence[ForestRow]) ->
     axes.set_ylim(-0.6, len(rows) - 0.4)
     if differences:
         axes.axvline(0.0, color="black", linewidth=0.8)
-        delta = report.min_effect
+        delta = report.min_effect / (math.log(2) if bits else 1.0)
         axes.axvspan(-delta, delta, color="grey", alpha=0.15, linewidth=0)
-        axes.annotate(f"±δ = {delta:g}: no difference worth a claim", (0.0, 1.0), xycoords=("data", "axes fraction"),
+        axes.annotate(f"±δ = {delta:.3g}: no difference worth a claim", (0.0, 1.0), xycoords=("data", "axes fraction"),
                       xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize="x-small",
                       color="grey")  # fmt: skip
         axes.set_xlabel(
-            "final validation loss (loss/val_full) minus the baseline's, nats/char: lower is better\n"
-            f"(mean over paired seeds, {report.confidence:.0%} CI)"
+            f"final validation loss (loss/val_full) minus the baseline's, {'bits' if bits else 'nats'}/char: "
+            f"lower is better\n(mean over paired seeds, {report.confidence:.0%} CI)"
         )
     else:
         axes.set_xlabel("final validation loss (loss/val_full), nats/char: lower is better\n"
@@ -338,3 +345,40 @@ def plot_scale(
     figure.legend(fontsize="small", loc="outside lower center", ncols=legend_columns, frameon=False)
     figure.savefig(path, dpi=120)
     return path
+
+
+def plot_ladder(
+    panels: Sequence[tuple[str, Sequence[ForestRow]]],
+    across: Sequence[str],
+    path: Path,
+    report: SweepReport,
+    title: str,
+    bits: bool = False,
+) -> Path:
+    """ladder.png: a forest plot per level (`panels`: its name and rows, the level's baseline first), on one
+    shared axis of differences, each level's verdicts beside its rows; below, the verdict across levels of
+    each design (`across`)."""
+    from matplotlib.figure import Figure
+
+    heights = [
+        1.2 + 0.35 * sum(max(1, _verdict_text(row).count("\n") + 1) for row in rows) for _, rows in panels
+    ]
+    heights.append(0.3 + 0.25 * sum(len(textwrap.wrap(line, ACROSS_WIDTH)) for line in across))
+    figure = Figure(figsize=(11, sum(heights)), layout="constrained")
+    axes = figure.subplots(len(heights), 1, height_ratios=heights)
+    for panel, (level, rows) in zip(axes, panels, strict=False):
+        plot_verdicts(panel, report, rows, differences=True, bits=bits)
+        panel.set_title(level, loc="left", fontsize="medium", pad=14)  # above the ±δ note
+        panel.sharex(axes[0])
+    for panel in axes[:-2]:
+        panel.set_xlabel("")
+    text = "\n".join(textwrap.fill(line, ACROSS_WIDTH, subsequent_indent="    ") for line in across)
+    axes[-1].axis("off")
+    axes[-1].text(0.0, 1.0, text, va="top", ha="left", fontsize="small", transform=axes[-1].transAxes)
+    figure.suptitle(title, fontsize="large")
+    figure.savefig(path, dpi=120)
+    return path
+
+
+# Characters per line of the verdicts across levels under the ladder figure.
+ACROSS_WIDTH = 150

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tinylm.analysis.diagnosis import Finding, why_cell
+from tinylm.analysis.ladder import Ladder
 from tinylm.analysis.report import DESIGN_FILE, SweepReport
 from tinylm.analysis.runs import natural_key
 from tinylm.analysis.settings import LR, Setting, only, setting_label, varying
@@ -54,9 +55,11 @@ def _settings_rows(
     settings: Sequence[Setting],
     columns: Sequence[str],
     baseline: Setting | None,
-    reference: dict[str, float] | None = None,
+    gains: str | None = None,
     findings: dict[Path, list[Finding]] | None = None,
 ) -> list[list]:
+    """`gains`: "nats" adds each setting's gain over the unigram level its runs share; "bits" adds its mean
+    and that gain in bits/char, for settings on different corpora (their nats are not comparable)."""
     rows = []
     for rank, s in enumerate(settings, start=1):
         e = s.estimate
@@ -72,10 +75,70 @@ def _settings_rows(
             why_cell(s.runs, findings or {}),
             "baseline" if s is baseline else "",
         ])  # fmt: skip
-        if reference is not None:
-            gain = reference["unigram"] - e.mean if e is not None and math.isfinite(e.mean) else None
-            rows[-1].insert(-4, fmt_number(gain, signed=True))
+        if gains is not None:
+            scale = 1.0 if gains == "nats" else 1 / math.log(2)
+            finite = e is not None and math.isfinite(e.mean) and s.reference is not None
+            gain = (s.reference["unigram"] - e.mean) * scale if finite else None
+            rows[-1][-4:-4] = [fmt_number(gain, signed=True)]
+            if gains == "bits":
+                rows[-1][-5:-5] = [fmt_number(e.mean * scale if finite else None)]
     return rows
+
+
+def gains_in(report: SweepReport) -> str | None:
+    """How the report reads losses against the reference levels: "nats" when every run shares them, "bits"
+    when its settings are on corpora of their own (nats are not comparable between vocabularies), else None."""
+    if report.reference is not None:
+        return "nats"
+    references = [s.reference for s in report.settings]
+    return "bits" if references and None not in references else None
+
+
+def _reference_lines(report: SweepReport, cols: Sequence[str]) -> list[str]:
+    """The reference levels the settings' gains are measured from: the one split they share, or one row per
+    corpus, named by the choices that tell the corpora apart."""
+    if report.reference is not None:
+        levels = report.reference
+        return [
+            f"Reference levels of the validation split, estimated on the training split (nats/char): uniform "
+            f"(ln V) {levels['uniform']:.4f}, unigram {levels['unigram']:.4f}, bigram {levels['bigram']:.4f}. "
+            "A loss at the unigram level has learned the characters' frequencies and nothing of their "
+            "context; `gain over unigram` is how far below it a setting got.",
+            "",
+        ]
+    corpora: dict[tuple[tuple[str, float], ...], list[Setting]] = {}
+    for s in report.settings:
+        corpora.setdefault(tuple(sorted(s.reference.items())), []).append(s)
+    # The choices that hold within each corpus and differ between them (e.g. `data`) name it.
+    constant = [
+        c for c in cols if all(len({s.choices.get(c) for s in group}) == 1 for group in corpora.values())
+    ]
+    named = varying(constant, [group[0].choices for group in corpora.values()]) or list(cols)
+    rows = [
+        [setting_label(group[0].choices, named), *(f"{dict(levels)[k]:.4f}" for k in ("uniform", "unigram", "bigram")),
+         *(f"{dict(levels)[k] / math.log(2):.3f}" for k in ("uniform", "unigram", "bigram"))]
+        for levels, group in corpora.items()
+    ]  # fmt: skip
+    return [
+        f"The settings are on {len(corpora)} corpora, each with its own reference levels (validation split, "
+        "estimated on the training split). Their nats are not comparable between vocabularies, so the table "
+        "also reads each mean in bits/char and as `gain over unigram` in bits/char: how far below its own "
+        "corpus's unigram level (the characters' frequencies, nothing of their context) a setting got.",
+        "",
+        *md_table(
+            [
+                "corpus",
+                "uniform (ln V)",
+                "unigram",
+                "bigram",
+                "uniform bits/char",
+                "unigram bits/char",
+                "bigram bits/char",
+            ],
+            rows,
+        ),
+        "",
+    ]
 
 
 def fmt_p(value: float | None) -> str:
@@ -164,6 +227,11 @@ def _answer_section(report: SweepReport) -> list[str]:
     return [*lines, ""]
 
 
+def ladder_title(ladder: Ladder) -> str:
+    """The title of the report's section on a ladder: *Across sizes*, or *Across levels of <axis>*."""
+    return "Across sizes" if ladder.noun == "size" else f"Across levels of {', '.join(ladder.axis)}"
+
+
 def _ladder_answer(report: SweepReport) -> list[str]:
     """A ladder's answer: per design, its verdict across the levels (which names each level's verdict)."""
     ladder = report.ladder
@@ -199,7 +267,7 @@ def _family_section(report: SweepReport) -> list[str]:
     if report.ladder is not None:
         return [
             *text,
-            "The baseline is judged at each size: see *Across sizes* below.",
+            f"The baseline is judged at each {report.ladder.noun}: see *{ladder_title(report.ladder)}* below.",
             "",
         ]
     if base is None:
@@ -393,26 +461,19 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
 
     text += ["## Settings", ""]
     header = ["rank", *cols, "seeds", "mean", "sd", f"{pct} CI", "diverged", "no result", "why", "note"]
-    if report.reference is not None:
-        header.insert(-4, "gain over unigram")
+    gains = gains_in(report)
+    if gains == "bits":
+        header[-4:-4] = ["bits/char", "gain over unigram (bits/char)"]
+    elif gains == "nats":
+        header[-4:-4] = ["gain over unigram"]
     text += [
-        *md_table(
-            header, _settings_rows(report.settings, cols, report.baseline, report.reference, report.findings)
-        ),
+        *md_table(header, _settings_rows(report.settings, cols, report.baseline, gains, report.findings)),
+        "",
+        *(_reference_lines(report, cols) if gains else []),
+        "`why`: what the runs' curves show, with how many runs showed it and the step it began "
+        "(tinylm/analysis/diagnosis.py; docs/diagnosis.md has each threshold and its reason).",
         "",
     ]
-    if report.reference is not None:
-        levels = report.reference
-        text += [
-            f"Reference levels of the validation split, estimated on the training split (nats/char): uniform "
-            f"(ln V) {levels['uniform']:.4f}, unigram {levels['unigram']:.4f}, bigram {levels['bigram']:.4f}. "
-            "A loss at the unigram level has learned the characters' frequencies and nothing of their "
-            "context; `gain over unigram` is how far below it a setting got.",
-            "",
-            "`why`: what the runs' curves show, with how many runs showed it and the step it began "
-            "(tinylm/analysis/diagnosis.py; docs/diagnosis.md has each threshold and its reason).",
-            "",
-        ]
     if len(report.family) > 1:
         text += _family_section(report)
 

@@ -17,13 +17,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tinylm.analysis.diagnosis import Finding, diagnose
-from tinylm.analysis.ladder import SCALE_KEY, Ladder, judge_ladder
+from tinylm.analysis.ladder import SCALE_KEY, Ladder, judge_ladder, with_added
 from tinylm.analysis.runs import (
     DESIGN_CHOICES,
     ReportError,
     RunSummary,
     display_value,
     read_runs,
+    shared_reference,
 )
 from tinylm.analysis.settings import (
     LR,
@@ -147,6 +148,26 @@ class SweepReport:
         return self.tuned_baseline if self.lr_varies else self.baseline
 
     @property
+    def baselines(self) -> list[Setting]:
+        """The family's baselines: one per level on a ladder, else the one (none before it is judged)."""
+        if self.ladder is not None:
+            return [rung.baseline for rung in self.ladder.rungs]
+        return [self.family_baseline] if self.family_baseline is not None else []
+
+    @property
+    def baseline_keys(self) -> dict[tuple[str, ...], tuple[str, ...]]:
+        """Each family row's baseline, key to key (over the family's columns): its level's on a ladder."""
+        columns = self.family_columns
+        if self.ladder is not None:
+            return {
+                s.key(columns): rung.baseline.key(columns)
+                for rung in self.ladder.rungs
+                for s in rung.settings
+            }
+        base = self.family_baseline.key(columns) if self.family_baseline is not None else None
+        return {s.key(columns): base for s in self.family}
+
+    @property
     def own_seeds(self) -> tuple[str, ...] | None:
         """With a sequential design, the sweep's own seeds (its first look), the only ones its verdicts use;
         None without one (every seed is the sweep's own)."""
@@ -219,7 +240,7 @@ def build_report(
         min_effect=design.min_effect if design else (MIN_EFFECT if min_effect is None else min_effect),
         baseline_source=source, design=design, reference=reference,
         axis=ladder_axis(ladder, runs, setting_columns, wanted),
-        findings={run.path: diagnose(run, reference) for run in runs},
+        findings={run.path: diagnose(run, run.reference) for run in runs},
     )  # fmt: skip
     if (
         assembled.lr_varies
@@ -238,18 +259,23 @@ def judged(report: SweepReport, wanted: dict[str, str]) -> SweepReport:
         wanted = {k: v for k, v in wanted.items() if k != LR}
     columns = report.family_columns
     if report.axis:
-        ladder = judge_ladder(report.family, wanted, columns, report.rules, report.axis)
+        ladder = judge_ladder(report.family, wanted, columns, report.rules, report.axis, report.own_seeds)
         by_key = {s.key(columns): s for rung in ladder.rungs for s in rung.settings}
         family = [by_key[s.key(columns)] for s in report.family]
-        return replace(report, ladder=ladder, **_as_family(report, family, None))
-    base = pick_baseline(report.family, wanted, columns)
-    [family] = judge_families([(report.family, base)], report.rules, report.own_seeds)
-    report = replace(report, **_as_family(report, family, base))
+        report, base = replace(report, ladder=ladder, **_as_family(report, family, None)), None
+    else:
+        base = pick_baseline(report.family, wanted, columns)
+        [family] = judge_families([(report.family, base)], report.rules, report.own_seeds)
+        report = replace(report, **_as_family(report, family, base))
     if report.design is None or len(report.design.looks) < 2:
         return report
     added = judge_added(report, report.design)
     family = [replace(s, added=added[id(s)]) if id(s) in added else s for s in report.family]
-    return replace(report, **_as_family(report, family, base))
+    report = replace(report, **_as_family(report, family, base))
+    if report.ladder is None:
+        return report
+    by_key = {s.key(columns): s for s in family if s.added is not None}
+    return replace(report, ladder=with_added(report.ladder, by_key, columns, report.alpha))
 
 
 def _as_family(report: SweepReport, family: list[Setting], base: Setting | None) -> dict[str, object]:
@@ -290,18 +316,6 @@ def ladder_axis(
     return axis
 
 
-def shared_reference(runs: Sequence[RunSummary]) -> dict[str, float] | None:
-    """The reference levels every run that recorded them shares; None if none did or they differ (runs on
-    different corpora or splits)."""
-    levels = [run.reference for run in runs if run.reference]
-    if not levels or any(
-        set(other) != set(levels[0]) or any(abs(other[k] - levels[0][k]) > 1e-9 for k in other)
-        for other in levels
-    ):
-        return None
-    return levels[0]
-
-
 def named_baseline(
     flag: str | None, runs: Sequence[RunSummary], design: Design | None
 ) -> tuple[str | None, str | None]:
@@ -324,15 +338,15 @@ def judge_added(report: SweepReport, design: Design) -> dict[int, Comparison]:
     answer: each look judges the seeds added by then at the level its boundary gives (Holm over the rows
     the extension adds seeds to), and a row keeps the first verdict a look gives it. The sweep's own
     verdicts stay as its own seeds gave them."""
-    columns, base_key = report.family_columns, report.family_baseline.key(report.family_columns)
+    columns, bases = report.family_columns, report.baseline_keys
     rows = [s for s in report.family if s.comparison is not None and not s.comparison.resolved]
     looks = []
     for look in range(1, len(design.looks)):
         family = {s.key(columns): s for s in added_family(report, design, look)}
-        base = family[base_key]
-        looks.append(
-            [tests_against(family[s.key(columns)], base, report.rules, cross_fitted=False) for s in rows]
-        )
+        looks.append([
+            tests_against(family[key], family[bases[key]], report.rules, cross_fitted=False)
+            for key in (s.key(columns) for s in rows)
+        ])  # fmt: skip
     plan = design.added_plan()
     first = first_verdicts(looks, plan, report.min_effect, report.alpha)
     last = judge(looks[-1], report.min_effect, report.alpha, with_power=False)

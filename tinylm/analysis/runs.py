@@ -308,6 +308,18 @@ def read_runs(sweep_dir: str | Path, curve_tag: str | None = None) -> list[RunSu
     return [summarize_run(run_dir, sweep_dir, scalars.get(run_dir), curve_tag) for run_dir in run_dirs]
 
 
+def shared_reference(runs: Sequence[RunSummary]) -> dict[str, float] | None:
+    """The reference levels every run that recorded them shares; None if none did or they differ (runs on
+    different corpora or splits)."""
+    levels = [run.reference for run in runs if run.reference]
+    if not levels or any(
+        set(other) != set(levels[0]) or any(abs(other[k] - levels[0][k]) > 1e-9 for k in other)
+        for other in levels
+    ):
+        return None
+    return levels[0]
+
+
 def runs_frame(runs: Sequence[RunSummary], columns: Sequence[str]) -> pd.DataFrame:
     """The runs as a tidy table, a row per run in the order given (its index is the run's position): a
     column per choice in `columns` (as text, "—" where a run has none), then its seed and `result` (+inf

@@ -3,15 +3,20 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from pathlib import Path
 
 from tinylm.analysis.ladder import Ladder, Rung
-from tinylm.analysis.plots import plot_scale
-from tinylm.analysis.render import fmt_interval, fmt_number, fmt_p, md_table, rates_cell
+from tinylm.analysis.plots import ForestRow, plot_ladder, plot_scale
+from tinylm.analysis.render import fmt_interval, fmt_number, fmt_p, ladder_title, md_table, rates_cell
 from tinylm.analysis.report import SweepReport
+from tinylm.analysis.settings import setting_label
 from tinylm.analysis.stats import Estimate
 
 SCALE_PNG = "scale.png"
+# Each design's difference from its level's baseline, a panel per level, with the verdicts.
+LADDER_PNG = "ladder.png"
 
 
 def _level_label(ladder: Ladder, rung: Rung) -> str:
@@ -19,6 +24,33 @@ def _level_label(ladder: Ladder, rung: Rung) -> str:
         return rung.level
     params = f"{rung.params / 1e6:.2f}M" if rung.params is not None else "?"
     return f"{rung.level} ({params}, {rung.steps} steps)"
+
+
+def _mean_cell(mean: float, rung: Rung, bits: float | None) -> str:
+    """A mean final loss: in nats, or (levels on different corpora) in bits/char with its gain over the
+    level's unigram level."""
+    if bits is None or not math.isfinite(mean):
+        return fmt_number(mean)
+    return f"{fmt_number(mean * bits)} ({fmt_number((rung.reference['unigram'] - mean) * bits, signed=True)})"
+
+
+def _difference_cell(d: Estimate, rung: Rung, bits: float | None) -> str:
+    """A difference from the level's baseline with its interval: in nats, or (levels on different corpora) in
+    bits/char and as a share of the baseline's gain over unigram, which compares across corpora."""
+    if bits is None:
+        return f"{fmt_number(d.mean, signed=True)} {fmt_interval(d, signed=True)}"
+    scaled = replace(
+        d, **{k: v * bits for k in ("mean", "sd", "low", "high") if (v := getattr(d, k)) is not None}
+    )
+    base = rung.baseline.estimate
+    gain = rung.reference["unigram"] - base.mean if base is not None and math.isfinite(base.mean) else None
+    # A share of a gain only means something when the baseline got below unigram.
+    share = (
+        f" ({d.mean / gain:+.1%} of the baseline's gain)"
+        if gain and gain > 0 and math.isfinite(d.mean)
+        else ""
+    )
+    return f"{fmt_number(scaled.mean, signed=True)} {fmt_interval(scaled, signed=True)}{share}"
 
 
 def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
@@ -29,13 +61,18 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
     base = ladder.rungs[0].baseline
     designs = {s.key(columns): s for rung in ladder.rungs for s in rung.settings}
     shown = ladder.shown_columns
+    bits = 1 / math.log(2) if ladder.in_bits else None
     means = []
     for key, design in designs.items():
         cells = []
         for rung in ladder.rungs:
             s = next((s for s in rung.settings if s.key(columns) == key), None)
             rates = f" ({rates_cell(s)})" if s is not None and report.lr_varies else ""
-            cells.append("—" if s is None or s.estimate is None else f"{fmt_number(s.estimate.mean)}{rates}")
+            cells.append(
+                "—"
+                if s is None or s.estimate is None
+                else f"{_mean_cell(s.estimate.mean, rung, bits)}{rates}"
+            )
         means.append([*design.key(shown), *cells])
     differences = []
     for trend in ladder.trends:
@@ -45,8 +82,11 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
             s = next((s for s in rung.settings if s.key(columns) == key), None)
             c = s.comparison if s is not None else None
             d = c.difference if c is not None else None
-            cells.append("—" if d is None else f"{fmt_number(d.mean, signed=True)} {fmt_interval(d, signed=True)}, "
-                         f"p {fmt_p(c.p_adjusted)}: {c.verdict}")  # fmt: skip
+            cells.append(
+                "—"
+                if d is None
+                else f"{_difference_cell(d, rung, bits)}, p {fmt_p(c.p_adjusted)}: {c.verdict}"
+            )
         differences.append([*(trend.design[c] for c in shown), *cells, trend.verdict])
     levels = [_level_label(ladder, rung) for rung in ladder.rungs]
     family = sum(
@@ -55,17 +95,17 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
     )  # fmt: skip
     axis = ", ".join(ladder.axis)
     if noun == "size":
-        title, across, along = "## Across sizes", "across sizes", "size"
+        across, along = "across sizes", "size"
         rates = ", each at its own cross-fitted rate per size. Mean final loss (rates chosen):"
         words = (
             "`grows / shrinks with size`: resolved in the same direction at the smallest and largest sizes, and "
             "Welch's t test of the difference at the largest size against that at the smallest, Holm over the "
             "designs, finds a change; `holds at every size`: the same resolved verdict at every size and no "
             "change shown; `flips`: resolved in opposite directions; `changes sign, not resolved`: opposite "
-            f"signs at the two ends, not both resolved. Loss against parameters: {SCALE_PNG}."
+            f"signs at the two ends and a change found, not both resolved. Loss against parameters: {SCALE_PNG}."
         )
     else:
-        title, across, along = f"## Across levels of {axis}", "across levels", f"level (`{axis}`)"
+        across, along = "across levels", f"level (`{axis}`)"
         rates = (
             ", each at its own cross-fitted rate per level. Mean final loss (rates chosen):"
             if report.lr_varies
@@ -75,8 +115,8 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
             (
                 f"`grows / shrinks with {axis}`: resolved in the same direction at the first and last levels, "
                 "and Welch's t test of the difference at the last level against that at the first, Holm over the "
-                "designs, finds a change; `changes sign, not resolved`: opposite signs at the two ends, not both "
-                "resolved; "
+                "designs, finds a change; `changes sign, not resolved`: opposite signs at the two ends and a change "
+                "found, not both resolved; "
                 if ladder.ordered
                 else "The levels have no order, so no word compares the ends; "
             )
@@ -84,15 +124,25 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
             + (" and no change shown" if ladder.ordered else "")
             + "; `flips`: resolved in opposite directions."
         )
+    if bits is not None:  # levels on corpora of their own: nats are not comparable between vocabularies
+        rates = rates.replace(
+            "Mean final loss", "Mean final loss in bits/char (gain over its corpus's unigram level)"
+        )
+    unit = " in bits/char" if bits is not None else ""
+    interval = (
+        f"its {pct} interval and its share of the baseline's gain over unigram (which compares across corpora)"
+        if bits is not None
+        else f"its {pct} interval"
+    )
     return [
-        title,
+        f"## {ladder_title(ladder)}",
         "",
         f"Each design against the baseline `{base.label(shown)}` of its own {along}{rates}",
         "",
         *md_table([*shown, *levels], means),
         "",
-        f"Difference from the baseline (< 0: lower loss), its {pct} interval, p (Holm) and verdict at each "
-        f"{noun}, and the verdict {across}:",
+        f"Difference from the baseline{unit} (< 0: lower loss), {interval}, p (Holm) and verdict at each "
+        f"{noun}, and the verdict {across} ({LADDER_PNG} draws it):",
         "",
         *md_table([*shown, *levels, across], differences),
         "",
@@ -110,3 +160,29 @@ def draw_ladder(report: SweepReport, ladder: Ladder, path: Path) -> Path:
             if s.estimate is not None and rung.params is not None:
                 points.setdefault(s.label(ladder.columns), []).append((float(rung.params), s.estimate))
     return plot_scale(points, path, report, f"{report.sweep_dir.name}: final loss against model size")
+
+
+def draw_ladder_verdicts(report: SweepReport, ladder: Ladder, path: Path) -> Path:
+    """ladder.png: each design's difference from its level's baseline with its interval and verdict, a panel
+    per level (in bits/char when the levels are corpora of their own), and each design's verdict across
+    levels."""
+    bits = 1 / math.log(2) if ladder.in_bits else 1.0
+    shown = ladder.shown_columns
+    panels = []
+    for rung in ladder.rungs:
+        rows = [ForestRow(rung.baseline.label(shown), 0.0, None, None, "baseline", baseline=True)]
+        for s in rung.settings:
+            if s is rung.baseline or s.comparison is None:
+                continue
+            d = s.comparison.difference
+            finite = d is not None and math.isfinite(d.mean)
+            low, high = (d.low, d.high) if finite and d.has_interval else (None, None)
+            rows.append(ForestRow(s.label(shown), d.mean * bits if finite else None, low and low * bits,
+                                  high and high * bits, s.comparison.verdict))  # fmt: skip
+        named = ladder.noun if ladder.noun == "size" else ", ".join(ladder.axis)
+        panels.append((f"{named} = {_level_label(ladder, rung)}", rows))
+    across = [f"{setting_label(t.design, shown)}: {t.verdict}" for t in ladder.trends]
+    base = ladder.rungs[0].baseline.label(shown)
+    title = f"{report.sweep_dir.name}: each design against {base} at each {ladder.noun}"
+    heading = f"{ladder_title(ladder)} (the difference at each in the plots above):"
+    return plot_ladder(panels, [heading, *across], path, report, title, bits=ladder.in_bits)

@@ -8,7 +8,7 @@ import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
-from tinylm.analysis.runs import ReportError, RunSummary, runs_frame
+from tinylm.analysis.runs import ReportError, RunSummary, runs_frame, shared_reference
 from tinylm.analysis.stats import (
     Comparison,
     Estimate,
@@ -51,6 +51,11 @@ class Setting:
     @property
     def diverged(self) -> int:
         return sum(not math.isfinite(v) for v in self.results.values())
+
+    @property
+    def reference(self) -> dict[str, float] | None:
+        """The reference levels of its runs' validation split (one corpus per setting, or None)."""
+        return shared_reference(self.runs)
 
     @property
     def without_result(self) -> int:

@@ -19,7 +19,7 @@ from tinylm.analysis.report import (
     ReportError,
     build_report,
 )
-from tinylm.analysis.scale import SCALE_PNG, draw_ladder, ladder_section
+from tinylm.analysis.scale import LADDER_PNG, SCALE_PNG, draw_ladder, draw_ladder_verdicts, ladder_section
 from tinylm.analysis.sweep_probe import probe_rows, probe_section
 from tinylm.analysis.why import draw_why, explained, why_figures, why_path, why_section
 from tinylm.files import write_json
@@ -53,7 +53,7 @@ def write_report(
     sections += why_section(report, lost, figures) + probe_section(probe_rows(report.runs))
     text = markdown(report, sections)
     # Before anything is written: the old report goes aside with every figure it was written with.
-    drawn = [SENSITIVITY_PNG, SCALE_PNG, "why_*.png", "report*.png"]
+    drawn = [SENSITIVITY_PNG, SCALE_PNG, LADDER_PNG, "why_*.png", "report*.png"]
     keep_previous(
         report.sweep_dir, text, [*written, *(p for name in drawn for p in report.sweep_dir.glob(name))]
     )
@@ -62,6 +62,8 @@ def write_report(
     plot_report(report, written[2], x_axis, band, curve)
     if report.lr_varies:
         written.append(plot_lr_sensitivity(report, report.sweep_dir / SENSITIVITY_PNG))
+    if report.ladder:
+        written.append(draw_ladder_verdicts(report, report.ladder, report.sweep_dir / LADDER_PNG))
     if report.ladder and report.ladder.noun == "size":
         written.append(draw_ladder(report, report.ladder, report.sweep_dir / SCALE_PNG))
     written += draw_why(report, curves)
