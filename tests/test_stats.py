@@ -588,13 +588,13 @@ def test_a_ladder_over_corpora_reads_losses_in_bits_and_as_gain_over_each_corpus
     assert float(code_pre[-6]) == pytest.approx(1.6 / math.log(2), abs=1e-4)
     assert float(code_pre[-5]) == pytest.approx((3.1 - 1.6) / math.log(2), abs=1e-4)
     assert "| data=code | 5.1000 | 3.1000 | 2.4000 | 7.358 | 4.472 | 3.462 |" in text
-    # The difference at each corpus, in bits/char and as a share of that corpus's baseline gain (1.0 on
-    # verse, 1.5 on code): the same 0.1 nats is 10% of one and 6.7% of the other.
+    # The difference at each corpus, in nats (as judged) and as a share of that corpus's baseline's gain (1.0
+    # on verse, 1.5 on code): the same 0.1 nats is 10% of one and 6.7% of the other.
     across = text.split("## Across levels of data")[1]
     post = next(
         line for line in across.splitlines() if line.startswith("| post") and "baseline's gain" in line
     )
-    assert f"+{0.1 / math.log(2):.4f}" in post and "(+10.0% of the baseline's gain)" in post
+    assert "+0.1000 [" in post and "(+10.0% of the baseline's gain)" in post
     assert "(+6.7% of the baseline's gain)" in post
 
 

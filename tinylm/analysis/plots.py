@@ -153,15 +153,11 @@ def report_title(report: SweepReport) -> str:
 
 
 def plot_verdicts(
-    axes: Axes,
-    report: SweepReport,
-    rows: Sequence[ForestRow],
-    differences: bool | None = None,
-    bits: bool = False,
+    axes: Axes, report: SweepReport, rows: Sequence[ForestRow], differences: bool | None = None
 ) -> None:
     """The forest plot: a row per setting, its difference from the baseline (a dot) with its interval (a bar),
     the ±δ band within which no difference is worth a claim, and the table's verdict at the right.
-    `differences`: whether the rows are differences (default: the report has a baseline); `bits`: in bits/char."""
+    `differences`: whether the rows are differences (default: the report has a baseline)."""
     differences = report.family_baseline is not None if differences is None else differences
     ys = list(range(len(rows)))[::-1]  # the first row at the top
     colours = [_verdict_colour(row) for row in rows]
@@ -182,14 +178,14 @@ def plot_verdicts(
     axes.set_ylim(-0.6, len(rows) - 0.4)
     if differences:
         axes.axvline(0.0, color="black", linewidth=0.8)
-        delta = report.min_effect / (math.log(2) if bits else 1.0)
+        delta = report.min_effect
         axes.axvspan(-delta, delta, color="grey", alpha=0.15, linewidth=0)
-        axes.annotate(f"±δ = {delta:.3g}: no difference worth a claim", (0.0, 1.0), xycoords=("data", "axes fraction"),
+        axes.annotate(f"±δ = {delta:g}: no difference worth a claim", (0.0, 1.0), xycoords=("data", "axes fraction"),
                       xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize="x-small",
                       color="grey")  # fmt: skip
         axes.set_xlabel(
-            f"final validation loss (loss/val_full) minus the baseline's, {'bits' if bits else 'nats'}/char: "
-            f"lower is better\n(mean over paired seeds, {report.confidence:.0%} CI)"
+            "final validation loss (loss/val_full) minus the baseline's, nats/char: lower is better\n"
+            f"(mean over paired seeds, {report.confidence:.0%} CI)"
         )
     else:
         axes.set_xlabel("final validation loss (loss/val_full), nats/char: lower is better\n"
@@ -353,7 +349,6 @@ def plot_ladder(
     path: Path,
     report: SweepReport,
     title: str,
-    bits: bool = False,
 ) -> Path:
     """ladder.png: a forest plot per level (`panels`: its name and rows, the level's baseline first), on one
     shared axis of differences, each level's verdicts beside its rows; below, the verdict across levels of
@@ -367,7 +362,7 @@ def plot_ladder(
     figure = Figure(figsize=(11, sum(heights)), layout="constrained")
     axes = figure.subplots(len(heights), 1, height_ratios=heights)
     for panel, (level, rows) in zip(axes, panels, strict=False):
-        plot_verdicts(panel, report, rows, differences=True, bits=bits)
+        plot_verdicts(panel, report, rows, differences=True)
         panel.set_title(level, loc="left", fontsize="medium", pad=14)  # above the ±δ note
         panel.sharex(axes[0])
     for panel in axes[:-2]:

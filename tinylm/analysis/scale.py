@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from pathlib import Path
 
 from tinylm.analysis.ladder import Ladder, Rung
@@ -34,23 +33,16 @@ def _mean_cell(mean: float, rung: Rung, bits: float | None) -> str:
     return f"{fmt_number(mean * bits)} ({fmt_number((rung.reference['unigram'] - mean) * bits, signed=True)})"
 
 
-def _difference_cell(d: Estimate, rung: Rung, bits: float | None) -> str:
-    """A difference from the level's baseline with its interval: in nats, or (levels on different corpora) in
-    bits/char and as a share of the baseline's gain over unigram, which compares across corpora."""
-    if bits is None:
-        return f"{fmt_number(d.mean, signed=True)} {fmt_interval(d, signed=True)}"
-    scaled = replace(
-        d, **{k: v * bits for k in ("mean", "sd", "low", "high") if (v := getattr(d, k)) is not None}
-    )
+def _difference_cell(d: Estimate, rung: Rung, shares: bool) -> str:
+    """A difference from the level's baseline with its interval, in nats (the unit δ and the verdicts are in);
+    with `shares` (levels on different corpora), also as a share of the baseline's gain over unigram, which
+    compares across corpora. A share of a gain means something only when the baseline got below unigram."""
+    text = f"{fmt_number(d.mean, signed=True)} {fmt_interval(d, signed=True)}"
     base = rung.baseline.estimate
-    gain = rung.reference["unigram"] - base.mean if base is not None and math.isfinite(base.mean) else None
-    # A share of a gain only means something when the baseline got below unigram.
-    share = (
-        f" ({d.mean / gain:+.1%} of the baseline's gain)"
-        if gain and gain > 0 and math.isfinite(d.mean)
-        else ""
-    )
-    return f"{fmt_number(scaled.mean, signed=True)} {fmt_interval(scaled, signed=True)}{share}"
+    if not shares or base is None or not math.isfinite(base.mean) or not math.isfinite(d.mean):
+        return text
+    gain = rung.reference["unigram"] - base.mean
+    return text + (f" ({d.mean / gain:+.1%} of the baseline's gain)" if gain > 0 else "")
 
 
 def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
@@ -85,7 +77,8 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
             cells.append(
                 "—"
                 if d is None
-                else f"{_difference_cell(d, rung, bits)}, p {fmt_p(c.p_adjusted)}: {c.verdict}"
+                else f"{_difference_cell(d, rung, ladder.in_bits)}, p {fmt_p(c.p_adjusted)}: {c.verdict}"
+                + (f"; added seeds: {s.added.verdict}" if s.added is not None else "")
             )
         differences.append([*(trend.design[c] for c in shown), *cells, trend.verdict])
     levels = [_level_label(ladder, rung) for rung in ladder.rungs]
@@ -128,7 +121,6 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
         rates = rates.replace(
             "Mean final loss", "Mean final loss in bits/char (gain over its corpus's unigram level)"
         )
-    unit = " in bits/char" if bits is not None else ""
     interval = (
         f"its {pct} interval and its share of the baseline's gain over unigram (which compares across corpora)"
         if bits is not None
@@ -141,7 +133,7 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
         "",
         *md_table([*shown, *levels], means),
         "",
-        f"Difference from the baseline{unit} (< 0: lower loss), {interval}, p (Holm) and verdict at each "
+        f"Difference from the baseline in nats/char (< 0: lower loss), {interval}, p (Holm) and verdict at each "
         f"{noun}, and the verdict {across} ({LADDER_PNG} draws it):",
         "",
         *md_table([*shown, *levels, across], differences),
@@ -164,9 +156,7 @@ def draw_ladder(report: SweepReport, ladder: Ladder, path: Path) -> Path:
 
 def draw_ladder_verdicts(report: SweepReport, ladder: Ladder, path: Path) -> Path:
     """ladder.png: each design's difference from its level's baseline with its interval and verdict, a panel
-    per level (in bits/char when the levels are corpora of their own), and each design's verdict across
-    levels."""
-    bits = 1 / math.log(2) if ladder.in_bits else 1.0
+    per level, and each design's verdict across levels."""
     shown = ladder.shown_columns
     panels = []
     for rung in ladder.rungs:
@@ -177,12 +167,13 @@ def draw_ladder_verdicts(report: SweepReport, ladder: Ladder, path: Path) -> Pat
             d = s.comparison.difference
             finite = d is not None and math.isfinite(d.mean)
             low, high = (d.low, d.high) if finite and d.has_interval else (None, None)
-            rows.append(ForestRow(s.label(shown), d.mean * bits if finite else None, low and low * bits,
-                                  high and high * bits, s.comparison.verdict))  # fmt: skip
+            rows.append(
+                ForestRow(s.label(shown), d.mean if finite else None, low, high, s.comparison.verdict)
+            )
         named = ladder.noun if ladder.noun == "size" else ", ".join(ladder.axis)
         panels.append((f"{named} = {_level_label(ladder, rung)}", rows))
     across = [f"{setting_label(t.design, shown)}: {t.verdict}" for t in ladder.trends]
     base = ladder.rungs[0].baseline.label(shown)
     title = f"{report.sweep_dir.name}: each design against {base} at each {ladder.noun}"
     heading = f"{ladder_title(ladder)} (the difference at each in the plots above):"
-    return plot_ladder(panels, [heading, *across], path, report, title, bits=ladder.in_bits)
+    return plot_ladder(panels, [heading, *across], path, report, title)
