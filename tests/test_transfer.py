@@ -74,7 +74,7 @@ def test_a_scaled_down_corpus_ladder_reads_each_corpus_in_bits_and_add_seeds_goe
     assert report.ladder.in_bits and [rung.level for rung in report.ladder.rungs] == [
         "python_docs",
         "python_stdlib",
-    ]  # in the sweep's order: corpora have none
+    ]  # corpora have no order: as the family lists them
     open_levels = {
         rung.level
         for rung in report.ladder.rungs

@@ -158,12 +158,14 @@ def draw_ladder_verdicts(report: SweepReport, ladder: Ladder, path: Path) -> Pat
     """ladder.png: each design's difference from its level's baseline with its interval and verdict, a panel
     per level, and each design's verdict across levels."""
     shown = ladder.shown_columns
+    order = [
+        tuple(t.design[c] for c in ladder.columns) for t in ladder.trends
+    ]  # the same rows in every panel
     panels = []
     for rung in ladder.rungs:
         rows = [ForestRow(rung.baseline.label(shown), 0.0, None, None, "baseline", baseline=True)]
-        for s in rung.settings:
-            if s is rung.baseline or s.comparison is None:
-                continue
+        designs = {s.key(ladder.columns): s for s in rung.settings if s is not rung.baseline and s.comparison}
+        for s in (designs[key] for key in order if key in designs):
             d = s.comparison.difference
             finite = d is not None and math.isfinite(d.mean)
             low, high = (d.low, d.high) if finite and d.has_interval else (None, None)

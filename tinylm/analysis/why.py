@@ -58,7 +58,10 @@ def why_section(
     ]
     for setting, findings in rows:
         c = setting.comparison
-        outcome = f"{c.verdict}, {c.difference.mean:+.3f}" if c is not None and c.difference else "failed"
+        if c is not None and c.difference:
+            outcome = f"{c.verdict}, {c.difference.mean:+.3f}"
+        else:  # a baseline (a ladder has one per level) is named as one, not as a failure
+            outcome = "baseline" if any(setting is b for b in report.baselines) else "failed"
         if not findings:
             text += [f"- **{setting.label(columns)}** ({outcome}): nothing in its curves names a cause.", ""]
             continue
