@@ -562,6 +562,8 @@ def test_seeds_added_to_a_ladder_go_to_the_open_level_and_are_judged_against_its
     assert high.added.difference.mean == pytest.approx(0.31)  # against the 4-block baseline's added seeds
     (after,) = report.ladder.trends
     assert after.word is TrendWord.HOLDS, after.verdict  # worse at both levels, read from the answers
+    text, _ = write_report(sweep, ladder="model.n_layer")
+    assert "; added seeds: worse (look 2, 2 added seeds)" in text.split("## Across levels")[1]
 
 
 def test_a_ladder_over_corpora_reads_losses_in_bits_and_as_gain_over_each_corpuss_unigram(tmp_path):
