@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_module
 
 from tinylm.analysis.ladder import SCALE_KEY, Rung, TrendWord, trends
 from tinylm.analysis.report import REPORT_JSON, build_report
-from tinylm.analysis.scale import SCALE_PNG
+from tinylm.analysis.scale import LADDER_PNG, SCALE_PNG
 from tinylm.analysis.settings import Setting
 from tinylm.analysis.settings import tests_against as comparison_against
 from tinylm.analysis.stats import Comparison, Estimate, Outcome, Verdict, judge, paired_tests
@@ -56,11 +56,11 @@ def test_a_scaled_down_ladder_is_judged_size_by_size(ladder_sweep):
     header = next(line for line in across.splitlines() if line.startswith("| norm"))
     # Smallest first, with each size's parameters and steps.
     assert header.index("d64_l2 (0.") < header.index("d128_l4 (0.") and "6 steps" in header
-    differences = across.split("the verdict across sizes:")[1]
+    differences = across.split("the verdict across sizes (ladder.png draws it):")[1]
     post = next(line for line in differences.splitlines() if line.startswith("| post"))
     assert post.count(": ") >= 2  # a verdict at each size
     assert "The baseline is judged at each size" in text
-    assert ladder_sweep / SCALE_PNG in written
+    assert ladder_sweep / SCALE_PNG in written and ladder_sweep / LADDER_PNG in written
     assert matplotlib.image.imread(ladder_sweep / SCALE_PNG).shape[0] > 100
 
     # Each size's post-norm row is its tuned comparison against pre-norm *of that size*.
