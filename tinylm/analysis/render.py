@@ -76,9 +76,9 @@ def _settings_rows(
             "baseline" if s is baseline else "",
         ])  # fmt: skip
         if gains is not None:
-            scale = 1.0 if gains == "nats" else 1 / math.log(2)
-            finite = e is not None and math.isfinite(e.mean) and s.reference is not None
-            gain = (s.reference["unigram"] - e.mean) * scale if finite else None
+            scale, reference = 1.0 if gains == "nats" else 1 / math.log(2), s.reference
+            finite = e is not None and math.isfinite(e.mean) and reference is not None
+            gain = (reference["unigram"] - e.mean) * scale if finite else None
             rows[-1][-4:-4] = [fmt_number(gain, signed=True)]
             if gains == "bits":
                 rows[-1][-5:-5] = [fmt_number(e.mean * scale if finite else None)]

@@ -10,7 +10,7 @@ from tinylm.analysis.ladder import Ladder, Rung
 from tinylm.analysis.plots import ForestRow, plot_ladder, plot_scale
 from tinylm.analysis.render import fmt_interval, fmt_number, fmt_p, ladder_title, md_table, rates_cell
 from tinylm.analysis.report import SweepReport
-from tinylm.analysis.settings import setting_label
+from tinylm.analysis.settings import Setting, setting_label
 from tinylm.analysis.stats import Estimate
 
 SCALE_PNG = "scale.png"
@@ -25,23 +25,25 @@ def _level_label(ladder: Ladder, rung: Rung) -> str:
     return f"{rung.level} ({params}, {rung.steps} steps)"
 
 
-def _mean_cell(mean: float, rung: Rung, bits: float | None) -> str:
-    """A mean final loss: in nats, or (levels on different corpora) in bits/char with its gain over the
-    level's unigram level."""
-    if bits is None or not math.isfinite(mean):
+def _mean_cell(mean: float, unigram: float | None) -> str:
+    """A mean final loss: in nats, or (levels on different corpora: `unigram`, the level's unigram level) in
+    bits/char with its gain over that level."""
+    if unigram is None or not math.isfinite(mean):
         return fmt_number(mean)
-    return f"{fmt_number(mean * bits)} ({fmt_number((rung.reference['unigram'] - mean) * bits, signed=True)})"
+    bits = 1 / math.log(2)
+    return f"{fmt_number(mean * bits)} ({fmt_number((unigram - mean) * bits, signed=True)})"
 
 
-def _difference_cell(d: Estimate, rung: Rung, shares: bool) -> str:
-    """A difference from the level's baseline with its interval, in nats (the unit δ and the verdicts are in);
-    with `shares` (levels on different corpora), also as a share of the baseline's gain over unigram, which
-    compares across corpora. A share of a gain means something only when the baseline got below unigram."""
+def _difference_cell(d: Estimate, base: Setting, unigram: float | None) -> str:
+    """A difference from the level's baseline `base` with its interval, in nats (the unit δ and the verdicts
+    are in); with `unigram` (levels on different corpora), also as a share of the baseline's gain over that
+    unigram level, which compares across corpora. A share of a gain means something only when the baseline
+    got below unigram."""
     text = f"{fmt_number(d.mean, signed=True)} {fmt_interval(d, signed=True)}"
-    base = rung.baseline.estimate
-    if not shares or base is None or not math.isfinite(base.mean) or not math.isfinite(d.mean):
+    e = base.estimate
+    if unigram is None or e is None or not math.isfinite(e.mean) or not math.isfinite(d.mean):
         return text
-    gain = rung.reference["unigram"] - base.mean
+    gain = unigram - e.mean
     return text + (f" ({d.mean / gain:+.1%} of the baseline's gain)" if gain > 0 else "")
 
 
@@ -53,31 +55,31 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
     base = ladder.rungs[0].baseline
     designs = {s.key(columns): s for rung in ladder.rungs for s in rung.settings}
     shown = ladder.shown_columns
-    bits = 1 / math.log(2) if ladder.in_bits else None
+    in_bits = ladder.in_bits  # levels on corpora of their own: nats are not comparable between vocabularies
+    # Each level's unigram level, read once, when the levels are read against their own.
+    unigrams = [rung.reference["unigram"] if in_bits else None for rung in ladder.rungs]
     means = []
     for key, design in designs.items():
         cells = []
-        for rung in ladder.rungs:
+        for rung, unigram in zip(ladder.rungs, unigrams, strict=True):
             s = next((s for s in rung.settings if s.key(columns) == key), None)
             rates = f" ({rates_cell(s)})" if s is not None and report.lr_varies else ""
             cells.append(
-                "—"
-                if s is None or s.estimate is None
-                else f"{_mean_cell(s.estimate.mean, rung, bits)}{rates}"
+                "—" if s is None or s.estimate is None else f"{_mean_cell(s.estimate.mean, unigram)}{rates}"
             )
         means.append([*design.key(shown), *cells])
     differences = []
     for trend in ladder.trends:
         key = tuple(trend.design[c] for c in columns)
         cells = []
-        for rung in ladder.rungs:
+        for rung, unigram in zip(ladder.rungs, unigrams, strict=True):
             s = next((s for s in rung.settings if s.key(columns) == key), None)
             c = s.comparison if s is not None else None
             d = c.difference if c is not None else None
             cells.append(
                 "—"
                 if d is None
-                else f"{_difference_cell(d, rung, ladder.in_bits)}, p {fmt_p(c.p_adjusted)}: {c.verdict}"
+                else f"{_difference_cell(d, rung.baseline, unigram)}, p {fmt_p(c.p_adjusted)}: {c.verdict}"
                 + (f"; added seeds: {s.added.verdict}" if s.added is not None else "")
             )
         differences.append([*(trend.design[c] for c in shown), *cells, trend.verdict])
@@ -87,9 +89,10 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
         for rung in ladder.rungs for s in rung.settings if s.comparison is not None
     )  # fmt: skip
     axis = ", ".join(ladder.axis)
+    loss = "Mean final loss" + (" in bits/char (gain over its corpus's unigram level)" if in_bits else "")
     if noun == "size":
         across, along = "across sizes", "size"
-        rates = ", each at its own cross-fitted rate per size. Mean final loss (rates chosen):"
+        rates = f", each at its own cross-fitted rate per size. {loss} (rates chosen):"
         words = (
             "`grows / shrinks with size`: resolved in the same direction at the smallest and largest sizes, and "
             "Welch's t test of the difference at the largest size against that at the smallest, Holm over the "
@@ -100,9 +103,9 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
     else:
         across, along = "across levels", f"level (`{axis}`)"
         rates = (
-            ", each at its own cross-fitted rate per level. Mean final loss (rates chosen):"
+            f", each at its own cross-fitted rate per level. {loss} (rates chosen):"
             if report.lr_varies
-            else ". Mean final loss:"
+            else f". {loss}:"
         )
         words = (
             (
@@ -117,13 +120,9 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
             + (" and no change shown" if ladder.ordered else "")
             + "; `flips`: resolved in opposite directions."
         )
-    if bits is not None:  # levels on corpora of their own: nats are not comparable between vocabularies
-        rates = rates.replace(
-            "Mean final loss", "Mean final loss in bits/char (gain over its corpus's unigram level)"
-        )
     interval = (
         f"its {pct} interval and its share of the baseline's gain over unigram (which compares across corpora)"
-        if bits is not None
+        if in_bits
         else f"its {pct} interval"
     )
     return [
