@@ -21,12 +21,6 @@ from tinylm.analysis.scale import LADDER_PNG
 from tinylm.analysis.sweep_report import write_report
 
 
-def _grid(preset: str) -> dict[str, list[str]]:
-    with initialize_config_module("tinylm.conf", version_base="1.3"):
-        cfg = compose("train", overrides=[f"experiment={preset}"], return_hydra_config=True)
-    return {key: str(values).split(",") for key, values in cfg.hydra.sweeper.params.items()}
-
-
 @pytest.mark.parametrize(
     ("preset", "axis", "levels", "runs"),
     [
@@ -37,14 +31,14 @@ def _grid(preset: str) -> dict[str, list[str]]:
 def test_each_transfer_preset_crosses_the_four_designs_with_its_levels_rates_and_three_seeds(
     preset, axis, levels, runs
 ):
-    grid = _grid(preset)
+    with initialize_config_module("tinylm.conf", version_base="1.3"):
+        cfg = compose("train", overrides=[f"experiment={preset}"], return_hydra_config=True)
+    assert cfg.ladder == axis and cfg.baseline == "norm=pre,act=gelu"
+    grid = {key: str(values).split(",") for key, values in cfg.hydra.sweeper.params.items()}
     assert grid[axis] == levels
     assert grid["norm"] == ["pre", "post"] and grid["act"] == ["gelu", "swiglu"]
     assert len(grid["optim.lr"]) >= 2 and len(grid["seed"]) >= 3  # each level's rate cross-fitted
     assert len(list(itertools.product(*grid.values()))) == runs
-    with initialize_config_module("tinylm.conf", version_base="1.3"):
-        cfg = compose("train", overrides=[f"experiment={preset}"])
-    assert cfg.ladder == axis and cfg.baseline == "norm=pre,act=gelu"
 
 
 def _shrunk(*overrides: str) -> list[str]:
