@@ -111,18 +111,18 @@ def _rungs(differences: list[tuple[float, float, str]]) -> list[Rung]:
         ([(0.5, 0.01, "worse"), (0.2, 0.01, "worse"), (0.05, 0.005, "worse")], "shrinks with size"),
         (
             [(0.10, 0.02, "worse"), (0.05, 0.2, "not resolved"), (0.10, 0.02, "worse")],
-            "not resolved at every size",
+            "not resolved across sizes",
         ),
         ([(0.001, 0.002, "equivalent within ±0.01")] * 3, "holds at every size: equivalent"),
         # A change shown, but the smallest size not resolved: no word for its magnitude.
         (
             [(0.02, 0.05, "not resolved"), (0.5, 0.01, "worse")],
-            "not resolved at every size: changes with size",
+            "not resolved across sizes: changes with size",
         ),
         # Opposite signs at the two ends, one not resolved: a sign change, named, not a flip nor a trend.
         ([(0.1, 0.05, "not resolved"), (-0.3, 0.01, "better")], "changes sign, not resolved: +0.100 at s0"),
         # Opposite signs, but no change shown: not even a sign change is said.
-        ([(0.1, 0.2, "not resolved"), (-0.3, 0.3, "not resolved")], "not resolved at every size"),
+        ([(0.1, 0.2, "not resolved"), (-0.3, 0.3, "not resolved")], "not resolved across sizes"),
     ],
 )
 def test_the_verdict_across_sizes(differences, expected):

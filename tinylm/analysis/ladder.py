@@ -10,7 +10,7 @@ verdict across levels (docs/sweeps.md). Along an ordered axis (`size`, by parame
 - `changes sign, not resolved`: the first and last levels' differences have opposite signs and the same test
   finds a change, but not both ends are resolved (a `flips` needs both);
 - `holds at every <level>`: the same resolved verdict at every level, and no change shown;
-- otherwise `not resolved at every <level>`, with what each level says.
+- otherwise `not resolved across <level>s`, with what each level says.
 
 Along an unordered axis (several choices, or text) there are no ends to compare: `flips`, `holds` or `not
 resolved`. Each verdict is a `TrendWord` with its text, so what the ladder says is counted without reading text.
@@ -254,7 +254,7 @@ def _verdict(
     changed = (
         f"changes with {axis}{tested}, not resolved at both ends; " if p is not None and p <= alpha else ""
     )
-    return TrendWord.UNRESOLVED, f"not resolved at every {noun}: {changed}{every}"
+    return TrendWord.UNRESOLVED, f"not resolved across {noun}s: {changed}{every}"
 
 
 def _median(values: list[int | None]) -> int | None:

@@ -354,6 +354,7 @@ def plot_ladder(
     shared axis of differences, each level's verdicts beside its rows; below, the verdict across levels of
     each design (`across`)."""
     from matplotlib.figure import Figure
+    from matplotlib.transforms import blended_transform_factory
 
     heights = [
         1.2 + 0.35 * sum(max(1, _verdict_text(row).count("\n") + 1) for row in rows) for _, rows in panels
@@ -369,7 +370,9 @@ def plot_ladder(
         panel.set_xlabel("")
     text = "\n".join(textwrap.fill(line, ACROSS_WIDTH, subsequent_indent="    ") for line in across)
     axes[-1].axis("off")
-    axes[-1].text(0.0, 1.0, text, va="top", ha="left", fontsize="small", transform=axes[-1].transAxes)
+    # From the figure's left edge, not the axes': the panels' labels would push the lines past its right one.
+    left_of_figure = blended_transform_factory(figure.transFigure, axes[-1].transAxes)
+    axes[-1].text(0.01, 1.0, text, va="top", ha="left", fontsize="small", transform=left_of_figure)
     figure.suptitle(title, fontsize="large")
     figure.savefig(path, dpi=120)
     return path
