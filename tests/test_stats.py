@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -179,6 +182,31 @@ def test_cross_fitting_takes_each_seed_at_the_rate_the_other_seeds_chose():
     sparse = cross_fit({"0.001": {"1": 2.0, "2": 2.1}, "0.003": {"1": 1.5, "3": 1.6}})
     # Leaving seed 2 out, 0.003 (mean 1.55 over seeds 1, 3) beats 0.001 (2.0, seed 1): seed 2 has no run there.
     assert sparse.missing == ("2",) and sparse.values == {"1": 1.5, "3": 1.6}
+
+
+# Made-up cross-fitted comparisons over seeds named as the runs name them (text), printed to full precision.
+TUNED_CASES = """
+import random
+from tinylm.analysis.stats import tuned_tests
+for case in range(40):
+    rng = random.Random(case)
+    seeds = [str(s) for s in range(1, 4 + case % 7)]
+    mine, theirs = ({r: {s: rng.gauss(2.0, 0.1) for s in seeds} for r in ("0.001", "0.003")} for _ in "ab")
+    c = tuned_tests(mine, theirs)
+    print(repr((c.p_value, c.p_equivalence, c.difference.sd)))
+"""
+
+
+def test_a_tuned_comparison_does_not_depend_on_the_process_hash_seed(capsys):
+    """Seeds are text, whose set order changes with each process's hash seed; the jackknife must not sum in
+    that order, or report.json changes in its last digits from one rendering of the same runs to the next."""
+    exec(TUNED_CASES, {})  # this process's hash seed: random, as pytest leaves it
+    here = capsys.readouterr().out
+    env = {**os.environ, "PYTHONHASHSEED": "1"}
+    there = subprocess.run(
+        [sys.executable, "-c", TUNED_CASES], env=env, capture_output=True, text=True, check=True
+    )
+    assert here.count("\n") == 40 and here == there.stdout
 
 
 # --- the report from made-up run records ---------------------------------------------------------------------
