@@ -1,7 +1,7 @@
 """Add seeds to a finished sweep until its comparisons are resolved (docs/sweeps.md):
 
-    python scripts/add_seeds.py SWEEP_DIR [--baseline act=gelu] [--min-effect 0.02] [--max-seeds 16]
-        [--per-round 2] [--max-minutes 60]
+    python scripts/add_seeds.py SWEEP_DIR [--baseline act=gelu] [--ladder optim.lr] [--min-effect 0.02]
+        [--max-seeds 16] [--per-round 2] [--max-minutes 60]
 
 Each round adds seeds to the settings whose comparison with the baseline is still open, and to the baseline,
 then looks again; SWEEP_DIR/sequential.json holds the design and its looks, and `scripts/report.py SWEEP_DIR`
@@ -22,6 +22,11 @@ def main() -> None:
     parser.add_argument("sweep_dir", help="a finished sweep directory, e.g. runs/multirun/<date>/<time>")
     parser.add_argument(
         "--baseline", help="the setting to compare against (default: the experiment's baseline)"
+    )
+    parser.add_argument(
+        "--ladder",
+        help="judge each level of these choices against its own baseline (default: the experiment's `ladder:`); "
+        "the design keeps it",
     )
     parser.add_argument("--min-effect", type=float, default=None, help="δ in nats/char (default 0.01)")
     parser.add_argument("--alpha", type=float, default=None, help="family-wise error rate (default 0.05)")
@@ -45,7 +50,13 @@ def main() -> None:
     budget = Budget(args.max_seeds, args.per_round, args.max_minutes)
     try:
         add_seeds(
-            args.sweep_dir, train, args.baseline, args.min_effect or MIN_EFFECT, args.alpha or ALPHA, budget
+            args.sweep_dir,
+            train,
+            args.baseline,
+            args.min_effect or MIN_EFFECT,
+            args.alpha or ALPHA,
+            budget,
+            ladder=args.ladder,
         )
         _, written = write_report(args.sweep_dir)
     except ReportedError as error:

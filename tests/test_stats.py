@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,16 @@ import yaml
 from conftest import table_header, table_rows
 from scipy.stats import t as student_t
 
-from tinylm.analysis.add_seeds import ADDED_DIR, round_settings
+from tinylm.analysis.add_seeds import ADDED_DIR, Budget, round_settings, start_design
 from tinylm.analysis.ladder import TrendWord
 from tinylm.analysis.render import fmt_interval, markdown, to_json
-from tinylm.analysis.report import PREVIOUS_REPORTS, REPORT_MD, Design, build_report, write_design
+from tinylm.analysis.report import (
+    PREVIOUS_REPORTS,
+    REPORT_MD,
+    build_report,
+    read_design,
+    write_design,
+)
 from tinylm.analysis.runs import ReportError, RunSummary, runs_frame
 from tinylm.analysis.scale import ladder_section
 from tinylm.analysis.settings import group_settings
@@ -573,15 +580,26 @@ def test_seeds_added_to_a_ladder_go_to_the_open_level_and_are_judged_against_its
     chosen = round_settings(report, open_rows)
     assert [(s.choices["norm"], s.choices["model.n_layer"]) for s in chosen] == [("pre", "4"), ("post", "4")]
 
+    # The design add_seeds starts keeps the axis (`--ladder`: these runs' config names none) before a round starts.
+    design = start_design(sweep, "norm=pre", 0.01, 0.05, Budget(max_seeds=5), ladder="model.n_layer")
+    assert read_design(sweep).ladder == ("model.n_layer",)
+
     # The round's runs, as add_seeds would have launched them, and the design's second look.
     for seed, shift in (("4", 0.30), ("5", 0.32)):
         for norm, loss in (("pre", 2.0), ("post", 2.0 + shift)):
             fake_run(sweep / ADDED_DIR / f"look1_norm-{norm}", number, "completed", loss, norm=norm,
                      **{"model.n_layer": "4"}, seed=seed)  # fmt: skip
             number += 1
-    design = Design(0.05, 0.01, 5, "norm=pre", (("1", "2", "3"), ("1", "2", "3", "4", "5")))
-    write_design(sweep, design)
-    report = build_report(sweep, ladder="model.n_layer")
+    looks = (("1", "2", "3"), ("1", "2", "3", "4", "5"))
+    # Seeds added to the flat family cannot be read level by level: that would regroup the families they were
+    # judged in.
+    write_design(sweep, replace(design, looks=looks, ladder=()))
+    with pytest.raises(
+        ReportError, match=r"^--ladder model.n_layer: this sweep's seeds were added without a ladder"
+    ):
+        build_report(sweep, ladder="model.n_layer")
+    write_design(sweep, replace(design, looks=looks))
+    report = build_report(sweep)  # judged along the design's axis
     low, high = (
         next(s for s in rung.settings if s.choices["norm"] == "post") for rung in report.ladder.rungs
     )
@@ -590,7 +608,7 @@ def test_seeds_added_to_a_ladder_go_to_the_open_level_and_are_judged_against_its
     assert high.added.difference.mean == pytest.approx(0.31)  # against the 4-block baseline's added seeds
     (after,) = report.ladder.trends
     assert after.word is TrendWord.HOLDS, after.verdict  # worse at both levels, read from the answers
-    text, _ = write_report(sweep, ladder="model.n_layer")
+    text, _ = write_report(sweep)
     assert "; added seeds: worse (look 2, 2 added seeds)" in text.split("## Across levels")[1]
 
 

@@ -66,11 +66,12 @@ def add_seeds(
     alpha: float = ALPHA,
     budget: Budget = Budget(),
     echo: Callable[[str], Any] = print,
+    ladder: str | None = None,
 ) -> SweepReport:
     """Run rounds until every comparison is resolved or the budget ends; returns the final report. Safe to
     interrupt: rerun the same command and it carries on from the files (the design, the runs)."""
     sweep_dir = Path(sweep_dir)
-    design = start_design(sweep_dir, baseline, min_effect, alpha, budget)
+    design = start_design(sweep_dir, baseline, min_effect, alpha, budget, ladder)
     started = time.monotonic()
     while True:
         report = build_report(sweep_dir)
@@ -124,12 +125,17 @@ def add_seeds(
 
 
 def start_design(
-    sweep_dir: Path, baseline: str | None, min_effect: float, alpha: float, budget: Budget
+    sweep_dir: Path,
+    baseline: str | None,
+    min_effect: float,
+    alpha: float,
+    budget: Budget,
+    ladder: str | None = None,
 ) -> Design:
     """The design on disk, checked against the flags; or a new one, written before any run starts."""
     path = sweep_dir / DESIGN_FILE
     if path.is_file():
-        build_report(sweep_dir)  # validates the file and the baseline
+        build_report(sweep_dir, ladder=ladder)  # validates the file, the baseline and the ladder
         design = read_design(sweep_dir)
         fixed = {"min_effect": min_effect, "alpha": alpha, "max_seeds": budget.max_seeds}
         for key, value in fixed.items():
@@ -146,8 +152,9 @@ def start_design(
         raise ReportError(
             "name the baseline: --baseline key=value[,key=value] (the experiment preset names none)"
         )
-    build_report(sweep_dir, named, min_effect=min_effect)  # refuses a baseline that matches no setting
-    design = Design(alpha, min_effect, budget.max_seeds, named, (), source)
+    # Refuses a baseline that matches no setting, and reads the ladder's axis the design then keeps.
+    first = build_report(sweep_dir, named, min_effect=min_effect, ladder=ladder)
+    design = Design(alpha, min_effect, budget.max_seeds, named, (), source, ladder=tuple(first.axis))
     write_design(sweep_dir, design)
     return design
 

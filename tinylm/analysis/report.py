@@ -88,6 +88,9 @@ class Design:
     round: Round | None = None
     rounds_since_look: int = 0
     spending: str = "Lan-DeMets O'Brien-Fleming-type, group-sequential boundaries over the added seeds"
+    # The ladder's axis its rounds judged level by level (() for none); None in a design written before it was
+    # recorded. Another axis would regroup the family the looks were judged in.
+    ladder: tuple[str, ...] | None = None
 
     @property
     def first_seeds(self) -> tuple[str, ...]:
@@ -232,6 +235,16 @@ def build_report(
             )
     baseline, source = named_baseline(baseline, runs, design)
     wanted = parse_choices(baseline) if baseline is not None else None
+    if ladder is None and design is not None and design.ladder:
+        ladder = ",".join(design.ladder)  # the axis the added seeds were judged along
+    axis = ladder_axis(ladder, runs, setting_columns, wanted)
+    if design is not None and design.ladder is not None and tuple(axis) != design.ladder:
+        along = f"along {', '.join(design.ladder)}" if design.ladder else "without a ladder"
+        asked = f"--ladder {ladder}" if ladder else f"the experiment's ladder ({', '.join(axis)})"
+        raise ReportError(
+            f"{asked}: this sweep's seeds were added {along} ({DESIGN_FILE}); its verdicts hold only for the "
+            "families they were judged in"
+        )
     reference = shared_reference(runs)
     settings = group_settings(runs, setting_columns, confidence)
     assembled = SweepReport(
@@ -239,7 +252,7 @@ def build_report(
         alpha=design.alpha if design else ALPHA,
         min_effect=design.min_effect if design else (MIN_EFFECT if min_effect is None else min_effect),
         baseline_source=source, design=design, reference=reference,
-        axis=ladder_axis(ladder, runs, setting_columns, wanted),
+        axis=axis,
         findings={run.path: diagnose(run, run.reference) for run in runs},
     )  # fmt: skip
     if (
@@ -395,6 +408,7 @@ def read_design(sweep_dir: Path) -> Design | None:
                 tuple({str(k): str(v) for k, v in choices.items()} for choices in started["settings"]),
             ) if started else None,
             int(data.get("rounds_since_look", 0)),
+            ladder=tuple(str(k) for k in data["ladder"]) if data.get("ladder") is not None else None,
         )  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise ReportError(f"{path} is not a sequential design scripts/add_seeds.py wrote: {err}") from None
