@@ -249,8 +249,11 @@ def _reference_lines(axes: Axes, report: SweepReport, levels: Sequence[str]) -> 
     for name in levels:
         value = report.reference[name]
         axes.axhline(value, color="grey", linestyle="--", linewidth=0.8)
-        axes.annotate(f"{name} {value:.2f}", (1.0, value), xycoords=("axes fraction", "data"), ha="right",
-                      va="bottom", fontsize="x-small", color="grey")  # fmt: skip
+        # A level outside the y-limits has no label; one inside takes no part in the layout (a label far
+        # outside once squeezed the axes to nothing).
+        label = axes.annotate(f"{name} {value:.2f}", (1.0, value), xycoords=("axes fraction", "data"),
+                              ha="right", va="bottom", fontsize="x-small", color="grey", annotation_clip=True)  # fmt: skip
+        label.set_in_layout(False)
 
 
 def plot_lr_sensitivity(report: SweepReport, path: Path) -> Path:
