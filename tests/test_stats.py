@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -46,7 +47,7 @@ from tinylm.analysis.stats import (
     paired_tests,
 )
 from tinylm.analysis.sweep_report import keep_previous, write_report
-from tinylm.layout import REFERENCE_LEVELS, write_run_record
+from tinylm.layout import REFERENCE_LEVELS, SWEEP_RECORD, write_run_record
 
 # --- estimate -----------------------------------------------------------------------------------------------
 
@@ -268,24 +269,22 @@ def lr_sweep(tmp_path) -> Path:
 def test_report_on_made_up_records_has_the_known_means_intervals_and_cross_fitted_verdicts(lr_sweep):
     report = build_report(lr_sweep, baseline="norm=pre")
     assert report.setting_columns == ["norm", "norm_type", "act", "optim.lr"]
-    # Hydra's override parser reads 3e-3 as a float: the report shows it as 0.003.
+    # Hydra's override parser reads 3e-3 as the float 0.003: the setting keeps it as that float.
     by_choice = {(s.choices["norm"], s.choices["optim.lr"]): s for s in report.settings}
-    pre_best = by_choice[("pre", "0.003")]
+    pre_best = by_choice[("pre", 0.003)]
     assert pre_best.estimate.mean == pytest.approx(1.9) and pre_best.estimate.n == 3
     assert pre_best.estimate.high - pre_best.estimate.mean == pytest.approx(
         4.302653 * 0.1 / math.sqrt(3), abs=1e-6
     )
-    assert (
-        by_choice[("post", "0.003")].diverged == 1 and by_choice[("post", "0.003")].estimate.mean == math.inf
-    )
-    assert by_choice[("pre", "0.001")].without_result == 1  # the failed seed-4 run
+    assert by_choice[("post", 0.003)].diverged == 1 and by_choice[("post", 0.003)].estimate.mean == math.inf
+    assert by_choice[("pre", 0.001)].without_result == 1  # the failed seed-4 run
     assert report.settings[0] is pre_best  # ranked by mean; the diverged setting last
 
     # Cross-fitted: pre takes 3e-3 on every seed. Post's other seeds choose 1e-3 for seeds 1 and 3 (3e-3
     # diverged on seed 2), and 3e-3 for seed 2, which diverged there: counted, not hidden by the choice.
     tuned = {s.choices["norm"]: s for s in report.tuned}
-    assert tuned["pre"].rates == {"1": "0.003", "2": "0.003", "3": "0.003"}
-    assert tuned["post"].rates == {"1": "0.001", "2": "0.003", "3": "0.001"}
+    assert tuned["pre"].rates == {"1": 0.003, "2": 0.003, "3": 0.003}
+    assert tuned["post"].rates == {"1": 0.001, "2": 0.003, "3": 0.001}
     assert tuned["post"].results == {"1": 2.20, "2": math.inf, "3": 2.05}
     assert report.tuned_baseline is tuned["pre"] and report.baseline is None
     c = tuned["post"].comparison  # finished seeds' differences +0.30, +0.25; diverged 1 of 3
@@ -303,9 +302,7 @@ def test_report_on_made_up_records_has_the_known_means_intervals_and_cross_fitte
     record = json.loads(json.dumps(to_json(report)))  # plain JSON, no NaN or infinity
     assert record["tuned_baseline"]["norm"] == "pre" and record["baseline_source"] == "--baseline"
     diverged = next(
-        s
-        for s in record["settings"]
-        if s["choices"]["optim.lr"] == "0.003" and s["choices"]["norm"] == "post"
+        s for s in record["settings"] if s["choices"]["optim.lr"] == 0.003 and s["choices"]["norm"] == "post"
     )
     assert diverged["final_val_loss"]["mean"] == "inf" and diverged["results"]["2"] == "inf"
 
@@ -509,7 +506,7 @@ def test_a_ladder_over_the_rate_judges_each_rate_against_its_own_baseline_with_n
             "norm": "pre",
             "norm_type": "layer",
             "act": "gelu",
-            "optim.lr": rung.level,
+            "optim.lr": float(rung.level),
         }
         diverged = "1/3 vs 0/3 (exact p = 1)" if rung.level == "0.003" else None  # post at 3e-3, seed 2
         assert (
@@ -549,7 +546,7 @@ def test_a_ladder_over_two_choices_has_no_ends_to_compare_and_bad_axes_are_refus
         "post/4",
         "post/12",
     ] and not ladder.ordered
-    assert all(rung.baseline.choices["optim.warmup_steps"] == "100" for rung in ladder.rungs)
+    assert all(rung.baseline.choices["optim.warmup_steps"] == 100 for rung in ladder.rungs)
     (trend,) = ladder.trends  # no warm-up: +0.3 at every level, on every seed
     assert trend.word is TrendWord.HOLDS and trend.p_value is None  # no change test between unordered levels
     with pytest.raises(ReportError, match="--ladder 'dropout': dropout does not vary in this sweep"):
@@ -578,7 +575,7 @@ def test_seeds_added_to_a_ladder_go_to_the_open_level_and_are_judged_against_its
     assert before.word is TrendWord.UNRESOLVED
     open_rows = [s for s in report.family if s.answer is not None and not s.answer.resolved]
     chosen = round_settings(report, open_rows)
-    assert [(s.choices["norm"], s.choices["model.n_layer"]) for s in chosen] == [("pre", "4"), ("post", "4")]
+    assert [(s.choices["norm"], s.choices["model.n_layer"]) for s in chosen] == [("pre", 4), ("post", 4)]
 
     # The design add_seeds starts keeps the axis (`--ladder`: these runs' config names none) before a round starts.
     design = start_design(sweep, "norm=pre", 0.01, 0.05, Budget(max_seeds=5), ladder="model.n_layer")
@@ -655,3 +652,38 @@ def test_a_new_report_moves_aside_every_figure_the_old_one_was_written_with(lr_s
         p.name for p in kept.iterdir()
     }
     assert not (lr_sweep / "lr_sensitivity.png").exists()  # not left beside a report that does not name it
+
+
+def test_two_close_rates_stay_two_settings_and_are_printed_short(tmp_path):
+    """An Optuna search's trials at 0.00125029 and 0.00125039: a setting's identity is the typed value, never
+    its 4-digit display (they once became one setting whose results were averaged)."""
+    sweep = tmp_path / "sweep"
+    for number, (lr, loss) in enumerate([("0.00125029", 2.0), ("0.00125039", 2.5)]):
+        fake_run(sweep, number, "completed", loss, **{"optim.lr": lr}, seed="1")
+    report = build_report(sweep)
+    assert sorted(s.choices["optim.lr"] for s in report.settings) == [0.00125029, 0.00125039]
+    assert [s.estimate.mean for s in report.settings] == [2.0, 2.5]
+    text = markdown(report)
+    assert "| 1 | 0.00125029 | 1 | 2.0000 |" in text and "| 2 | 0.00125039 | 1 | 2.5000 |" in text
+
+
+def test_a_folder_above_sweeps_is_refused_naming_them_and_a_lone_run_is_not_sent_to_a_sweep(tmp_path):
+    """Pooled, two sweeps (or a sweep and the seeds added to it, judged under its sequential design) would
+    be judged as one experiment (issue 50, point 1): each is reported by its own directory."""
+    first, second = tmp_path / "multirun" / "a", tmp_path / "multirun" / "b"
+    for sweep in (first, second):
+        fake_run(sweep, 0, "completed", 2.0, norm="pre", seed="1")
+        (sweep / SWEEP_RECORD).write_text("varies: [norm]\n", encoding="utf-8")
+    fake_run(first / "added" / "look2_x", 0, "completed", 2.1, norm="pre", seed="4")
+    (first / "added" / "look2_x" / SWEEP_RECORD).write_text("varies: [seed]\n", encoding="utf-8")
+    with pytest.raises(ReportError, match=r"holds 2 sweeps \(.*multirun/a, .*multirun/b\); report each"):
+        build_report(tmp_path / "multirun")
+    shutil.rmtree(second)
+    with pytest.raises(ReportError, match=r"holds 1 sweep \(.*multirun/a\)"):  # its added seeds are its own
+        build_report(tmp_path / "multirun")
+    assert len(build_report(first).runs) == 2
+    with pytest.raises(ReportError, match=r"is one run of the sweep .*: report the sweep"):
+        build_report(next(first.glob("0_*")))
+    lone = fake_run(tmp_path / "runs", 0, "completed", 2.0, norm="pre")
+    with pytest.raises(ReportError, match="is a single run, not a sweep: a report compares settings"):
+        build_report(lone)

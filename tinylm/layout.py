@@ -41,6 +41,10 @@ TOKENIZER_FILE = "tokenizer.json"
 RECORD_FILE = "metrics.json"
 TENSORBOARD_DIR = "tb"
 HYDRA_DIR = ".hydra"
+# A multirun's own record in its sweep directory (what varies, what every job shares).
+SWEEP_RECORD = "sweep.yaml"
+# Written by scripts/add_seeds.py beside it: the sequential design its added seeds are judged under.
+DESIGN_FILE = "sequential.json"
 # What a run writes into its directory; a directory holding any of them holds a run.
 RUN_FILES = (CONFIG_FILE, "checkpoints", RECORD_FILE, HYDRA_DIR, TENSORBOARD_DIR)
 STATUSES = ("completed", "failed", "diverged", "interrupted")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -29,6 +30,9 @@ class Choice:
     value: str
     text: str
     sweep: bool = False  # a sweep over several values (`act=gelu,swiglu`, `optim.lr=interval(1e-4,1e-2)`)
+    # The value as Hydra types it (0.0012502860637525488 a float, 3 an int, pre a str); `value` for a sweep or
+    # a list or dict, which are not one comparable value.
+    typed: Any = None
 
     @property
     def is_group(self) -> bool:
@@ -46,9 +50,34 @@ def parse(overrides: Sequence[str]) -> list[Choice]:
         raise OverrideError(f"cannot parse {err.override!r}: {str(err.message).splitlines()[0]}") from None
     return [
         Choice(o.key_or_group, o.get_value_string() if o.is_sweep_override() else o.get_value_element_as_str(),
-               o.input_line or "", o.is_sweep_override())
+               o.input_line or "", o.is_sweep_override(), _typed(o))
         for o in parsed
     ]  # fmt: skip
+
+
+def _typed(override: Any) -> Any:
+    if override.is_sweep_override():
+        return override.get_value_string()
+    value = override.value()
+    return (
+        value
+        if value is None or isinstance(value, bool | int | float | str)
+        else override.get_value_element_as_str()
+    )
+
+
+def typed_value(text: str) -> Any:
+    """`1e-3` -> 0.001, `3` -> 3, `pre` -> "pre": a value written as text, typed as Hydra types an override."""
+    return parse([f"value={text}"])[0].typed
+
+
+def shown(value: Any) -> str:
+    """A choice's value as tables and labels print it: a float to 6 significant digits where that is shorter
+    (an Optuna trial's 0.0012502860637525488 is shown 0.00125029, and still compared as itself)."""
+    if isinstance(value, float):
+        short = f"{value:.6g}"
+        return short if len(short) < len(str(value)) else str(value)
+    return str(value)
 
 
 def choices(overrides: Sequence[str]) -> list[Choice]:

@@ -24,12 +24,14 @@ import math
 import statistics
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from scipy.stats import ttest_ind_from_stats
 
 from tinylm.analysis.runs import shared_reference
 from tinylm.analysis.settings import Rules, Setting, judge_families, pick_baseline, varying
 from tinylm.analysis.stats import Outcome, Verdict, holm
+from tinylm.overrides import shown
 
 # The choice a scale ladder varies (conf/size/): a sweep over it with a baseline that does not name it is a
 # ladder even without `ladder:` (the scale ladder's runs predate it); its levels are ordered by parameters.
@@ -70,7 +72,7 @@ class Trend:
     """One design across levels: the change of its difference from the first level to the last, the test
     of that change (raw and Holm over the designs), the verdict's word and its text."""
 
-    design: dict[str, str]
+    design: dict[str, Any]
     change: float | None
     p_value: float | None
     p_adjusted: float | None
@@ -129,7 +131,7 @@ def _number(text: str) -> float | None:
 
 def judge_ladder(
     family: Sequence[Setting],
-    wanted: dict[str, str],
+    wanted: dict[str, Any],
     columns: Sequence[str],
     rules: Rules,
     axis: Sequence[str],
@@ -140,25 +142,25 @@ def judge_ladder(
     look), then each design's verdict across levels. `columns`: the family's."""
     axis = list(axis)
     columns = [c for c in columns if c not in axis]
-    by_level: dict[str, list[Setting]] = {}
+    by_level: dict[tuple[Any, ...], list[Setting]] = {}
     for setting in family:
-        by_level.setdefault("/".join(setting.choices[key] for key in axis), []).append(setting)
+        by_level.setdefault(tuple(setting.choices[key] for key in axis), []).append(setting)
     levels = [
         (
-            level,
+            value,
             _median([r.params for s in group for r in s.runs]),
             _median([r.max_steps for s in group for r in s.runs]),
         )
-        for level, group in by_level.items()
+        for value, group in by_level.items()
     ]
     if axis == [SCALE_KEY]:
-        levels.sort(key=lambda level: (level[1] is None, level[1] or 0, level[0]))
-    elif ordered(axis, list(by_level)):
-        levels.sort(key=lambda level: float(level[0]))
+        levels.sort(key=lambda level: (level[1] is None, level[1] or 0, level_name(level[0])))
+    elif ordered(axis, [level_name(value) for value in by_level]):
+        levels.sort(key=lambda level: float(level[0][0]))
     groups = [(by_level[level], pick_baseline(by_level[level], wanted, columns)) for level, *_ in levels]
     judged = judge_families(groups, rules, seeds)
     rungs = [
-        Rung(level, params, steps, base, settings)
+        Rung(level_name(level), params, steps, base, settings)
         for (level, params, steps), (_, base), settings in zip(levels, groups, judged, strict=True)
     ]
     return Ladder(axis, columns, rungs, trends(rungs, columns, rules.alpha, axis))
@@ -255,6 +257,11 @@ def _verdict(
         f"changes with {axis}{tested}, not resolved at both ends; " if p is not None and p <= alpha else ""
     )
     return TrendWord.UNRESOLVED, f"not resolved across {noun}s: {changed}{every}"
+
+
+def level_name(values: tuple[Any, ...]) -> str:
+    """A level as the report names it: its axis's values, `/`-joined."""
+    return "/".join(shown(value) for value in values)
 
 
 def _median(values: list[int | None]) -> int | None:

@@ -17,6 +17,7 @@ from tinylm.analysis.runs import natural_key
 from tinylm.analysis.settings import LR, Setting, only, setting_label, varying
 from tinylm.analysis.stats import Comparison, Estimate, seeds_needed
 from tinylm.files import plain
+from tinylm.overrides import shown
 
 _CURVES = ("val_curve", "train_curve", "curve", "health", "window_losses")  # too long for report.json
 
@@ -65,7 +66,7 @@ def _settings_rows(
         e = s.estimate
         rows.append([
             rank if e is not None else "—",
-            *(s.choices.get(c, "—") for c in columns),
+            *(shown(s.choices.get(c, "—")) for c in columns),
             len(s.results),
             fmt_number(e.mean if e else None),
             fmt_number(e.sd if e else None),
@@ -156,14 +157,14 @@ def _seeds_cell(s: Setting, c: Comparison) -> str:
 
 def rates_cell(s: Setting) -> str:
     counts = Counter(s.rates.values())
-    return ", ".join(f"{rate} ×{n}" for rate, n in sorted(counts.items(), key=lambda kv: float(kv[0]))) or "—"
+    return ", ".join(f"{shown(rate)} ×{n}" for rate, n in sorted(counts.items())) or "—"
 
 
 def _family_rows(report: SweepReport) -> list[list]:
     rows = []
     base, columns = report.family_baseline, report.shown_family_columns
     for s in report.family:
-        choices = [s.choices.get(col, "—") for col in columns]
+        choices = [shown(s.choices.get(col, "—")) for col in columns]
         tuned = (
             [rates_cell(s), fmt_number(s.estimate.mean if s.estimate else None)] if report.lr_varies else []
         )
@@ -313,7 +314,7 @@ def _added_section(report: SweepReport) -> list[str]:
             continue
         d = c.difference
         rows.append([
-            *(s.choices.get(col, "—") for col in columns), s.comparison.verdict, len(c.seeds),
+            *(shown(s.choices.get(col, "—")) for col in columns), s.comparison.verdict, len(c.seeds),
             fmt_number(d.mean if d else None, signed=True), fmt_interval(d, signed=True), fmt_p(c.p_value),
             c.verdict,
         ])  # fmt: skip
@@ -457,7 +458,7 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
     shared = {c: report.runs[0].choices.get(c, "—") for c in report.columns if c not in _run_columns(report)}
     shared |= report.common
     if shared:
-        text += ["Shared by every run: " + " ".join(f"`{k}={v}`" for k, v in shared.items()), ""]
+        text += ["Shared by every run: " + " ".join(f"`{k}={shown(v)}`" for k, v in shared.items()), ""]
 
     text += ["## Settings", ""]
     header = ["rank", *cols, "seeds", "mean", "sd", f"{pct} CI", "diverged", "no result", "why", "note"]
@@ -503,7 +504,7 @@ def _runs_table(report: SweepReport) -> list[str]:
         steps = "—" if run.steps is None else f"{run.steps}" + (f"/{run.max_steps}" if run.max_steps else "")
         status = run.status if not run.error else f"{run.status}: {run.error}"
         rows.append([
-            rank if ranked else "—", run.name, *(run.choices.get(c, "—") for c in columns),
+            rank if ranked else "—", run.name, *(shown(run.choices.get(c, "—")) for c in columns),
             "—" if run.params is None else f"{run.params:,}", fmt_number(run.final_val_loss), run.evaluated, fmt_number(run.best_val_loss),
             fmt_number(run.final_bpc, 3), "—" if run.tokens_per_s is None else f"{run.tokens_per_s:,.0f}",
             _fmt_wall_time(run.wall_time_s), steps, status if len(status) <= 120 else status[:117] + "...",

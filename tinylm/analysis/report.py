@@ -15,6 +15,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from tinylm.analysis.diagnosis import Finding, diagnose
 from tinylm.analysis.ladder import SCALE_KEY, Ladder, judge_ladder, with_added
@@ -22,7 +23,6 @@ from tinylm.analysis.runs import (
     DESIGN_CHOICES,
     ReportError,
     RunSummary,
-    display_value,
     read_runs,
     shared_reference,
 )
@@ -51,7 +51,8 @@ from tinylm.analysis.stats import (
     sequential_plan,
 )
 from tinylm.files import write_json
-from tinylm.overrides import OverrideError, parse
+from tinylm.layout import DESIGN_FILE
+from tinylm.overrides import OverrideError, parse, typed_value
 
 REPORT_MD = "report.md"
 # Where a report that a new one would read differently from is kept (sweep_report.keep_previous).
@@ -59,8 +60,6 @@ PREVIOUS_REPORTS = "previous_reports"
 REPORT_JSON = "report.json"
 REPORT_PNG = "report.png"
 SENSITIVITY_PNG = "lr_sensitivity.png"
-# Written by scripts/add_seeds.py: the sequential design its rounds follow, and the seeds of every look.
-DESIGN_FILE = "sequential.json"
 
 
 @dataclass(frozen=True)
@@ -68,7 +67,7 @@ class Round:
     """A round add_seeds has started: the seeds it adds, to the settings with these choices."""
 
     seeds: tuple[str, ...]
-    settings: tuple[dict[str, str], ...]
+    settings: tuple[dict[str, Any], ...]
 
 
 @dataclass(frozen=True)
@@ -113,7 +112,7 @@ class SweepReport:
     sweep_dir: Path
     runs: list[RunSummary]  # ranked: runs with a result by it, then the rest in job order
     columns: list[str]  # the choices shown per run: the design choices, then every override that varies
-    common: dict[str, str]  # overrides every run shares
+    common: dict[str, Any]  # overrides every run shares
     settings: list[Setting]  # ranked by mean
     setting_columns: list[str]  # the columns that tell settings apart (all but seed)
     baseline: Setting | None  # among `settings`, when the learning rate does not vary
@@ -186,9 +185,9 @@ class SweepReport:
         return varying(self.family_columns, [s.choices for s in self.family])
 
 
-def parse_choices(text: str) -> dict[str, str]:
-    """`norm=pre,act=gelu` -> {"norm": "pre", "act": "gelu"}; values read as Hydra reads overrides (so 1e-3
-    is 0.001, as the runs' own records show it)."""
+def parse_choices(text: str) -> dict[str, Any]:
+    """`norm=pre,act=gelu` -> {"norm": "pre", "act": "gelu"}; values typed as Hydra types overrides (so 1e-3
+    is the float 0.001, as in the runs' own records)."""
     pairs = [part.strip() for part in text.split(",") if part.strip()]
     if not pairs or any("=" not in pair or pair.startswith("=") for pair in pairs):
         raise ReportError(
@@ -198,7 +197,7 @@ def parse_choices(text: str) -> dict[str, str]:
         parsed = parse(pairs)
     except OverrideError as err:
         raise ReportError(f"--baseline {text!r}: {err}") from None
-    return {choice.key: display_value(choice.value) for choice in parsed}
+    return {choice.key: choice.typed for choice in parsed}
 
 
 def build_report(
@@ -216,7 +215,7 @@ def build_report(
     keys = list(DESIGN_CHOICES) + sorted({k for r in runs for k in r.choices} - set(DESIGN_CHOICES))
     varied = [k for k in keys if len({r.choices.get(k) for r in runs}) > 1]
     columns = list(DESIGN_CHOICES) + [k for k in varied if k not in DESIGN_CHOICES]
-    common = {k: str(runs[0].choices[k]) for k in keys if k not in varied and k in runs[0].choices}
+    common = {k: runs[0].choices[k] for k in keys if k not in varied and k in runs[0].choices}
     for key in DESIGN_CHOICES:
         common.pop(key, None)
     setting_columns = [c for c in columns if c != "seed"]
@@ -265,7 +264,7 @@ def build_report(
     return judged(assembled, wanted)
 
 
-def judged(report: SweepReport, wanted: dict[str, str]) -> SweepReport:
+def judged(report: SweepReport, wanted: dict[str, Any]) -> SweepReport:
     """`report` with its family judged against the baseline `wanted` names (a ladder's: at each size), and
     the verdicts of the seeds a sequential design added."""
     if report.lr_varies:
@@ -299,7 +298,7 @@ def _as_family(report: SweepReport, family: list[Setting], base: Setting | None)
 
 
 def ladder_axis(
-    flag: str | None, runs: Sequence[RunSummary], columns: Sequence[str], wanted: dict[str, str] | None
+    flag: str | None, runs: Sequence[RunSummary], columns: Sequence[str], wanted: dict[str, Any] | None
 ) -> list[str]:
     """The choices the report judges level by level: --ladder, the experiment's `ladder:`, or `size` when the
     sweep varies it and the baseline does not name it (the scale ladder's runs predate `ladder:`); [] for
@@ -405,13 +404,19 @@ def read_design(sweep_dir: Path) -> Design | None:
             str(data.get("baseline_source", DESIGN_FILE)),
             Round(
                 tuple(str(s) for s in started["seeds"]),
-                tuple({str(k): str(v) for k, v in choices.items()} for choices in started["settings"]),
+                tuple({str(k): _typed(v) for k, v in choices.items()} for choices in started["settings"]),
             ) if started else None,
             int(data.get("rounds_since_look", 0)),
             ladder=tuple(str(k) for k in data["ladder"]) if data.get("ladder") is not None else None,
         )  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise ReportError(f"{path} is not a sequential design scripts/add_seeds.py wrote: {err}") from None
+
+
+def _typed(value: Any) -> Any:
+    """A choice as sequential.json holds it: typed, or as text in designs written before choices kept their
+    type."""
+    return typed_value(value) if isinstance(value, str) else value
 
 
 def write_design(sweep_dir: Path, design: Design) -> None:

@@ -19,11 +19,13 @@ from omegaconf import OmegaConf
 from tinylm.errors import ConfigError, UserError
 from tinylm.layout import (
     CONFIG_FILE,
+    DESIGN_FILE,
     FINAL_SPLIT_WINDOWS,
     FINAL_VAL_LOSS,
     FINAL_WINDOW_LOSSES,
     HYDRA_DIR,
     REFERENCE_LEVELS,
+    SWEEP_RECORD,
     evaluated_windows,
     read_run_record,
 )
@@ -53,7 +55,7 @@ class RunSummary:
     path: Path
     name: str
     status: str
-    choices: dict[str, str]
+    choices: dict[str, Any]  # key -> the value as Hydra types it (a rate is a float)
     seed: str = "—"
     max_steps: int | None = None
     chars_per_step: int | None = None
@@ -101,9 +103,22 @@ def find_run_dirs(sweep_dir: str | Path) -> list[Path]:
             f"{str(sweep_dir)!r} is not a directory; pass a sweep directory (runs/multirun/...)"
         )
     if (sweep_dir / HYDRA_DIR / "overrides.yaml").is_file():
+        above = sweep_dir.parent
+        if (above / SWEEP_RECORD).is_file():
+            raise ReportError(
+                f"{str(sweep_dir)!r} is one run of the sweep {str(above)!r}: report the sweep, "
+                f"`python scripts/report.py {above}`"
+            )
         raise ReportError(
-            f"{str(sweep_dir)!r} is a single run's directory, not a sweep; pass the sweep directory above it "
-            "(made by `scripts/train.py -m ...`)"
+            f"{str(sweep_dir)!r} is a single run, not a sweep: a report compares settings over seeds; its curves "
+            f"are in `tensorboard --logdir {sweep_dir}` and how it ended in its metrics.json"
+        )
+    sweeps = sweeps_below(sweep_dir)
+    if sweeps and sweeps != [sweep_dir]:
+        listed = ", ".join(str(s) for s in sweeps)
+        raise ReportError(
+            f"{str(sweep_dir)!r} holds {len(sweeps)} sweep{'s' if len(sweeps) > 1 else ''} ({listed}); report "
+            "each by its own directory: pooled, their seeds would be judged as one experiment"
         )
     runs = [p.parent.parent for p in sweep_dir.rglob(".hydra/overrides.yaml")]
     if not runs:
@@ -112,6 +127,13 @@ def find_run_dirs(sweep_dir: str | Path) -> list[Path]:
             "`scripts/train.py -m ...`, e.g. runs/multirun/<date>/<time>"
         )
     return sorted(runs, key=lambda p: natural_key(p.relative_to(sweep_dir).as_posix()))
+
+
+def sweeps_below(directory: Path) -> list[Path]:
+    """The sweeps in `directory` (itself included): each directory with a sweep record or a sequential design,
+    less those inside another (a sweep's added seeds are launched as sweeps of their own in its added/)."""
+    marked = {p.parent for name in (SWEEP_RECORD, DESIGN_FILE) for p in directory.rglob(name)}
+    return sorted(d for d in marked if not any(other in d.parents for other in marked))
 
 
 def natural_key(text: str) -> list[Any]:
@@ -126,22 +148,11 @@ def _short_name(run_dir: Path, sweep_dir: Path) -> str:
     return (relative.parent / number[1]).as_posix() if number else relative.as_posix()
 
 
-def read_overrides(run_dir: Path) -> dict[str, str]:
-    """The run's command-line choices (Hydra's record of its overrides) as key -> value text."""
+def read_overrides(run_dir: Path) -> dict[str, Any]:
+    """The run's command-line choices (Hydra's record of its overrides), key -> value as Hydra types it: two
+    Optuna trials at 0.00125029 and 0.00125039 stay two settings, however they are printed."""
     lines = OmegaConf.to_container(OmegaConf.load(run_dir / HYDRA_DIR / "overrides.yaml")) or []
-    return {choice.key: display_value(choice.value) for choice in choices([str(line) for line in lines])}
-
-
-def display_value(text: str) -> str:
-    """Sampled floats (an Optuna trial's 0.0012502860637525488) shortened to 4 significant digits."""
-    try:
-        number = float(text)
-    except ValueError:
-        return text
-    if number.is_integer() and "e" not in text.lower() and "." not in text:
-        return text
-    short = f"{number:.4g}"
-    return short if len(short) < len(text) else text
+    return {choice.key: choice.typed for choice in choices([str(line) for line in lines])}
 
 
 def _from_config(run_dir: Path) -> dict[str, Any]:
@@ -322,11 +333,11 @@ def shared_reference(runs: Sequence[RunSummary]) -> dict[str, float] | None:
 
 def runs_frame(runs: Sequence[RunSummary], columns: Sequence[str]) -> pd.DataFrame:
     """The runs as a tidy table, a row per run in the order given (its index is the run's position): a
-    column per choice in `columns` (as text, "—" where a run has none), then its seed and `result` (+inf
-    diverged, NaN none). What the report groups into settings and what the figures aggregate."""
+    column per choice in `columns` (its typed value, "—" where a run has none), then its seed and `result`
+    (+inf diverged, NaN none). What the report groups into settings and what the figures aggregate."""
     return pd.DataFrame(
         {
-            **{c: [str(run.choices.get(c, "—")) for run in runs] for c in columns},
+            **{c: pd.Series([run.choices.get(c, "—") for run in runs], dtype=object) for c in columns},
             "seed": [run.seed for run in runs],
             "result": [math.nan if run.result is None else run.result for run in runs],
         },

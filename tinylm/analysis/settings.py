@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from tinylm.analysis.runs import ReportError, RunSummary, runs_frame, shared_reference
 from tinylm.analysis.stats import (
@@ -19,6 +20,7 @@ from tinylm.analysis.stats import (
     paired_tests,
     tuned_tests,
 )
+from tinylm.overrides import shown
 
 LR = "optim.lr"
 
@@ -28,14 +30,14 @@ class Setting:
     """The runs that differ only in their seed; in the tuned table, the runs of every learning rate, each
     seed's result taken at the rate the other seeds chose (`rates`)."""
 
-    choices: dict[str, str]
+    choices: dict[str, Any]
     runs: list[RunSummary]
     results: dict[str, float] = field(default_factory=dict)  # seed -> final val loss (+inf: diverged)
     windows: dict[str, list[float]] = field(default_factory=dict)  # seed -> final per-window losses
     estimate: Estimate | None = None
     comparison: Comparison | None = None
-    rates: dict[str, str] = field(default_factory=dict)  # tuned: seed -> the rate chosen on the other seeds
-    by_rate: dict[str, dict[str, float]] = field(default_factory=dict)  # tuned: rate -> seed -> result
+    rates: dict[str, float] = field(default_factory=dict)  # tuned: seed -> the rate chosen on the other seeds
+    by_rate: dict[float, dict[str, float]] = field(default_factory=dict)  # tuned: rate -> seed -> result
     missing: tuple[str, ...] = ()  # tuned: seeds with no run at the rate the other seeds chose
     # A sequential extension's comparison (scripts/add_seeds.py): over the seeds added after the first look
     # only, with the verdict of the first look that resolved it.
@@ -64,18 +66,18 @@ class Setting:
     def label(self, columns: Sequence[str]) -> str:
         return setting_label(self.choices, columns)
 
-    def key(self, columns: Sequence[str]) -> tuple[str, ...]:
+    def key(self, columns: Sequence[str]) -> tuple[Any, ...]:
         return tuple(self.choices.get(c, "—") for c in columns)
 
 
-def setting_label(choices: dict[str, str], columns: Sequence[str]) -> str:
+def setting_label(choices: dict[str, Any], columns: Sequence[str]) -> str:
     """`norm=pre act=gelu`: how a setting is named in tables, legends and figures."""
-    return " ".join(f"{c}={choices.get(c, '—')}" for c in columns) or "all runs"
+    return " ".join(f"{c}={shown(choices.get(c, '—'))}" for c in columns) or "all runs"
 
 
-def varying(columns: Sequence[str], choices: Sequence[dict[str, str]]) -> list[str]:
+def varying(columns: Sequence[str], choices: Sequence[dict[str, Any]]) -> list[str]:
     """The columns whose value differs between `choices`: the others are stated once, not in every row."""
-    return [c for c in columns if len({str(row.get(c, "—")) for row in choices}) > 1]
+    return [c for c in columns if len({row.get(c, "—") for row in choices}) > 1]
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ class Rules:
 def group_settings(runs: Sequence[RunSummary], columns: Sequence[str], confidence: float) -> list[Setting]:
     """Runs grouped by every column but the seed, ranked by their mean result (settings without one last)."""
     settings = []
-    for key, rows in runs_frame(runs, columns).groupby(list(columns), sort=False):
+    for key, rows in runs_frame(runs, columns).groupby(list(columns), sort=False, dropna=False):
         members = [runs[i] for i in rows.index]
         finished = [run for run in members if run.result is not None]
         results = {run.seed: run.result for run in finished}
@@ -120,7 +122,7 @@ def tuned_settings(
             for s in group
         }
         results: dict[str, float] = {}
-        rates: dict[str, str] = {}
+        rates: dict[str, Any] = {}
         missing: tuple[str, ...] = ()
         if choose_on is not None:
             rate = chosen_rate(by_rate, choose_on)
@@ -130,7 +132,7 @@ def tuned_settings(
             fit = cross_fit(by_rate)
             if fit is not None:
                 results = {str(seed): v for seed, v in fit.values.items()}
-                rates = {str(seed): str(rate) for seed, rate in fit.rates.items()}
+                rates = {str(seed): rate for seed, rate in fit.rates.items()}
                 missing = tuple(str(seed) for seed in fit.missing)
         at_rate = {s.choices[LR]: s for s in group}
         windows = {
@@ -140,13 +142,13 @@ def tuned_settings(
             Setting(
                 dict(zip(columns, key, strict=True)), [run for s in group for run in s.runs], results, windows,
                 estimate(list(results.values()), confidence) if results else None, rates=rates,
-                by_rate={str(rate): dict(runs) for rate, runs in by_rate.items()}, missing=missing,
+                by_rate={rate: dict(runs) for rate, runs in by_rate.items()}, missing=missing,
             )
         )  # fmt: skip
     return sorted(tuned, key=by_mean)
 
 
-def chosen_rate(by_rate: dict[str, dict[str, float]], choose_on: Collection[str]) -> str:
+def chosen_rate(by_rate: dict[float, dict[str, float]], choose_on: Collection[str]) -> float:
     """The rate with the lowest mean over the `choose_on` seeds (one that diverged on any never wins)."""
     return min(by_rate, key=lambda rate: mean_or_inf([v for s, v in by_rate[rate].items() if s in choose_on]))
 
@@ -155,21 +157,21 @@ def by_mean(setting: Setting) -> float:
     return setting.estimate.mean if setting.estimate and not math.isnan(setting.estimate.mean) else math.inf
 
 
-def groups_of(settings: Sequence[Setting], columns: Sequence[str]) -> dict[tuple[str, ...], list[Setting]]:
-    groups: dict[tuple[str, ...], list[Setting]] = {}
+def groups_of(settings: Sequence[Setting], columns: Sequence[str]) -> dict[tuple[Any, ...], list[Setting]]:
+    groups: dict[tuple[Any, ...], list[Setting]] = {}
     for setting in settings:
         groups.setdefault(setting.key(columns), []).append(setting)
     return groups
 
 
-def pick_baseline(settings: Sequence[Setting], wanted: dict[str, str], columns: Sequence[str]) -> Setting:
+def pick_baseline(settings: Sequence[Setting], wanted: dict[str, Any], columns: Sequence[str]) -> Setting:
     """The one setting `wanted` names."""
     unknown = sorted(set(wanted) - set(columns))
     if unknown:
         raise ReportError(
             f"the baseline names {unknown}, which do not vary in this sweep; choose among {', '.join(columns)}"
         )
-    described = ",".join(f"{k}={v}" for k, v in wanted.items())
+    described = ",".join(f"{k}={shown(v)}" for k, v in wanted.items())
     matching = [s for s in settings if all(s.choices.get(k) == v for k, v in wanted.items())]
     if len(matching) > 1:
         unnamed = [c for c in columns if c not in wanted and len({s.choices.get(c) for s in matching}) > 1]

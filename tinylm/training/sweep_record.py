@@ -19,9 +19,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from tinylm.layout import SWEEP_RECORD
 from tinylm.overrides import parse, run_label
-
-SWEEP_RECORD = "sweep.yaml"
 
 
 def sweep_overrides(arguments: Sequence[str], params: dict[str, Any] | None = None) -> dict[str, list[str]]:
