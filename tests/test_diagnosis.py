@@ -6,6 +6,7 @@ show it (a deep post-norm stack, QK-norm off at lr 1e-1, a rate that blows up, a
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from pathlib import Path
@@ -417,6 +418,19 @@ def test_the_report_says_why_and_draws_the_curve_a_finding_names(grid_sweep, tmp
     assert "training_health/token_spread/block_9" in why and "why_token_spread.png" in why
     assert sweep_dir / "why_token_spread.png" in written
     assert matplotlib.image.imread(sweep_dir / "why_token_spread.png").shape[0] > 100
+    # report.json holds the Why rows and the probe rows report.md states (computed once, in the report).
+    record = json.loads((sweep_dir / "report.json").read_text(encoding="utf-8"))
+    stated = [row for row in record["why"] if row["design"]["norm"] == "post"]
+    assert stated and all(
+        f["kind"] == "tokens collapsed" and f["example"]["tag"] == "training_health/token_spread/block_9"
+        for row in stated for f in row["findings"] if f["kind"] != "still improving"
+    )  # fmt: skip
+    assert len(stated) == why.count("- **norm=post")
+    probed = text.split("## At initialisation")[1].split("\n## ")[0]
+    assert len(record["probe"]) == 4 and all(
+        f"{row['token_spread']:.3f}" in probed or f"{row['token_spread']:.2e}" in probed
+        for row in record["probe"]
+    )
 
 
 # --- issue 34: the cause named (overfitting, still improving never failed, dead units, episodes) --------------

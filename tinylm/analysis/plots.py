@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tinylm.analysis.report import SweepReport
-from tinylm.analysis.runs import runs_frame
+from tinylm.analysis.runs import HEALTH_PREFIX, runs_frame
 from tinylm.analysis.settings import LR, Setting, setting_label
 from tinylm.analysis.stats import Estimate, Outcome, estimate
+from tinylm.analysis.why import judged_runs, quantity, why_path
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -383,3 +384,40 @@ def plot_ladder(
 
 # Characters per line of the verdicts across levels under the ladder figure.
 ACROSS_WIDTH = 150
+
+
+def why_figures(report: SweepReport) -> dict[str, dict[str, list]]:
+    """The curves of `why_<quantity>.png` for every health quantity a *Why* row's finding names: that tag in
+    each explained setting's judged runs, and the same block's in the runs of the baseline it is judged
+    against; by quantity, then by the label of the runs' setting."""
+    wanted: dict[str, dict[str, list]] = {}
+    for row in report.why:
+        columns = list(row.design)
+        for f in row.findings:
+            name = quantity(f.example.tag)
+            if not name:
+                continue
+            curves = wanted.setdefault(name, {})
+            label = row.setting.label(columns)
+            curves.pop(f"{label} (baseline)", None)  # a baseline explained in its own right: drawn once
+            curves[label] = [run.health.get(f.example.tag, []) for run in judged_runs(row.setting)]
+            base = report.baseline_of(row.setting)
+            if base is not None and base is not row.setting and base.label(columns) not in curves:
+                curves.setdefault(
+                    f"{base.label(columns)} (baseline)",
+                    [run.health.get(f.example.tag, []) for run in judged_runs(base)],
+                )
+    return wanted
+
+
+def draw_why(report: SweepReport) -> list[Path]:
+    """Draws each of `why_figures` into the sweep directory."""
+    return [
+        plot_health(
+            curves,
+            why_path(report.sweep_dir, name),
+            f"{HEALTH_PREFIX}{name}",
+            f"{report.sweep_dir.name}: {name}, the runs diagnosed and their baselines",
+        )
+        for name, curves in why_figures(report).items()
+    ]

@@ -12,10 +12,12 @@ from typing import Any
 
 from tinylm.analysis.diagnosis import Finding, why_cell
 from tinylm.analysis.ladder import Ladder
-from tinylm.analysis.report import DESIGN_FILE, SweepReport
+from tinylm.analysis.report import DESIGN_FILE, REPORT_PNG, SweepReport
 from tinylm.analysis.runs import natural_key
 from tinylm.analysis.settings import LR, Setting, only, setting_label, varying
 from tinylm.analysis.stats import Comparison, Estimate, seeds_needed
+from tinylm.analysis.sweep_probe import SHOWN
+from tinylm.analysis.why import quantity, why_path
 from tinylm.files import plain
 from tinylm.overrides import shown
 
@@ -558,6 +560,83 @@ def to_json(report: SweepReport) -> dict[str, Any]:
                 | {"diagnosis": report.findings.get(r.path, [])}
                 for r in report.runs
             ],
+            "why": [
+                {
+                    "design": row.design,
+                    "verdict": row.verdict,
+                    "difference": row.difference,
+                    "baseline": row.baseline,
+                    "findings": row.findings,
+                }
+                for row in report.why
+            ],
+            "probe": report.probe,
         }
         | ({"scale": report.ladder.trends} if report.ladder is not None else {})
     )
+
+
+def why_section(report: SweepReport) -> list[str]:
+    """The *Why* section: a sentence or two per row of `report.why`, naming the figure of each health tag."""
+    if not report.why:
+        return []
+    text = [
+        "## Why",
+        "",
+        "What the curves of each setting that lost or failed show (its judged runs; thresholds in "
+        "docs/diagnosis.md). Loss findings are in "
+        f"{REPORT_PNG} (the reference levels are its dashed lines); health findings in the figure named.",
+        "",
+    ]
+    for row in report.why:
+        label = setting_label(row.design, list(row.design))
+        if row.verdict is not None and row.difference is not None:
+            outcome = f"{row.verdict}, {row.difference:+.3f}"
+        else:  # a baseline (a ladder has one per level) is named as one, not as a failure
+            outcome = "baseline" if row.baseline else "failed"
+        if not row.findings:
+            text += [f"- **{label}** ({outcome}): nothing in its curves names a cause.", ""]
+            continue
+        sentences = []
+        for f in row.findings:
+            example = f.example
+            began = f", from step {example.step}" if example.step is not None else ""
+            name = quantity(example.tag)
+            where = f"`{example.tag}`" + (f", {why_path(Path(), name).name}" if name else "")
+            sentences.append(
+                f"{f.kind} in {f.count}/{f.of} runs (seed {f.seed}{began}: {example.evidence}; {where})"
+            )
+        text += [f"- **{label}** ({outcome}): " + "; ".join(sentences) + ".", ""]
+    return text
+
+
+def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The depth probe's section: one line per shape the runs trained."""
+    if not rows:
+        return []
+    from tinylm.probe.depth import label
+
+    header = ["norm", "act", "blocks", "d_model", *(f"{label(key)}, block n" for key in SHOWN)]
+    lines = [
+        "## At initialisation: the depth probe at this sweep's shapes",
+        "",
+        "Each placement's fresh blocks (no embeddings, no head), initialised as its runs were, one forward and "
+        "backward pass on `randn` input over the runs' context with causal attention, loss a fixed random "
+        "projection, float64; measured after the last block n (docs/probe.md). Token spread near 0 means the "
+        "tokens have collapsed onto one vector; ‖∇W_q‖ and ‖∇W_k‖ orders of magnitude below ‖∇W_v‖ mean "
+        "queries and keys get no gradient to learn from.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+    ]
+    for row in rows:
+        shape = [row["norm"], row["act"], str(row["n_layer"]), str(row["d_model"])]
+        cells = [*shape, *(_probe_value(row[key]) for key in SHOWN)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _probe_value(value: float) -> str:
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.3f}" if 0.01 <= abs(value) < 1000 else f"{value:.2e}"

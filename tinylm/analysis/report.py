@@ -50,6 +50,8 @@ from tinylm.analysis.stats import (
     judge,
     sequential_plan,
 )
+from tinylm.analysis.sweep_probe import probe_rows
+from tinylm.analysis.why import WhyRow, why_rows
 from tinylm.files import write_json
 from tinylm.layout import DESIGN_FILE
 from tinylm.overrides import OverrideError, parse, typed_value
@@ -129,6 +131,10 @@ class SweepReport:
     axis: list[str] = field(default_factory=list)
     ladder: Ladder | None = None
     findings: dict[Path, list[Finding]] = field(default_factory=dict)  # each run's diagnosis, by its path
+    why: list[WhyRow] = field(
+        default_factory=list
+    )  # each setting that lost or failed, and what its runs show
+    probe: list[dict[str, Any]] = field(default_factory=list)  # the depth probe at each of the runs' shapes
 
     @property
     def lr_varies(self) -> bool:
@@ -179,6 +185,14 @@ class SweepReport:
     def rules(self) -> Rules:
         return Rules(self.confidence, self.alpha, self.min_effect, self.lr_varies)
 
+    def baseline_of(self, setting: Setting) -> Setting | None:
+        """The setting `setting` is judged against: the family's baseline, or on a ladder its level's."""
+        if self.ladder is None:
+            return self.family_baseline
+        return next(
+            (rung.baseline for rung in self.ladder.rungs if any(s is setting for s in rung.settings)), None
+        )
+
     @property
     def shown_family_columns(self) -> list[str]:
         """The family's columns a table shows: those whose value varies between its rows."""
@@ -207,9 +221,11 @@ def build_report(
     curve: str | None = None,
     min_effect: float | None = None,
     ladder: str | None = None,
+    probe: bool = False,
 ) -> SweepReport:
     """The report of a sweep, in one pass: runs, settings, the family judged against its baseline (or the
-    ladder, size by size), the added seeds' verdicts, each run's findings."""
+    ladder, size by size), the added seeds' verdicts, each run's findings and what they explain; `probe`: the
+    depth probe at the runs' shapes too (torch, seconds)."""
     sweep_dir = Path(sweep_dir)
     runs = read_runs(sweep_dir, curve)
     keys = list(DESIGN_CHOICES) + sorted({k for r in runs for k in r.choices} - set(DESIGN_CHOICES))
@@ -259,9 +275,17 @@ def build_report(
     ):  # each setting cross-fitted on the sweep's own seeds (an extension's are judged apart)
         tuned = tuned_settings(settings, assembled.family_columns, confidence, seeds=assembled.own_seeds)
         assembled = replace(assembled, tuned=tuned)
-    if wanted is None:
-        return assembled
-    return judged(assembled, wanted)
+    report = assembled if wanted is None else judged(assembled, wanted)
+    explained, columns = (
+        (report.family, report.family_columns)
+        if len(report.family) > 1
+        else (report.settings, setting_columns)
+    )
+    return replace(
+        report,
+        why=why_rows(explained, columns, report.findings, report.baselines),
+        probe=probe_rows(runs) if probe else [],
+    )
 
 
 def judged(report: SweepReport, wanted: dict[str, Any]) -> SweepReport:

@@ -4,13 +4,12 @@ One forward and backward pass per shape: seconds."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from tinylm.analysis.runs import RunSummary
 
-# The probe's measurements shown for the last block, where a collapse is deepest.
+# The probe's measurements kept for the last block, where a collapse is deepest.
 SHOWN = ("stream_rms", "token_spread", "grad_w_q", "grad_w_k", "grad_w_v", "grad_w_o")
 
 
@@ -38,37 +37,5 @@ def probe_rows(runs: Sequence[RunSummary], batch_size: int = 4, seed: int = 0) -
             config, batch_size=batch_size, seq_len=config.block_size, seed=seed, causal=True
         )
         shape = {"norm": config.norm, "act": config.act, "n_layer": config.n_layer, "d_model": config.d_model}
-        rows.append({**shape, **measured[-1]})
+        rows.append({**shape, **{key: measured[-1][key] for key in SHOWN}})
     return rows
-
-
-def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """The report's section: one line per shape."""
-    if not rows:
-        return []
-    from tinylm.probe.depth import label
-
-    header = ["norm", "act", "blocks", "d_model", *(f"{label(key)}, block n" for key in SHOWN)]
-    lines = [
-        "## At initialisation: the depth probe at this sweep's shapes",
-        "",
-        "Each placement's fresh blocks (no embeddings, no head), initialised as its runs were, one forward and "
-        "backward pass on `randn` input over the runs' context with causal attention, loss a fixed random "
-        "projection, float64; measured after the last block n (docs/probe.md). Token spread near 0 means the "
-        "tokens have collapsed onto one vector; ‖∇W_q‖ and ‖∇W_k‖ orders of magnitude below ‖∇W_v‖ mean "
-        "queries and keys get no gradient to learn from.",
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join("---" for _ in header) + "|",
-    ]
-    for row in rows:
-        shape = [row["norm"], row["act"], str(row["n_layer"]), str(row["d_model"])]
-        cells = [*shape, *(_value(row[key]) for key in SHOWN)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return [*lines, ""]
-
-
-def _value(value: float) -> str:
-    if not math.isfinite(value):
-        return str(value)
-    return f"{value:.3f}" if 0.01 <= abs(value) < 1000 else f"{value:.2e}"

@@ -8,8 +8,8 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from tinylm.analysis.plots import plot_lr_sensitivity, plot_report
-from tinylm.analysis.render import markdown, to_json
+from tinylm.analysis.plots import draw_why, plot_lr_sensitivity, plot_report
+from tinylm.analysis.render import markdown, probe_section, to_json, why_section
 from tinylm.analysis.report import (
     PREVIOUS_REPORTS,
     REPORT_JSON,
@@ -20,8 +20,6 @@ from tinylm.analysis.report import (
     build_report,
 )
 from tinylm.analysis.scale import LADDER_PNG, SCALE_PNG, draw_ladder, draw_ladder_verdicts, ladder_section
-from tinylm.analysis.sweep_probe import probe_rows, probe_section
-from tinylm.analysis.why import draw_why, explained, why_figures, why_path, why_section
 from tinylm.files import write_json
 
 
@@ -38,7 +36,7 @@ def write_report(
     scalar than the validation loss), lr_sensitivity.png when the learning rate varies, scale.png for a scale
     ladder and why_<quantity>.png for each health curve a diagnosis names, into the sweep directory; returns
     the markdown and the paths written."""
-    report = build_report(sweep_dir, baseline, curve=curve, min_effect=min_effect, ladder=ladder)
+    report = build_report(sweep_dir, baseline, curve=curve, min_effect=min_effect, ladder=ladder, probe=True)
     if curve and not any(run.curve for run in report.runs):
         raise ReportError(
             f"--curve {curve}: no run of this sweep logged it; try loss/train, lr, or "
@@ -46,11 +44,8 @@ def write_report(
         )
     figure = f"report_{curve.replace('/', '_')}.png" if curve else REPORT_PNG
     written = [report.sweep_dir / REPORT_MD, report.sweep_dir / REPORT_JSON, report.sweep_dir / figure]
-    lost = explained(report)
-    curves = why_figures(report, lost)
-    figures = {quantity: why_path(report.sweep_dir, quantity) for quantity in curves}
     sections = ladder_section(report, report.ladder) if report.ladder else []
-    sections += why_section(report, lost, figures) + probe_section(probe_rows(report.runs))
+    sections += why_section(report) + probe_section(report.probe)
     text = markdown(report, sections)
     # Before anything is written: the old report goes aside with every figure it was written with.
     drawn = [SENSITIVITY_PNG, SCALE_PNG, LADDER_PNG, "why_*.png", "report*.png"]
@@ -66,7 +61,7 @@ def write_report(
         written.append(draw_ladder_verdicts(report, report.ladder, report.sweep_dir / LADDER_PNG))
     if report.ladder and report.ladder.noun == "size":
         written.append(draw_ladder(report, report.ladder, report.sweep_dir / SCALE_PNG))
-    written += draw_why(report, curves)
+    written += draw_why(report)
     return text, written
 
 
