@@ -2,7 +2,8 @@
 [--min-effect 0.01]`.
 
 Writes SWEEP_DIR/report.md (also printed), report.json, report.png and, when the learning rate varies,
-lr_sensitivity.png (docs/sweeps.md).
+lr_sensitivity.png (docs/sweeps.md). `python scripts/report.py --from-json PATH/report.json` writes report.md
+again beside that json, from it alone (with the figures that need no curves).
 """
 
 from tinylm.cli import USAGE_EXIT_CODE, OneLineErrors, exit_with
@@ -13,7 +14,12 @@ def main() -> None:
         prog="python scripts/report.py",
         description="Compare a sweep's settings over seeds (markdown, JSON) and plot their curves (PNG).",
     )
-    parser.add_argument("sweep_dir", help="a sweep directory, e.g. runs/multirun/<date>/<time>")
+    parser.add_argument("sweep_dir", nargs="?", help="a sweep directory, e.g. runs/multirun/<date>/<time>")
+    parser.add_argument(
+        "--from-json",
+        metavar="REPORT_JSON",
+        help="render report.md again from a report.json alone, beside it (no runs needed)",
+    )
     parser.add_argument(
         "--baseline",
         help="the setting to compare against, e.g. norm=pre,act=gelu (default: the experiment preset's "
@@ -42,19 +48,26 @@ def main() -> None:
     args = parser.parse_args()
     if args.min_effect is not None and not args.min_effect > 0:
         parser.error("--min-effect must be a positive number of nats/char")
+    if (args.sweep_dir is None) == (args.from_json is None):
+        parser.error("pass a sweep directory, or --from-json PATH/report.json (one of them)")
 
-    from tinylm.analysis.sweep_report import write_report  # after parsing: --help and usage errors stay fast
+    # After parsing: --help and usage errors stay fast.
+    from tinylm.analysis.sweep_report import write_from_json, write_report
     from tinylm.errors import UserError
 
     try:
-        text, written = write_report(
-            args.sweep_dir, args.baseline, args.x, args.band, args.curve, args.min_effect, args.ladder
-        )
+        if args.from_json is not None:
+            text, written = write_from_json(args.from_json)
+        else:
+            text, written = write_report(
+                args.sweep_dir, args.baseline, args.x, args.band, args.curve, args.min_effect, args.ladder
+            )
     except UserError as error:
         exit_with(str(error), USAGE_EXIT_CODE)
     except OSError as error:
         exit_with(
-            f"cannot write the report into {args.sweep_dir}: {error.strerror or error}", USAGE_EXIT_CODE
+            f"cannot write the report into {args.sweep_dir or args.from_json}: {error.strerror or error}",
+            USAGE_EXIT_CODE,
         )
     print(text)
     print("wrote " + ", ".join(str(path) for path in written))

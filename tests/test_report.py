@@ -182,6 +182,26 @@ def test_report_of_seeds_times_learning_rates_has_intervals_a_tuned_table_and_bo
     _assert_valid_png(seeds_by_lrs / SENSITIVITY_PNG)
 
 
+def test_report_md_renders_again_from_report_json_alone(seeds_by_lrs, tmp_path):
+    """`--from-json`: report.json holds every value report.md states, so a copy of it alone, with no runs
+    beside it, renders the same report.md (and the figure that needs no curves)."""
+    code, stderr = report_script(str(seeds_by_lrs))
+    assert code == 0, stderr
+    shutil.copy(seeds_by_lrs / REPORT_JSON, tmp_path / REPORT_JSON)
+    code, stderr = report_script("--from-json", str(tmp_path / REPORT_JSON))
+    assert code == 0, stderr
+    assert (tmp_path / REPORT_MD).read_text(encoding="utf-8") == (seeds_by_lrs / REPORT_MD).read_text(
+        encoding="utf-8"
+    )
+    _assert_valid_png(tmp_path / SENSITIVITY_PNG)
+    assert not (tmp_path / REPORT_PNG).exists()  # its curves are not in report.json
+    (tmp_path / "bad.json").write_text("{}", encoding="utf-8")
+    code, stderr = report_script("--from-json", str(tmp_path / "bad.json"))
+    assert code == 2 and stderr.startswith("error: ") and stderr.count("\n") == 1
+    code, stderr = report_script()
+    assert code == 2 and "--from-json" in stderr
+
+
 @pytest.mark.parametrize("kind", ["missing", "empty", "not a sweep", "single run"])
 def test_report_on_a_directory_that_is_not_a_sweep_fails_in_one_line(grid_sweep, tmp_path, kind):
     target = {

@@ -126,3 +126,15 @@ def test_the_cost_table_is_what_the_runs_took():
         assert row[header.index("one run (median, range)")] == f"{median:.0f} s ({low:.0f}–{high:.0f} s)", (
             sweep
         )
+
+
+@pytest.mark.parametrize("report", sorted(p.name for p in (DOCS / "results").iterdir()))
+def test_every_stored_report_renders_again_from_its_json_alone(report):
+    """Each stored report.md is what its report.json renders to, byte for byte (issue 47, point 2)."""
+    from tinylm.analysis.report_json import from_json
+    from tinylm.analysis.sweep_report import report_markdown
+
+    folder = DOCS / "results" / report
+    record = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+    assert record["format"] == 2 and "why" in record and "probe" in record
+    assert report_markdown(from_json(record)) == (folder / "report.md").read_text(encoding="utf-8")

@@ -19,7 +19,7 @@ from scipy.stats import t as student_t
 
 from tinylm.analysis.add_seeds import ADDED_DIR, Budget, round_settings, start_design
 from tinylm.analysis.ladder import TrendWord
-from tinylm.analysis.render import fmt_interval, markdown, to_json
+from tinylm.analysis.render import fmt_interval, markdown
 from tinylm.analysis.report import (
     PREVIOUS_REPORTS,
     REPORT_MD,
@@ -27,6 +27,7 @@ from tinylm.analysis.report import (
     read_design,
     write_design,
 )
+from tinylm.analysis.report_json import to_json
 from tinylm.analysis.runs import ReportError, RunSummary, runs_frame
 from tinylm.analysis.scale import ladder_section
 from tinylm.analysis.settings import group_settings

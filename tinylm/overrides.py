@@ -71,6 +71,17 @@ def typed_value(text: str) -> Any:
     return parse([f"value={text}"])[0].typed
 
 
+def typed_choice(value: Any) -> Any:
+    """A choice's value as a file holds it: already typed (JSON), or as text (files written before choices
+    kept their type), typed as Hydra would; text Hydra cannot read stays text."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return typed_value(value)
+    except OverrideError:
+        return value
+
+
 def shown(value: Any) -> str:
     """A choice's value as tables and labels print it: a float to 6 significant digits where that is shorter
     (an Optuna trial's 0.0012502860637525488 is shown 0.00125029, and still compared as itself)."""

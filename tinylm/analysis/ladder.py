@@ -142,6 +142,21 @@ def judge_ladder(
     look), then each design's verdict across levels. `columns`: the family's."""
     axis = list(axis)
     columns = [c for c in columns if c not in axis]
+    levels = ladder_levels(family, axis)
+    groups = [(group, pick_baseline(group, wanted, columns)) for *_, group in levels]
+    judged = judge_families(groups, rules, seeds)
+    rungs = [
+        Rung(level, params, steps, base, settings)
+        for (level, params, steps, _), (_, base), settings in zip(levels, groups, judged, strict=True)
+    ]
+    return Ladder(axis, columns, rungs, trends(rungs, columns, rules.alpha, axis))
+
+
+def ladder_levels(
+    family: Sequence[Setting], axis: Sequence[str]
+) -> list[tuple[str, int | None, int | None, list[Setting]]]:
+    """The family's settings by level of `axis`: each level's name, its runs' median parameters and steps,
+    and its settings; in the axis's order (by parameters for sizes, by value for one numeric choice)."""
     by_level: dict[tuple[Any, ...], list[Setting]] = {}
     for setting in family:
         by_level.setdefault(tuple(setting.choices[key] for key in axis), []).append(setting)
@@ -153,17 +168,11 @@ def judge_ladder(
         )
         for value, group in by_level.items()
     ]
-    if axis == [SCALE_KEY]:
+    if list(axis) == [SCALE_KEY]:
         levels.sort(key=lambda level: (level[1] is None, level[1] or 0, level_name(level[0])))
     elif ordered(axis, [level_name(value) for value in by_level]):
         levels.sort(key=lambda level: float(level[0][0]))
-    groups = [(by_level[level], pick_baseline(by_level[level], wanted, columns)) for level, *_ in levels]
-    judged = judge_families(groups, rules, seeds)
-    rungs = [
-        Rung(level_name(level), params, steps, base, settings)
-        for (level, params, steps), (_, base), settings in zip(levels, groups, judged, strict=True)
-    ]
-    return Ladder(axis, columns, rungs, trends(rungs, columns, rules.alpha, axis))
+    return [(level_name(value), params, steps, by_level[value]) for value, params, steps in levels]
 
 
 def with_added(

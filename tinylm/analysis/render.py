@@ -13,15 +13,11 @@ from typing import Any
 from tinylm.analysis.diagnosis import Finding, why_cell
 from tinylm.analysis.ladder import Ladder
 from tinylm.analysis.report import DESIGN_FILE, REPORT_PNG, SweepReport
-from tinylm.analysis.runs import natural_key
 from tinylm.analysis.settings import LR, Setting, only, setting_label, varying
 from tinylm.analysis.stats import Comparison, Estimate, seeds_needed
 from tinylm.analysis.sweep_probe import SHOWN
 from tinylm.analysis.why import quantity, why_path
-from tinylm.files import plain
 from tinylm.overrides import shown
-
-_CURVES = ("val_curve", "train_curve", "curve", "health", "window_losses")  # too long for report.json
 
 
 def fmt_number(value: float | None, digits: int = 4, signed: bool = False) -> str:
@@ -512,68 +508,6 @@ def _runs_table(report: SweepReport) -> list[str]:
             _fmt_wall_time(run.wall_time_s), steps, status if len(status) <= 120 else status[:117] + "...",
         ])  # fmt: skip
     return md_table(header, rows)
-
-
-def to_json(report: SweepReport) -> dict[str, Any]:
-    """The report's numbers as JSON-ready data (non-finite floats as "inf"/"nan" strings)."""
-
-    def setting(s: Setting) -> dict[str, Any]:
-        c = s.comparison
-        return {
-            "choices": s.choices,
-            "results": dict(sorted(s.results.items(), key=lambda kv: natural_key(kv[0]))),
-            "final_val_loss": s.estimate,
-            "diverged": s.diverged,
-            "without_result": s.without_result,
-            "rates": s.rates,
-            "vs_baseline": c and {
-                "seeds": list(c.seeds), "unmatched": list(c.unmatched), "difference": c.difference,
-                "p": c.p_value, "p_holm": c.p_adjusted, "p_equivalence": c.p_equivalence,
-                "p_equivalence_holm": c.p_equivalence_adjusted, "divergence": c.divergence,
-                "p_divergence_holm": c.p_divergence_adjusted, "power": c.power, "eval_se": c.eval_se,
-                "verdict": c.verdict, "outcome": c.verdict.outcome,
-            },
-            "added_seeds_vs_baseline": s.added and {
-                "seeds": list(s.added.seeds), "difference": s.added.difference, "p": s.added.p_value,
-                "p_equivalence": s.added.p_equivalence, "divergence": s.added.divergence,
-                "verdict": s.added.verdict, "outcome": s.added.verdict.outcome,
-            },
-        }  # fmt: skip
-
-    return plain(
-        {
-            "sweep_dir": report.sweep_dir,
-            "confidence": report.confidence,
-            "alpha": report.alpha,
-            "min_effect": report.min_effect,
-            "baseline_source": report.baseline_source,
-            "design": report.design,
-            "common": report.common,
-            "reference_levels": report.reference,
-            "setting_columns": report.setting_columns,
-            "baseline": report.baseline and report.baseline.choices,
-            "settings": [setting(s) for s in report.settings],
-            "tuned_baseline": report.tuned_baseline and report.tuned_baseline.choices,
-            "tuned": [setting(s) for s in report.tuned],
-            "runs": [
-                {k: v for k, v in vars(r).items() if k not in _CURVES}
-                | {"diagnosis": report.findings.get(r.path, [])}
-                for r in report.runs
-            ],
-            "why": [
-                {
-                    "design": row.design,
-                    "verdict": row.verdict,
-                    "difference": row.difference,
-                    "baseline": row.baseline,
-                    "findings": row.findings,
-                }
-                for row in report.why
-            ],
-            "probe": report.probe,
-        }
-        | ({"scale": report.ladder.trends} if report.ladder is not None else {})
-    )
 
 
 def why_section(report: SweepReport) -> list[str]:

@@ -54,7 +54,7 @@ from tinylm.analysis.sweep_probe import probe_rows
 from tinylm.analysis.why import WhyRow, why_rows
 from tinylm.files import write_json
 from tinylm.layout import DESIGN_FILE
-from tinylm.overrides import OverrideError, parse, typed_value
+from tinylm.overrides import OverrideError, parse, typed_choice
 
 REPORT_MD = "report.md"
 # Where a report that a new one would read differently from is kept (sweep_report.keep_previous).
@@ -228,12 +228,7 @@ def build_report(
     depth probe at the runs' shapes too (torch, seconds)."""
     sweep_dir = Path(sweep_dir)
     runs = read_runs(sweep_dir, curve)
-    keys = list(DESIGN_CHOICES) + sorted({k for r in runs for k in r.choices} - set(DESIGN_CHOICES))
-    varied = [k for k in keys if len({r.choices.get(k) for r in runs}) > 1]
-    columns = list(DESIGN_CHOICES) + [k for k in varied if k not in DESIGN_CHOICES]
-    common = {k: runs[0].choices[k] for k in keys if k not in varied and k in runs[0].choices}
-    for key in DESIGN_CHOICES:
-        common.pop(key, None)
+    columns, common = run_columns(runs)
     setting_columns = [c for c in columns if c != "seed"]
 
     design = read_design(sweep_dir)
@@ -286,6 +281,16 @@ def build_report(
         why=why_rows(explained, columns, report.findings, report.baselines),
         probe=probe_rows(runs) if probe else [],
     )
+
+
+def run_columns(runs: Sequence[RunSummary]) -> tuple[list[str], dict[str, Any]]:
+    """The choices shown per run (the design choices, then every override that varies) and the overrides
+    every run shares."""
+    keys = list(DESIGN_CHOICES) + sorted({k for r in runs for k in r.choices} - set(DESIGN_CHOICES))
+    varied = [k for k in keys if len({r.choices.get(k) for r in runs}) > 1]
+    columns = list(DESIGN_CHOICES) + [k for k in varied if k not in DESIGN_CHOICES]
+    common = {k: runs[0].choices[k] for k in keys if k not in varied and k in runs[0].choices}
+    return columns, {k: v for k, v in common.items() if k not in DESIGN_CHOICES}
 
 
 def judged(report: SweepReport, wanted: dict[str, Any]) -> SweepReport:
@@ -420,27 +425,25 @@ def read_design(sweep_dir: Path) -> Design | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        started = data.get("round")
-        return Design(
-            float(data["alpha"]), float(data["min_effect"]), int(data["max_seeds"]), str(data["baseline"]),
-            tuple(tuple(str(s) for s in look) for look in data["looks"]),
-            str(data.get("baseline_source", DESIGN_FILE)),
-            Round(
-                tuple(str(s) for s in started["seeds"]),
-                tuple({str(k): _typed(v) for k, v in choices.items()} for choices in started["settings"]),
-            ) if started else None,
-            int(data.get("rounds_since_look", 0)),
-            ladder=tuple(str(k) for k in data["ladder"]) if data.get("ladder") is not None else None,
-        )  # fmt: skip
+        return design_from(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise ReportError(f"{path} is not a sequential design scripts/add_seeds.py wrote: {err}") from None
 
 
-def _typed(value: Any) -> Any:
-    """A choice as sequential.json holds it: typed, or as text in designs written before choices kept their
-    type."""
-    return typed_value(value) if isinstance(value, str) else value
+def design_from(data: dict[str, Any]) -> Design:
+    """A design as `dataclasses.asdict` wrote it (sequential.json, report.json)."""
+    started = data.get("round")
+    return Design(
+        float(data["alpha"]), float(data["min_effect"]), int(data["max_seeds"]), str(data["baseline"]),
+        tuple(tuple(str(s) for s in look) for look in data["looks"]),
+        str(data.get("baseline_source", DESIGN_FILE)),
+        Round(
+            tuple(str(s) for s in started["seeds"]),
+            tuple({str(k): typed_choice(v) for k, v in choices.items()} for choices in started["settings"]),
+        ) if started else None,
+        int(data.get("rounds_since_look", 0)),
+        ladder=tuple(str(k) for k in data["ladder"]) if data.get("ladder") is not None else None,
+    )  # fmt: skip
 
 
 def write_design(sweep_dir: Path, design: Design) -> None:

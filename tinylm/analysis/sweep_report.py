@@ -1,15 +1,17 @@
 """`write_report`: the files `scripts/report.py` writes into a sweep directory. The report is assembled once
-(`tinylm.analysis.report.build_report`), then rendered: its text and json (`tinylm.analysis.render`, with the
-ladder's and the why sections) and its figures (`tinylm.analysis.plots`) meet only here."""
+(`tinylm.analysis.report.build_report`), then rendered: its text (`tinylm.analysis.render`, with the ladder's
+section), its json (`tinylm.analysis.report_json`) and its figures (`tinylm.analysis.plots`) meet only here.
+`write_from_json` renders report.md again from a report.json alone."""
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import datetime
 from pathlib import Path
 
 from tinylm.analysis.plots import draw_why, plot_lr_sensitivity, plot_report
-from tinylm.analysis.render import markdown, probe_section, to_json, why_section
+from tinylm.analysis.render import markdown, probe_section, why_section
 from tinylm.analysis.report import (
     PREVIOUS_REPORTS,
     REPORT_JSON,
@@ -17,8 +19,10 @@ from tinylm.analysis.report import (
     REPORT_PNG,
     SENSITIVITY_PNG,
     ReportError,
+    SweepReport,
     build_report,
 )
+from tinylm.analysis.report_json import from_json, to_json
 from tinylm.analysis.scale import LADDER_PNG, SCALE_PNG, draw_ladder, draw_ladder_verdicts, ladder_section
 from tinylm.files import write_json
 
@@ -44,9 +48,7 @@ def write_report(
         )
     figure = f"report_{curve.replace('/', '_')}.png" if curve else REPORT_PNG
     written = [report.sweep_dir / REPORT_MD, report.sweep_dir / REPORT_JSON, report.sweep_dir / figure]
-    sections = ladder_section(report, report.ladder) if report.ladder else []
-    sections += why_section(report) + probe_section(report.probe)
-    text = markdown(report, sections)
+    text = report_markdown(report)
     # Before anything is written: the old report goes aside with every figure it was written with.
     drawn = [SENSITIVITY_PNG, SCALE_PNG, LADDER_PNG, "why_*.png", "report*.png"]
     keep_previous(
@@ -62,6 +64,35 @@ def write_report(
     if report.ladder and report.ladder.noun == "size":
         written.append(draw_ladder(report, report.ladder, report.sweep_dir / SCALE_PNG))
     written += draw_why(report)
+    return text, written
+
+
+def report_markdown(report: SweepReport) -> str:
+    """report.md: the tables, then the ladder's, the *Why* and the depth probe's sections."""
+    sections = ladder_section(report, report.ladder) if report.ladder else []
+    return markdown(report, [*sections, *why_section(report), *probe_section(report.probe)])
+
+
+def write_from_json(path: str | Path) -> tuple[str, list[Path]]:
+    """report.md written again beside `path` (a report.json) from it alone, with the figures that need no
+    curves (lr_sensitivity.png, ladder.png, scale.png); a report.md that reads differently moves aside first."""
+    path = Path(path)
+    try:
+        report = from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError, StopIteration) as err:
+        raise ReportError(f"{path} is not a report.json that scripts/report.py wrote: {err!r}") from None
+    directory = path.parent
+    text = report_markdown(report)
+    drawn = [SENSITIVITY_PNG, SCALE_PNG, LADDER_PNG]
+    keep_previous(directory, text, [directory / REPORT_MD, *(directory / name for name in drawn)])
+    written = [directory / REPORT_MD]
+    written[0].write_text(text, encoding="utf-8")
+    if report.lr_varies:
+        written.append(plot_lr_sensitivity(report, directory / SENSITIVITY_PNG))
+    if report.ladder:
+        written.append(draw_ladder_verdicts(report, report.ladder, directory / LADDER_PNG))
+    if report.ladder and report.ladder.noun == "size":
+        written.append(draw_ladder(report, report.ladder, directory / SCALE_PNG))
     return text, written
 
 
