@@ -19,6 +19,7 @@ from scipy.stats import t as student_t
 
 from tinylm.analysis.add_seeds import ADDED_DIR, Budget, round_settings, start_design
 from tinylm.analysis.ladder import TrendWord
+from tinylm.analysis.plots import forest_rows
 from tinylm.analysis.render import fmt_interval, markdown
 from tinylm.analysis.report import (
     PREVIOUS_REPORTS,
@@ -688,3 +689,36 @@ def test_a_folder_above_sweeps_is_refused_naming_them_and_a_lone_run_is_not_sent
     lone = fake_run(tmp_path / "runs", 0, "completed", 2.0, norm="pre")
     with pytest.raises(ReportError, match="is a single run, not a sweep: a report compares settings"):
         build_report(lone)
+
+
+def test_after_added_seeds_every_part_of_the_report_states_the_same_comparison(tmp_path):
+    """Issue 50, point 2: after a round of add_seeds, the figure draws the interval the Answer states (the
+    added seeds', where the sweep's own left the row open), the open verdict names the look as add_seeds
+    counts it, and what resolving would take counts added seeds against the design's horizon."""
+    sweep = tmp_path / "sweep"
+    number = 0
+    for seed, shift in (("1", 0.05), ("2", -0.04), ("3", 0.03), ("4", 0.02), ("5", -0.03)):
+        for norm, loss in (("pre", 2.0 + 0.01 * int(seed)), ("post", 2.0 + 0.01 * int(seed) + shift)):
+            folder = sweep if int(seed) <= 3 else sweep / ADDED_DIR / "look1"
+            fake_run(folder, number, "completed", loss, norm=norm, seed=seed)
+            number += 1
+    design = replace(
+        start_design(sweep, "norm=pre", 0.01, 0.05, Budget(max_seeds=8)),
+        looks=(("1", "2", "3"), ("1", "2", "3", "4", "5")),
+    )
+    write_design(sweep, design)
+    report = build_report(sweep)
+    (post,) = [s for s in report.family if s.choices["norm"] == "post"]
+    assert post.comparison.verdict.outcome is Outcome.NOT_RESOLVED and post.answer is post.added
+    assert str(post.added.verdict) == "not resolved at look 2 (2 added seeds)"
+    (row,) = [row for row in forest_rows(report) if not row.baseline]
+    d = post.added.difference
+    assert row.label.endswith("(added seeds)") and (row.mean, row.low, row.high) == (d.mean, d.low, d.high)
+    text = markdown(report)
+    answer = text.split("## Answer")[1].split("\n\n")[1]
+    assert f"95% CI {fmt_interval(d, signed=True)}, 2 added seeds" in answer
+    (size,) = report.sizing.rows
+    assert size.added and size.has == 2 and size.horizon == 5
+    assert size.more == min(size.needed - 2, 3)
+    assert "- `norm=pre norm_type=layer act=gelu`" not in text  # the baseline is not an open row
+    assert f": {size.needed} added seeds" in text

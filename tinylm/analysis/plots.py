@@ -91,8 +91,8 @@ class ForestRow:
 
 
 def forest_rows(report: SweepReport) -> list[ForestRow]:
-    """The verdict table's rows, as the figure draws them: the baseline first, then the settings it judges in
-    the table's order."""
+    """The Answer's rows, as the figure draws them: the baseline first, then the settings it judges in the
+    table's order, each at the comparison that answers it."""
     columns, baseline = report.family_columns, report.family_baseline
     if baseline is None:
         return [
@@ -101,10 +101,12 @@ def forest_rows(report: SweepReport) -> list[ForestRow]:
         ]
     rows = [ForestRow(baseline.label(columns), 0.0, None, None, "baseline", baseline=True)]
     for setting in report.family:
-        if setting is baseline or setting.comparison is None:
+        # As the Answer: the added seeds' comparison where the sweep's own left the row open.
+        c = setting.answer
+        if setting is baseline or c is None:
             continue
-        c = setting.comparison
-        rows.append(ForestRow(setting.label(columns), *_interval(c.difference), c.verdict))
+        label = setting.label(columns) + (" (added seeds)" if c is setting.added else "")
+        rows.append(ForestRow(label, *_interval(c.difference), c.verdict))
     return rows
 
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-import statistics
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,8 +12,8 @@ from typing import Any
 from tinylm.analysis.diagnosis import Finding, why_cell
 from tinylm.analysis.ladder import Ladder
 from tinylm.analysis.report import DESIGN_FILE, REPORT_PNG, SweepReport
-from tinylm.analysis.settings import LR, Setting, only, setting_label, varying
-from tinylm.analysis.stats import Comparison, Estimate, seeds_needed
+from tinylm.analysis.settings import Setting, only, setting_label, varying
+from tinylm.analysis.stats import Comparison, Estimate
 from tinylm.analysis.sweep_probe import SHOWN
 from tinylm.analysis.why import quantity, why_path
 from tinylm.overrides import shown
@@ -376,50 +375,42 @@ def _family_notes(report: SweepReport) -> list[str]:
 
 
 def _cost_lines(report: SweepReport) -> list[str]:
-    """What resolving the open rows would take: per row, the seeds that find its observed difference, or δ
-    when that is smaller (below δ the answer sought is equivalence, which needs about as many), with 80%
-    power; runs and minutes from the runs' own median wall times."""
-    base = report.family_baseline
-    open_rows = [
-        s for s in report.family
-        if s is not base and s.answer is not None and not s.answer.resolved
-    ]  # fmt: skip
-    if not open_rows or base is None:
+    """What resolving the open rows would take (`report.sizing`)."""
+    sizing = report.sizing
+    if sizing is None:
         return []
-    lines, needed_base, total_runs, total_s = [], 0, 0, 0.0
-    for s in open_rows:
-        c = s.comparison
-        if c.power is None or c.difference is None:
-            lines.append(f"- `{s.label(report.family_columns)}`: too few finished seeds to size it")
-            continue
-        effect = max(abs(c.difference.mean), report.min_effect)
-        needed = seeds_needed(effect / c.power.sd, c.power.level)
-        if needed is None:
-            continue
-        have = len(c.seeds) + (len(s.added.seeds) if s.added is not None else 0)
-        more = max(0, needed - have)
-        needed_base = max(needed_base, more)
-        runs, seconds = _run_cost(s, more)
-        total_runs, total_s = total_runs + runs, total_s + seconds
-        if more:
-            lines.append(f"- `{s.label(report.family_columns)}`: {needed} seeds ({more} more, {runs} runs)")
-        else:
-            lines.append(
-                f"- `{s.label(report.family_columns)}`: its {have} seeds would find this difference 80% of the "
-                "time and did not: it is smaller than it seems, or this was the other 20%"
-            )
-    runs, seconds = _run_cost(base, needed_base)
-    total_runs, total_s = total_runs + runs, total_s + seconds
-    if total_runs:
-        per_seed = (
-            ", every rate of a setting at each new seed (cross-fitting needs them)"
-            if report.lr_varies
+    lines = []
+    for row in sizing.rows:
+        label = setting_label(row.design, list(row.design))
+        seeds = "added seeds" if row.added else "seeds"
+        beyond = (
+            f"; more than the {row.horizon} added seeds this design allows, where it stops"
+            if row.added and row.horizon is not None and row.needed is not None and row.needed > row.horizon
             else ""
         )
+        if row.needed is None:
+            lines.append(f"- `{label}`: too few finished seeds to size it")
+        elif row.more:
+            runs = f"{row.runs} run{'s' if row.runs != 1 else ''}"
+            lines.append(f"- `{label}`: {row.needed} {seeds} ({row.more} more, {runs}){beyond}")
+        elif beyond:
+            lines.append(f"- `{label}`: {row.needed} {seeds}{beyond}: its {row.has} are spent")
+        else:
+            lines.append(
+                f"- `{label}`: its {row.has} {seeds} would find this difference 80% of the time and did not: it "
+                "is smaller than it seems, or this was the other 20%"
+            )
+    if sizing.runs:
+        per_seed = (
+            ", every rate of a setting at each new seed (cross-fitting needs them)"
+            if sizing.every_rate
+            else ""
+        )
+        count = sizing.open
         lines.insert(0, (
-            f"What resolving the {len(open_rows)} open row{'s' if len(open_rows) != 1 else ''} would take, "
-            f"if each difference is what it seems (or δ, if smaller): {total_runs:,} more runs with the "
-            f"baseline's{per_seed}, {_fmt_duration(total_s)} of run time at these runs' median wall times; "
+            f"What resolving the {count} open row{'s' if count != 1 else ''} would take, if each difference is "
+            f"what it seems (or δ, if smaller): {sizing.runs:,} more runs with the baseline's{per_seed}, "
+            f"{_fmt_duration(sizing.seconds)} of run time at these runs' median wall times; "
             "`python scripts/add_seeds.py <sweep dir>` adds them in rounds until each is resolved."
         ))  # fmt: skip
     return ["", *lines] if lines else []
@@ -428,13 +419,6 @@ def _cost_lines(report: SweepReport) -> list[str]:
 def _fmt_duration(seconds: float) -> str:
     hours = seconds / 3600
     return f"{hours:,.1f} hours" if hours >= 2 else f"{seconds / 60:.0f} minutes"
-
-
-def _run_cost(s: Setting, seeds: int) -> tuple[int, float]:
-    times = [run.wall_time_s for run in s.runs if run.wall_time_s is not None]
-    rates = max(1, len({run.choices.get(LR) for run in s.runs}))
-    runs = seeds * rates
-    return runs, runs * (statistics.median(times) if times else 0.0)
 
 
 def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:

@@ -38,6 +38,7 @@ from tinylm.analysis.settings import (
     tuned_settings,
     varying,
 )
+from tinylm.analysis.sizing import Sizing, size_open_rows
 from tinylm.analysis.stats import (
     ALPHA,
     MIN_EFFECT,
@@ -134,6 +135,7 @@ class SweepReport:
     why: list[WhyRow] = field(
         default_factory=list
     )  # each setting that lost or failed, and what its runs show
+    sizing: Sizing | None = None  # what resolving the open rows would take
     probe: list[dict[str, Any]] = field(default_factory=list)  # the depth probe at each of the runs' shapes
 
     @property
@@ -223,31 +225,29 @@ def build_report(
     ladder: str | None = None,
     probe: bool = False,
 ) -> SweepReport:
-    """The report of a sweep, in one pass: runs, settings, the family judged against its baseline (or the
-    ladder, size by size), the added seeds' verdicts, each run's findings and what they explain; `probe`: the
-    depth probe at the runs' shapes too (torch, seconds)."""
+    """The report of a sweep, in one pass: its runs, the settings that differ only in their seed, the family
+    judged against its baseline (or level by level along a ladder), the added seeds' verdicts, each run's
+    findings and what they explain, what resolving the open rows would take; `probe`: the depth probe at the
+    runs' shapes too (torch, seconds). Each part is computed once, and the report built from them."""
     sweep_dir = Path(sweep_dir)
     runs = read_runs(sweep_dir, curve)
     columns, common = run_columns(runs)
     setting_columns = [c for c in columns if c != "seed"]
-
     design = read_design(sweep_dir)
+    named, source = named_baseline(baseline, runs, design)
+    wanted = parse_choices(named) if named is not None else None
     if design is not None:
         if min_effect is not None and min_effect != design.min_effect:
             raise ReportError(
                 f"--min-effect {min_effect:g}: this sweep's seeds were added to resolve comparisons within "
                 f"±{design.min_effect:g} ({DESIGN_FILE}); its verdicts hold only at that δ"
             )
-        if baseline is not None and parse_choices(baseline) != parse_choices(design.baseline):
+        if baseline is not None and wanted != parse_choices(design.baseline):
             raise ReportError(
                 f"--baseline {baseline}: this sweep's seeds were added against {design.baseline} "
                 f"({DESIGN_FILE}); its verdicts hold only against that baseline"
             )
-    baseline, source = named_baseline(baseline, runs, design)
-    wanted = parse_choices(baseline) if baseline is not None else None
-    if ladder is None and design is not None and design.ladder:
-        ladder = ",".join(design.ladder)  # the axis the added seeds were judged along
-    axis = ladder_axis(ladder, runs, setting_columns, wanted)
+    axis = ladder_axis(ladder, runs, setting_columns, wanted, design.ladder if design else None)
     if design is not None and design.ladder is not None and tuple(axis) != design.ladder:
         along = f"along {', '.join(design.ladder)}" if design.ladder else "without a ladder"
         asked = f"--ladder {ladder}" if ladder else f"the experiment's ladder ({', '.join(axis)})"
@@ -255,32 +255,132 @@ def build_report(
             f"{asked}: this sweep's seeds were added {along} ({DESIGN_FILE}); its verdicts hold only for the "
             "families they were judged in"
         )
-    reference = shared_reference(runs)
-    settings = group_settings(runs, setting_columns, confidence)
-    assembled = SweepReport(
-        sweep_dir, rank_runs(runs), columns, common, settings, setting_columns, None, confidence=confidence,
-        alpha=design.alpha if design else ALPHA,
-        min_effect=design.min_effect if design else (MIN_EFFECT if min_effect is None else min_effect),
-        baseline_source=source, design=design, reference=reference,
-        axis=axis,
-        findings={run.path: diagnose(run, run.reference) for run in runs},
+    lr_varies = LR in setting_columns and LR not in axis  # a rate that is the ladder's axis is a level
+    family_columns = [c for c in setting_columns if c != LR] if lr_varies else setting_columns
+    rules = Rules(
+        confidence, design.alpha if design else ALPHA,
+        design.min_effect if design else (MIN_EFFECT if min_effect is None else min_effect), lr_varies,
     )  # fmt: skip
-    if (
-        assembled.lr_varies
-    ):  # each setting cross-fitted on the sweep's own seeds (an extension's are judged apart)
-        tuned = tuned_settings(settings, assembled.family_columns, confidence, seeds=assembled.own_seeds)
-        assembled = replace(assembled, tuned=tuned)
-    report = assembled if wanted is None else judged(assembled, wanted)
-    explained, columns = (
-        (report.family, report.family_columns)
-        if len(report.family) > 1
-        else (report.settings, setting_columns)
-    )
-    return replace(
-        report,
-        why=why_rows(explained, columns, report.findings, report.baselines),
+    own_seeds = design.first_seeds if design is not None and design.looks else None
+    settings = group_settings(runs, setting_columns, confidence)
+    # Each setting tuned on the sweep's own seeds (a sequential design's added seeds are judged apart).
+    family = tuned_settings(settings, family_columns, confidence, seeds=own_seeds) if lr_varies else settings
+    base, judged_ladder = None, None
+    if wanted is not None:
+        family, base, judged_ladder = judge_family(
+            family, {k: v for k, v in wanted.items() if not (lr_varies and k == LR)}, family_columns, rules,
+            axis, own_seeds,
+        )  # fmt: skip
+        if design is not None and len(design.looks) >= 2:
+            family, judged_ladder = with_added_seeds(
+                family, base, judged_ladder, settings, family_columns, rules, design
+            )
+    findings = {run.path: diagnose(run, run.reference) for run in runs}
+    baselines = [rung.baseline for rung in judged_ladder.rungs] if judged_ladder else [base] if base else []
+    explained = (family, family_columns) if len(family) > 1 else (settings, setting_columns)
+    horizon = design.max_seeds - len(design.first_seeds) if design is not None else None
+    return SweepReport(
+        sweep_dir, rank_runs(runs), columns, common, settings if lr_varies else family, setting_columns,
+        None if lr_varies else base, family if lr_varies else [], base if lr_varies else None,
+        confidence=confidence, alpha=rules.alpha, min_effect=rules.min_effect, baseline_source=source,
+        design=design, reference=shared_reference(runs), axis=axis, ladder=judged_ladder, findings=findings,
+        why=why_rows(*explained, findings, baselines),
+        sizing=None if judged_ladder else size_open_rows(
+            family, base, family_columns, rules.min_effect, lr_varies, horizon
+        ),
         probe=probe_rows(runs) if probe else [],
+    )  # fmt: skip
+
+
+def judge_family(
+    family: list[Setting],
+    wanted: dict[str, Any],
+    columns: list[str],
+    rules: Rules,
+    axis: list[str],
+    seeds: tuple[str, ...] | None,
+) -> tuple[list[Setting], Setting | None, Ladder | None]:
+    """The family judged against the baseline `wanted` names (on a ladder, each level's), on `seeds` only
+    when given: its settings in their order, each with its comparison, the baseline, and the ladder."""
+    if axis:
+        ladder = judge_ladder(family, wanted, columns, rules, axis, seeds)
+        by_key = {s.key(columns): s for rung in ladder.rungs for s in rung.settings}
+        return [by_key[s.key(columns)] for s in family], None, ladder
+    base = pick_baseline(family, wanted, columns)
+    [judged] = judge_families([(family, base)], rules, seeds)
+    return judged, base, None
+
+
+def with_added_seeds(
+    family: list[Setting],
+    base: Setting | None,
+    ladder: Ladder | None,
+    settings: list[Setting],
+    columns: list[str],
+    rules: Rules,
+    design: Design,
+) -> tuple[list[Setting], Ladder | None]:
+    """The family's open rows with the sequential design's verdicts on the seeds added since its first look
+    (`judge_added`), and a ladder's words across levels read again from them."""
+    bases = (
+        {s.key(columns): rung.baseline.key(columns) for rung in ladder.rungs for s in rung.settings}
+        if ladder is not None
+        else {s.key(columns): base.key(columns) for s in family if base is not None}
     )
+    added = judge_added(family, bases, settings, columns, rules, design)
+    family = [replace(s, added=added[s.key(columns)]) if s.key(columns) in added else s for s in family]
+    if ladder is None:
+        return family, None
+    by_key = {s.key(columns): s for s in family if s.added is not None}
+    return family, with_added(ladder, by_key, columns, rules.alpha)
+
+
+def judge_added(
+    family: list[Setting],
+    bases: dict[tuple[Any, ...], tuple[Any, ...]],
+    settings: list[Setting],
+    columns: list[str],
+    rules: Rules,
+    design: Design,
+) -> dict[tuple[Any, ...], Comparison]:
+    """The sequential extension's verdicts, on the added seeds alone, by the key of the family's row they
+    answer (`bases`: each row's baseline's key): each look judges the seeds added by then at the level its
+    boundary gives (Holm over the rows the extension adds seeds to), and a row keeps the first verdict a
+    look gives it. The sweep's own verdicts stay as its own seeds gave them."""
+    rows = [s.key(columns) for s in family if s.comparison is not None and not s.comparison.resolved]
+    looks = []
+    for look in range(1, len(design.looks)):
+        at_look = {s.key(columns): s for s in added_family(settings, columns, rules, design, look)}
+        looks.append([
+            tests_against(at_look[key], at_look[bases[key]], rules, cross_fitted=False) for key in rows
+        ])  # fmt: skip
+    plan = design.added_plan()
+    first = first_verdicts(looks, plan, rules.min_effect, rules.alpha)
+    last = judge(looks[-1], rules.min_effect, rules.alpha, with_power=False)
+    added = {}
+    for key, found, latest in zip(rows, first, last, strict=True):
+        if found is None:  # looks are numbered as add_seeds numbers them: the sweep's own is look 1
+            verdict = f"{UNRESOLVED} at look {len(design.looks)} ({len(latest.seeds)} added seeds)"
+            added[key] = replace(latest, verdict=Verdict(verdict, Outcome.NOT_RESOLVED))
+        else:
+            number, c = found
+            added[key] = replace(
+                c, verdict=c.verdict.noted(f" (look {number + 2}, {len(c.seeds)} added seeds)")
+            )
+    return added
+
+
+def added_family(
+    settings: list[Setting], columns: list[str], rules: Rules, design: Design, look: int
+) -> list[Setting]:
+    """The family's settings with only the seeds added by `look` (when the rate varies: at the rate each
+    setting's first-look seeds chose)."""
+    added = set(design.added_seeds(look))
+    if rules.lr_varies:
+        return tuned_settings(
+            settings, columns, rules.confidence, added | set(design.first_seeds), choose_on=design.first_seeds
+        )
+    return [only(s, added) for s in settings]
 
 
 def run_columns(runs: Sequence[RunSummary]) -> tuple[list[str], dict[str, Any]]:
@@ -293,55 +393,32 @@ def run_columns(runs: Sequence[RunSummary]) -> tuple[list[str], dict[str, Any]]:
     return columns, {k: v for k, v in common.items() if k not in DESIGN_CHOICES}
 
 
-def judged(report: SweepReport, wanted: dict[str, Any]) -> SweepReport:
-    """`report` with its family judged against the baseline `wanted` names (a ladder's: at each size), and
-    the verdicts of the seeds a sequential design added."""
-    if report.lr_varies:
-        wanted = {k: v for k, v in wanted.items() if k != LR}
-    columns = report.family_columns
-    if report.axis:
-        ladder = judge_ladder(report.family, wanted, columns, report.rules, report.axis, report.own_seeds)
-        by_key = {s.key(columns): s for rung in ladder.rungs for s in rung.settings}
-        family = [by_key[s.key(columns)] for s in report.family]
-        report, base = replace(report, ladder=ladder, **_as_family(report, family, None)), None
-    else:
-        base = pick_baseline(report.family, wanted, columns)
-        [family] = judge_families([(report.family, base)], report.rules, report.own_seeds)
-        report = replace(report, **_as_family(report, family, base))
-    if report.design is None or len(report.design.looks) < 2:
-        return report
-    added = judge_added(report, report.design)
-    family = [replace(s, added=added[id(s)]) if id(s) in added else s for s in report.family]
-    report = replace(report, **_as_family(report, family, base))
-    if report.ladder is None:
-        return report
-    by_key = {s.key(columns): s for s in family if s.added is not None}
-    return replace(report, ladder=with_added(report.ladder, by_key, columns, report.alpha))
-
-
-def _as_family(report: SweepReport, family: list[Setting], base: Setting | None) -> dict[str, object]:
-    """The fields that hold the family: the tuned settings when the rate varies, else the settings."""
-    if report.lr_varies:
-        return {"tuned": family, "tuned_baseline": base}
-    return {"settings": family, "baseline": base}
-
-
 def ladder_axis(
-    flag: str | None, runs: Sequence[RunSummary], columns: Sequence[str], wanted: dict[str, Any] | None
+    flag: str | None,
+    runs: Sequence[RunSummary],
+    columns: Sequence[str],
+    wanted: dict[str, Any] | None,
+    design: Sequence[str] | None = None,
 ) -> list[str]:
-    """The choices the report judges level by level: --ladder, the experiment's `ladder:`, or `size` when the
-    sweep varies it and the baseline does not name it (the scale ladder's runs predate `ladder:`); [] for
-    none. Each must vary in the sweep, and the baseline names the design only, not a level."""
+    """The choices the report judges level by level: --ladder, the axis a sequential design's looks were
+    judged along (`design`), the experiment's `ladder:`, or `size` when the sweep varies it and the baseline
+    does not name it (the scale ladder's runs predate `ladder:`); [] for none. Each must vary in the sweep,
+    and the baseline names the design only, not a level."""
     named = {run.ladder for run in runs if run.ladder}
-    if not flag and len(named) > 1:
+    if not flag and not design and len(named) > 1:
         raise ReportError(
             f"the runs name different ladders ({', '.join(sorted(named))}); choose one with --ladder"
         )
-    text = flag or (named.pop() if named else None)
-    if text is None:
+    if flag:
+        where, axis = "--ladder", [key.strip() for key in flag.split(",") if key.strip()]
+    elif design:
+        where, axis = f"the ladder of {DESIGN_FILE}", list(design)
+    elif named:
+        text = named.pop()
+        where, axis = "the experiment's `ladder:`", [key.strip() for key in text.split(",") if key.strip()]
+    else:
         return [SCALE_KEY] if SCALE_KEY in columns and wanted is not None and SCALE_KEY not in wanted else []
-    where = "--ladder" if flag else "the experiment's `ladder:`"
-    axis = [key.strip() for key in text.split(",") if key.strip()]
+    text = ",".join(axis) if flag is None else flag
     still = [key for key in axis if key not in columns]
     if not axis or still:
         raise ReportError(
@@ -372,51 +449,6 @@ def named_baseline(
             f"the runs name different baselines ({', '.join(sorted(named))}); choose one with --baseline"
         )
     return (named.pop(), "the experiment's `baseline:`") if named else (None, None)
-
-
-def judge_added(report: SweepReport, design: Design) -> dict[int, Comparison]:
-    """The sequential extension's verdicts, on the added seeds alone, by the `id` of the family's row they
-    answer: each look judges the seeds added by then at the level its boundary gives (Holm over the rows
-    the extension adds seeds to), and a row keeps the first verdict a look gives it. The sweep's own
-    verdicts stay as its own seeds gave them."""
-    columns, bases = report.family_columns, report.baseline_keys
-    rows = [s for s in report.family if s.comparison is not None and not s.comparison.resolved]
-    looks = []
-    for look in range(1, len(design.looks)):
-        family = {s.key(columns): s for s in added_family(report, design, look)}
-        looks.append([
-            tests_against(family[key], family[bases[key]], report.rules, cross_fitted=False)
-            for key in (s.key(columns) for s in rows)
-        ])  # fmt: skip
-    plan = design.added_plan()
-    first = first_verdicts(looks, plan, report.min_effect, report.alpha)
-    last = judge(looks[-1], report.min_effect, report.alpha, with_power=False)
-    judged_looks = sum(look is not None for look in plan)
-    added = {}
-    for setting, found, latest in zip(rows, first, last, strict=True):
-        if found is None:
-            verdict = (
-                f"{UNRESOLVED} after {judged_looks} look{'s' if judged_looks != 1 else ''} of added seeds"
-            )
-            added[id(setting)] = replace(latest, verdict=Verdict(verdict, Outcome.NOT_RESOLVED))
-        else:
-            number, c = found
-            added[id(setting)] = replace(
-                c, verdict=c.verdict.noted(f" (look {number + 2}, {len(c.seeds)} added seeds)")
-            )
-    return added
-
-
-def added_family(report: SweepReport, design: Design, look: int) -> list[Setting]:
-    """The family's settings with only the seeds added by `look` (when the rate varies: at the rate each
-    setting's first-look seeds chose)."""
-    added = set(design.added_seeds(look))
-    if report.lr_varies:
-        return tuned_settings(
-            report.settings, report.family_columns, report.confidence, added | set(design.first_seeds),
-            choose_on=design.first_seeds,
-        )  # fmt: skip
-    return [only(s, added) for s in report.settings]
 
 
 def read_design(sweep_dir: Path) -> Design | None:

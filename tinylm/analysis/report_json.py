@@ -19,6 +19,7 @@ from tinylm.analysis.ladder import Ladder, Rung, Trend, TrendWord, ladder_levels
 from tinylm.analysis.report import SweepReport, design_from, run_columns
 from tinylm.analysis.runs import RunSummary, natural_key
 from tinylm.analysis.settings import LR, Setting
+from tinylm.analysis.sizing import RowSize, Sizing, size_open_rows
 from tinylm.analysis.stats import Comparison, Divergence, Estimate, Outcome, Power, Verdict
 from tinylm.analysis.sweep_probe import probe_rows
 from tinylm.analysis.why import WhyRow, why_rows
@@ -67,6 +68,7 @@ def to_json(report: SweepReport) -> dict[str, Any]:
                 }
                 for row in report.why
             ],
+            "sizing": report.sizing,
             "probe": report.probe,
         }
         | (
@@ -162,15 +164,40 @@ def from_json(data: Mapping[str, Any]) -> SweepReport:
     )  # fmt: skip
     if derived:
         explained = (family, family_columns) if len(family) > 1 else (settings, setting_columns)
+        design = report.design
+        horizon = design.max_seeds - len(design.first_seeds) if design is not None else None
+        sizing = None if ladder else size_open_rows(
+            family, report.family_baseline, family_columns, report.min_effect, report.lr_varies, horizon
+        )  # fmt: skip
         return SweepReport(
             **{
                 **vars(report),
                 "why": why_rows(*explained, findings, report.baselines),
+                "sizing": sizing,
                 "probe": probe_rows(runs),
             }
         )
     why = [_why(row, family if len(family) > 1 else settings) for row in data.get("why") or []]
-    return SweepReport(**{**vars(report), "why": why, "probe": list(data.get("probe") or [])})
+    return SweepReport(
+        **{
+            **vars(report),
+            "why": why,
+            "sizing": _sizing(data.get("sizing")),
+            "probe": list(data.get("probe") or []),
+        }
+    )
+
+
+def _sizing(data: Mapping[str, Any] | None) -> Sizing | None:
+    if data is None:
+        return None
+    rows = tuple(
+        RowSize(**{**row, "design": _choices(row["design"]), "seconds": float(row["seconds"])})
+        for row in data["rows"]
+    )
+    return Sizing(
+        rows, int(data["runs"]), float(data["seconds"]), bool(data["every_rate"]), int(data["open"])
+    )
 
 
 def _number(value: Any) -> float | None:
