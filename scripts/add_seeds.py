@@ -42,8 +42,9 @@ def main() -> None:
         parser.error("--alpha must lie between 0 and 1")
 
     from tinylm.analysis.add_seeds import Budget, add_seeds  # after parsing: --help stays fast
-    from tinylm.analysis.stats import ALPHA, MIN_EFFECT
+    from tinylm.analysis.estimates import MIN_EFFECT
     from tinylm.analysis.sweep_report import write_report
+    from tinylm.analysis.verdicts import ALPHA
     from tinylm.errors import ReportedError
 
     train = [sys.executable, str(Path(__file__).with_name("train.py"))]

@@ -15,9 +15,9 @@ import pytest
 from conftest import REPO, run_script, run_sweep
 
 from tinylm.analysis.add_seeds import ADDED_DIR, Budget, add_seeds
+from tinylm.analysis.estimates import Divergence
 from tinylm.analysis.report import DESIGN_FILE, PREVIOUS_REPORTS, build_report
 from tinylm.analysis.runs import ReportError
-from tinylm.analysis.stats import Divergence
 from tinylm.analysis.sweep_report import write_report
 from tinylm.layout import read_run_record, write_run_record
 

@@ -6,7 +6,7 @@ of each level and that level's baseline), until every comparison is
 The sweep's own seeds were judged by its report at α: those verdicts stand, and the seeds added are a second
 experiment, a group-sequential design written to SWEEP_DIR/sequential.json before its first run starts. Its
 first look is the sweep as it was (it judges nothing); every later look judges the added seeds alone, at
-the level the design's boundary gives it (`stats.group_sequential_levels`), so its family-wise error over all
+the level the design's boundary gives it (`sequential.group_sequential_levels`), so its family-wise error over all
 the looks stays at α. The report, reading that file, judges the added seeds by the same looks. The new runs
 are launched with each setting's own recorded overrides and the sweep's own Hydra launcher, into
 SWEEP_DIR/added/, where the report finds them.
@@ -27,6 +27,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from tinylm.analysis.estimates import MIN_EFFECT
 from tinylm.analysis.report import (
     DESIGN_FILE,
     Design,
@@ -41,7 +42,7 @@ from tinylm.analysis.report import (
 )
 from tinylm.analysis.runs import RunSummary, natural_key, read_runs
 from tinylm.analysis.settings import LR, Setting, chosen_rate
-from tinylm.analysis.stats import ALPHA, MIN_EFFECT
+from tinylm.analysis.verdicts import ALPHA
 from tinylm.errors import Interrupted
 from tinylm.layout import HYDRA_DIR
 from tinylm.overrides import parse

@@ -27,9 +27,10 @@ from dataclasses import dataclass, replace
 
 from scipy.stats import ttest_ind_from_stats
 
+from tinylm.analysis.outcome import Outcome, Verdict
 from tinylm.analysis.runs import shared_reference
 from tinylm.analysis.settings import Rules, Setting, judge_families, pick_baseline, varying
-from tinylm.analysis.stats import Outcome, Verdict, holm
+from tinylm.analysis.verdicts import holm
 
 # The choice a scale ladder varies (conf/size/): a sweep over it with a baseline that does not name it is a
 # ladder even without `ladder:` (the scale ladder's runs predate it); its levels are ordered by parameters.

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tinylm.analysis.estimates import Estimate, estimate
+from tinylm.analysis.outcome import Outcome
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.runs import runs_frame
 from tinylm.analysis.settings import LR, Setting, setting_label
-from tinylm.analysis.stats import Estimate, Outcome, estimate
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

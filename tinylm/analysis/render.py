@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from tinylm.analysis.diagnosis import Finding, why_cell
+from tinylm.analysis.estimates import Comparison, Estimate, seeds_needed
 from tinylm.analysis.ladder import Ladder
 from tinylm.analysis.report import DESIGN_FILE, SweepReport
 from tinylm.analysis.runs import natural_key
 from tinylm.analysis.settings import LR, Setting, only, setting_label, varying
-from tinylm.analysis.stats import Comparison, Estimate, seeds_needed
 from tinylm.files import plain
 
 _CURVES = ("val_curve", "train_curve", "curve", "health", "window_losses")  # too long for report.json

@@ -8,17 +8,17 @@ import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
-from tinylm.analysis.runs import ReportError, RunSummary, runs_frame, shared_reference
-from tinylm.analysis.stats import (
+from tinylm.analysis.estimates import (
     Comparison,
     Estimate,
     cross_fit,
     estimate,
-    judge,
     mean_or_inf,
     paired_tests,
     tuned_tests,
 )
+from tinylm.analysis.runs import ReportError, RunSummary, runs_frame, shared_reference
+from tinylm.analysis.verdicts import judge
 
 LR = "optim.lr"
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from tinylm.analysis.diagnosis import NOT_FAILURES, Shared, failed, shared
+from tinylm.analysis.outcome import Outcome
 from tinylm.analysis.plots import plot_health
 from tinylm.analysis.report import REPORT_PNG, SweepReport
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary
 from tinylm.analysis.settings import LR, Setting
-from tinylm.analysis.stats import Outcome
 
 
 def judged_runs(setting: Setting) -> list[RunSummary]:
