@@ -117,8 +117,7 @@ def _holm(p_values: Sequence[float], alpha: float) -> tuple[list[bool], list[flo
     """statsmodels' Holm at `alpha`: which p-values it rejects, and the adjusted p-values, in the order given."""
     if not p_values:
         return [], []
-    # statsmodels' Holm ends with gc.collect(), slow with torch loaded (docs/performance.md); frozen objects
-    # are not scanned, and freeze/unfreeze only move them between the collector's lists.
+    # multipletests' closing gc.collect() is slow with torch loaded; it skips frozen objects (docs/performance.md).
     gc.freeze()
     try:
         reject, adjusted = multipletests(list(p_values), alpha=alpha, method="holm")[:2]
