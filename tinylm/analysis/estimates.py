@@ -143,8 +143,9 @@ def paired_tests(
         theirs = sum(not math.isfinite(baseline[s]) for s in seeds)
         only_mine = sum(not math.isfinite(values[s]) and math.isfinite(baseline[s]) for s in seeds)
         only_theirs = sum(math.isfinite(values[s]) and not math.isfinite(baseline[s]) for s in seeds)
+        both = len(seeds) - len(finished) - only_mine - only_theirs
         # McNemar's table (rows: mine finished, diverged; columns: theirs); only its discordant cells count.
-        table = [[len(finished), only_theirs], [only_mine, len(seeds) - len(finished) - only_mine - only_theirs]]
+        table = [[len(finished), only_theirs], [only_mine, both]]
         divergence = Divergence(mine, theirs, len(seeds), float(mcnemar(table, exact=True).pvalue))
     comparison = Comparison(seeds, unmatched, divergence=divergence)
     if not finished:
