@@ -1,6 +1,7 @@
 """Seeds until the answer is known, on a real tiny sweep: rounds add seeds to the open comparison only (and
 the baseline), the merged report counts them by the sequential design, and an interrupted round carries on
-where it stopped (tinylm/analysis/add_seeds.py). The rounds launch real multiruns: -m slow; the default run
+where it stopped (tinylm/seed_rounds.py: tinylm/analysis/add_seeds.py decides, tinylm/training/launch.py
+launches). The rounds launch real multiruns: -m slow; the default run
 keeps the design's checks and the stop on a round that adds nothing (the sequential rule itself, on made-up
 numbers: tests/test_verdicts.py)."""
 
@@ -14,12 +15,13 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_script, run_sweep
 
-from tinylm.analysis.add_seeds import ADDED_DIR, Budget, add_seeds
+from tinylm.analysis.add_seeds import ADDED_DIR, Budget
+from tinylm.analysis.estimates import Divergence
 from tinylm.analysis.report import DESIGN_FILE, PREVIOUS_REPORTS, build_report
 from tinylm.analysis.runs import ReportError
-from tinylm.analysis.stats import Divergence
 from tinylm.analysis.sweep_report import write_report
 from tinylm.layout import read_run_record, write_run_record
+from tinylm.seed_rounds import add_seeds
 
 TRAIN = [sys.executable, str(REPO / "scripts" / "train.py")]
 # optimized_metric changes nothing a run learns, only what it hands a sweeper: GELU's second row is identical

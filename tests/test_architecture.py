@@ -21,6 +21,8 @@ ALLOWED = {
     "tinylm.probe": {"tinylm.model", "tinylm.data"},
     "tinylm.analysis": {"tinylm.model", "tinylm.data", "tinylm.layout", "tinylm.overrides", "tinylm.probe"},
     "tinylm.inference": {"tinylm.model", "tinylm.data", "tinylm.layout"},
+    # add_seeds' rounds: decide (analysis), start the runs (training), look again; the one module using both.
+    "tinylm.seed_rounds": {"tinylm.analysis", "tinylm.training", "tinylm.layout", "tinylm.overrides"},
 }
 
 
@@ -64,6 +66,19 @@ def test_imports_point_one_way():
             if part(name) not in allowed and name not in BASICS
         ]
     assert not wrong, wrong
+
+
+def test_the_analysis_computes_and_never_reaches_training_even_through_another_part():
+    """Issue 47: the analysis decides which runs to add, and starts none; training/ and seed_rounds start them."""
+    graph = modules(type_only=True)
+    reached, stack = set(), [m for m in graph if part(m) == "tinylm.analysis"]
+    while stack:
+        for name in graph.get(stack.pop(), ()):
+            if name not in reached:
+                reached.add(name)
+                stack.append(name)
+    launching = sorted(name for name in reached if part(name) in {"tinylm.training", "tinylm.seed_rounds"})
+    assert not launching, launching
 
 
 def test_no_module_imports_one_that_imports_it_back_even_for_type_checkers_only():

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tinylm.analysis.estimates import Estimate
 from tinylm.analysis.render import fmt_interval, fmt_number, fmt_p
-from tinylm.analysis.stats import Estimate
 
 DOCS = Path(__file__).parents[1] / "docs"
 PAGE = DOCS / "results.md"

@@ -11,13 +11,15 @@ import pytest
 from conftest import SHRINK, rate_not_above, run_script, small_corpus
 from hydra import compose, initialize_config_module
 
+from tinylm.analysis.estimates import Comparison, Estimate, paired_tests
 from tinylm.analysis.ladder import SCALE_KEY, Rung, TrendWord, trends
+from tinylm.analysis.outcome import Outcome, Verdict
 from tinylm.analysis.report import REPORT_JSON, build_report
 from tinylm.analysis.scale import LADDER_PNG, SCALE_PNG
 from tinylm.analysis.settings import Setting
 from tinylm.analysis.settings import tests_against as comparison_against
-from tinylm.analysis.stats import Comparison, Estimate, Outcome, Verdict, judge, paired_tests
 from tinylm.analysis.sweep_report import write_report
+from tinylm.analysis.verdicts import judge
 
 
 @pytest.mark.parametrize(

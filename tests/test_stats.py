@@ -18,7 +18,17 @@ from conftest import table_header, table_rows
 from scipy.stats import t as student_t
 
 from tinylm.analysis.add_seeds import ADDED_DIR, Budget, round_settings, start_design
+from tinylm.analysis.estimates import Divergence, best_key, cross_fit, estimate, paired_tests
 from tinylm.analysis.ladder import TrendWord
+from tinylm.analysis.outcome import (
+    BETTER,
+    DIVERGENCE_OPEN,
+    IDENTICAL_VERDICT,
+    ONE_SEED,
+    UNRESOLVED,
+    WORSE,
+    Outcome,
+)
 from tinylm.analysis.plots import forest_rows
 from tinylm.analysis.render import fmt_interval, markdown
 from tinylm.analysis.report import (
@@ -32,23 +42,8 @@ from tinylm.analysis.report_json import to_json
 from tinylm.analysis.runs import ReportError, RunSummary, runs_frame
 from tinylm.analysis.scale import ladder_section
 from tinylm.analysis.settings import group_settings
-from tinylm.analysis.stats import (
-    BETTER,
-    DIVERGENCE_OPEN,
-    IDENTICAL_VERDICT,
-    ONE_SEED,
-    UNRESOLVED,
-    WORSE,
-    Divergence,
-    Outcome,
-    best_key,
-    compare,
-    cross_fit,
-    estimate,
-    judge,
-    paired_tests,
-)
 from tinylm.analysis.sweep_report import keep_previous, write_report
+from tinylm.analysis.verdicts import compare, judge
 from tinylm.layout import REFERENCE_LEVELS, SWEEP_RECORD, write_run_record
 
 # --- estimate -----------------------------------------------------------------------------------------------
@@ -197,7 +192,7 @@ def test_cross_fitting_takes_each_seed_at_the_rate_the_other_seeds_chose():
 # Made-up cross-fitted comparisons over seeds named as the runs name them (text), printed to full precision.
 TUNED_CASES = """
 import random
-from tinylm.analysis.stats import tuned_tests
+from tinylm.analysis.estimates import tuned_tests
 for case in range(40):
     rng = random.Random(case)
     seeds = [str(s) for s in range(1, 4 + case % 7)]

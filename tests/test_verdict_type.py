@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import tinylm
-from tinylm.analysis.stats import Comparison, Outcome, Verdict
+from tinylm.analysis.estimates import Comparison
+from tinylm.analysis.outcome import Outcome, Verdict
 from tinylm.files import plain
 
 PACKAGE = Path(tinylm.__file__).parent

@@ -15,20 +15,10 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import ttost_paired
 
-from tinylm.analysis.stats import (
-    Look,
-    Outcome,
-    cross_fit,
-    estimate,
-    first_verdicts,
-    group_sequential_levels,
-    judge,
-    paired_tests,
-    seeds_needed,
-    sequential_plan,
-    spent,
-    tuned_tests,
-)
+from tinylm.analysis.estimates import cross_fit, estimate, paired_tests, seeds_needed, tuned_tests
+from tinylm.analysis.outcome import Outcome
+from tinylm.analysis.sequential import Look, first_verdicts, group_sequential_levels, sequential_plan, spent
+from tinylm.analysis.verdicts import judge
 
 # The outcomes a false claim states; counted by outcome, so `better, but by less than δ` and the divergence
 # verdicts count too.

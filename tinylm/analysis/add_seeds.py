@@ -6,20 +6,19 @@ of each level and that level's baseline), until every comparison is
 The sweep's own seeds were judged by its report at α: those verdicts stand, and the seeds added are a second
 experiment, a group-sequential design written to SWEEP_DIR/sequential.json before its first run starts. Its
 first look is the sweep as it was (it judges nothing); every later look judges the added seeds alone, at
-the level the design's boundary gives it (`stats.group_sequential_levels`), so its family-wise error over all
-the looks stays at α. The report, reading that file, judges the added seeds by the same looks. The new runs
-are launched with each setting's own recorded overrides and the sweep's own Hydra launcher, into
-SWEEP_DIR/added/, where the report finds them.
+the level the design's boundary gives it (`sequential.group_sequential_levels`), so its family-wise error over
+all the looks stays at α. The report, reading that file, judges the added seeds by the same looks.
+
+This module decides: the design, each look, which settings get which seeds into which directory under
+SWEEP_DIR/added/ (where the report finds them), and whether the budget allows a round. It starts nothing:
+tinylm/training/launch.py starts the runs, and tinylm/seed_rounds.py alternates the two.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import signal
 import statistics
-import subprocess
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,14 +40,9 @@ from tinylm.analysis.report import (
 )
 from tinylm.analysis.runs import RunSummary, natural_key, read_runs
 from tinylm.analysis.settings import LR, Setting, chosen_rate
-from tinylm.analysis.stats import ALPHA, MIN_EFFECT
-from tinylm.errors import Interrupted
 from tinylm.layout import HYDRA_DIR
-from tinylm.overrides import parse
 
 ADDED_DIR = "added"
-# Hydra's own settings of the original command that must not carry over: where and how that sweep ran.
-NOT_CARRIED = ("hydra.sweep.", "hydra.run.", "hydra.mode")
 
 
 @dataclass(frozen=True)
@@ -58,70 +52,70 @@ class Budget:
     max_minutes: float | None = None  # of this command's wall time; a round that would overrun is not started
 
 
-def add_seeds(
-    sweep_dir: str | Path,
-    train_command: Sequence[str],
-    baseline: str | None = None,
-    min_effect: float = MIN_EFFECT,
-    alpha: float = ALPHA,
-    budget: Budget = Budget(),
+@dataclass(frozen=True)
+class Launch:
+    """One multirun of a round: `seeds` of a setting (`label`), made with the overrides of its run in
+    `template`, into the new directory `target`."""
+
+    label: str
+    template: Path
+    seeds: tuple[str, ...]
+    target: Path
+
+
+def next_round(
+    sweep_dir: Path,
+    design: Design,
+    report: SweepReport,
+    budget: Budget,
+    minutes_spent: Callable[[], float],
     echo: Callable[[str], Any] = print,
-    ladder: str | None = None,
-) -> SweepReport:
-    """Run rounds until every comparison is resolved or the budget ends; returns the final report. Safe to
-    interrupt: rerun the same command and it carries on from the files (the design, the runs)."""
-    sweep_dir = Path(sweep_dir)
-    design = start_design(sweep_dir, baseline, min_effect, alpha, budget, ladder)
-    started = time.monotonic()
-    while True:
+) -> tuple[Design, SweepReport, bool]:
+    """Look at the sweep as it is now (no round open): record the look in the design if it has new seeds,
+    then either stop (every comparison resolved, or the budget spent: True) or write the next round into
+    the design before any of its runs starts (False). Returns the design, the report of the look, and that.
+    `minutes_spent` is this command's wall time so far (the budget's)."""
+    # Every seed a baseline (on a ladder, any level's) has a result for, those that chose its rate included.
+    seeds = tuple(
+        sorted(
+            {run.seed for base in report.baselines for run in base.runs if run.result is not None},
+            key=natural_key,
+        )
+    )
+    if design.looks and design.looks[-1] == seeds and design.rounds_since_look:
+        raise ReportError(
+            f"the last round added no result to the baseline (its runs failed: see their metrics.json under "
+            f"{sweep_dir / ADDED_DIR}); fix the cause, then rerun the same command"
+        )
+    if not design.looks or design.looks[-1] != seeds:
+        design = replace(design, looks=(*design.looks, seeds), rounds_since_look=0)
+        write_design(sweep_dir, design)
         report = build_report(sweep_dir)
-        if design.round is not None:  # a round was interrupted: finish it before looking
-            run_round(report, design, sweep_dir, train_command, echo)
-            design = replace(design, round=None, rounds_since_look=design.rounds_since_look + 1)
-            continue
-        # Every seed a baseline (on a ladder, any level's) has a result for, those that chose its rate included.
-        seeds = tuple(
-            sorted(
-                {run.seed for base in report.baselines for run in base.runs if run.result is not None},
-                key=natural_key,
-            )
-        )
-        if design.looks and design.looks[-1] == seeds and design.rounds_since_look:
-            raise ReportError(
-                f"the last round added no result to the baseline (its runs failed: see their metrics.json under "
-                f"{sweep_dir / ADDED_DIR}); fix the cause, then rerun the same command"
-            )
-        if not design.looks or design.looks[-1] != seeds:
-            design = replace(design, looks=(*design.looks, seeds), rounds_since_look=0)
-            write_design(sweep_dir, design)
-            report = build_report(sweep_dir)
-        open_rows = [s for s in report.family if s.answer is not None and not s.answer.resolved]
-        look = len(design.looks)
+    open_rows = [s for s in report.family if s.answer is not None and not s.answer.resolved]
+    look = len(design.looks)
+    echo(
+        f"look {look}: {len(seeds)} seeds; {len(open_rows)} of "
+        f"{len(report.family) - len(report.baselines)} comparisons open"
+    )
+    if not open_rows:
+        echo("every comparison is resolved")
+        return design, report, True
+    if len(seeds) >= budget.max_seeds:
+        echo(f"stopped: the baseline has {len(seeds)} seeds, the most this design allows (--max-seeds)")
+        return design, report, True
+    new_seeds = next_seeds(report.runs, min(budget.per_round, budget.max_seeds - len(seeds)))
+    settings = round_settings(report, open_rows)
+    minutes = round_minutes(report, settings, len(new_seeds))
+    elapsed = minutes_spent()
+    if budget.max_minutes is not None and elapsed + minutes > budget.max_minutes:
         echo(
-            f"look {look}: {len(seeds)} seeds; {len(open_rows)} of "
-            f"{len(report.family) - len(report.baselines)} comparisons open"
+            f"stopped: the next round would take about {minutes:.2g} min, past --max-minutes "
+            f"{budget.max_minutes:g} ({elapsed:.2g} min spent)"
         )
-        if not open_rows:
-            echo("every comparison is resolved")
-            return report
-        if len(seeds) >= budget.max_seeds:
-            echo(f"stopped: the baseline has {len(seeds)} seeds, the most this design allows (--max-seeds)")
-            return report
-        new_seeds = next_seeds(report.runs, min(budget.per_round, budget.max_seeds - len(seeds)))
-        settings = round_settings(report, open_rows)
-        minutes = round_minutes(report, settings, len(new_seeds))
-        elapsed = (time.monotonic() - started) / 60
-        if budget.max_minutes is not None and elapsed + minutes > budget.max_minutes:
-            echo(
-                f"stopped: the next round would take about {minutes:.2g} min, past --max-minutes "
-                f"{budget.max_minutes:g} ({elapsed:.2g} min spent)"
-            )
-            return report
-        design = replace(design, round=Round(tuple(new_seeds), tuple(dict(s.choices) for s in settings)))
-        write_design(sweep_dir, design)
-        run_round(report, design, sweep_dir, train_command, echo)
-        design = replace(design, round=None, rounds_since_look=design.rounds_since_look + 1)
-        write_design(sweep_dir, design)
+        return design, report, True
+    design = replace(design, round=Round(tuple(new_seeds), tuple(dict(s.choices) for s in settings)))
+    write_design(sweep_dir, design)
+    return design, report, False
 
 
 def start_design(
@@ -198,77 +192,36 @@ def round_minutes(report: SweepReport, settings: Sequence[Setting], seeds: int) 
 
 
 def launcher_jobs(run_dir: Path) -> int:
+    """How many runs the sweep's launcher ran at once (`round_minutes`' estimate)."""
     hydra = OmegaConf.load(run_dir / HYDRA_DIR / "hydra.yaml")
     jobs = OmegaConf.select(hydra, "hydra.launcher.n_jobs", default=1)
     return int(jobs) if isinstance(jobs, int) and jobs > 0 else os.cpu_count() or 1
 
 
-def command_for(run: RunSummary, seeds: Sequence[str], sweep_dir: Path) -> list[str]:
-    """The overrides that made `run`, with `seeds` in place of its seed, into a new directory of the sweep."""
-    hydra = OmegaConf.load(run.path / HYDRA_DIR / "hydra.yaml").hydra.overrides
-    carried = [o for o in hydra.hydra if not str(o).startswith(NOT_CARRIED)]
-    task = [str(o) for o in hydra.task if parse([str(o)])[0].key != "seed"]
-    return ["-m", *map(str, carried), *task, f"seed={','.join(seeds)}", f"hydra.sweep.dir={sweep_dir}"]
-
-
-def run_round(
-    report: SweepReport,
-    design: Design,
-    sweep_dir: Path,
-    train_command: Sequence[str],
-    echo: Callable[[str], Any],
-) -> None:
-    """Launch the round's runs that have no result yet, one multirun per setting (its seeds in parallel as
-    its launcher allows), each into its own new directory under SWEEP_DIR/added/."""
+def round_launches(report: SweepReport, design: Design, sweep_dir: Path) -> list[Launch]:
+    """The round's runs that have no result yet, one multirun per setting (its seeds in parallel as its
+    launcher allows), each into its own new directory under SWEEP_DIR/added/."""
     assert design.round is not None
     seeds, wanted = list(design.round.seeds), list(design.round.settings)
     rows = [s for s in report.family if s.choices in wanted]
     added = sweep_dir / ADDED_DIR
     look = len(design.looks)
+    launches: list[Launch] = []
     for row in rows:
         for setting in runs_of(report, row):
             missing = [seed for seed in seeds if seed not in setting.results]
             if not missing:
                 continue
             attempt = 1
-            while (target := added / f"look{look}_{slug(setting)}_{attempt}").exists():
+            taken = {launch.target for launch in launches}  # made by an earlier launch of this round
+            while (target := added / f"look{look}_{slug(setting)}_{attempt}").exists() or target in taken:
                 attempt += 1
-            echo(f"  {setting.label(report.setting_columns)}: seeds {', '.join(missing)} -> {target}")
-            launch([*train_command, *command_for(setting.runs[0], missing, target)], target)
+            label = setting.label(report.setting_columns)
+            launches.append(Launch(label, setting.runs[0].path, tuple(missing), target))
+    return launches
 
 
 def slug(setting: Setting) -> str:
     """`act-gelu_optim.lr-0.01`: a directory name that a Hydra override can carry unquoted."""
     text = "_".join(f"{k}-{v}" for k, v in setting.choices.items())
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)[:100]
-
-
-def launch(command: list[str], target: Path) -> None:
-    """Run one multirun to its end, its output into target/launch.log. On Ctrl-C, the runs save their
-    checkpoints and record themselves as interrupted (StopOnSignal); this waits for that, then stops."""
-    target.mkdir(parents=True)
-    with open(target / "launch.log", "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            code = process.wait()
-        except KeyboardInterrupt:
-            # A Ctrl-C at the terminal reached the runs too (one process group): let them save and stop. A
-            # second one, to them, would quit at once.
-            try:
-                process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                process.terminate()
-                process.wait()
-            raise Interrupted(
-                "stopped during a round; its finished runs are kept and its interrupted ones recorded: rerun "
-                "the same command to carry on",
-                signal.SIGINT,
-            ) from None
-    if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):  # its runs were stopped by a signal
-        raise Interrupted(
-            "a round's runs were stopped by a signal; they saved and recorded themselves: rerun the same "
-            "command to carry on",
-            code - 128,
-        )
-    if code != 0:
-        raise ReportError(f"a round's multirun failed (exit {code}); its log: {target / 'launch.log'}")

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tinylm.analysis.estimates import MIN_EFFECT
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary
-from tinylm.analysis.stats import MIN_EFFECT
 
 # nats/char. Within this of a reference level a run has learned almost nothing beyond it: 6% of the gap
 # between Tiny Shakespeare's unigram and bigram levels (0.86), and 3× the noise of a 200-window validation.

@@ -28,9 +28,10 @@ from typing import Any
 
 from scipy.stats import ttest_ind_from_stats
 
+from tinylm.analysis.outcome import Outcome, Verdict
 from tinylm.analysis.runs import shared_reference
 from tinylm.analysis.settings import Rules, Setting, judge_families, pick_baseline, varying
-from tinylm.analysis.stats import Outcome, Verdict, holm
+from tinylm.analysis.verdicts import holm
 from tinylm.overrides import shown
 
 # The choice a scale ladder varies (conf/size/): a sweep over it with a baseline that does not name it is a

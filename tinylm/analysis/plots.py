@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tinylm.analysis.estimates import Estimate, estimate
+from tinylm.analysis.outcome import Outcome
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.runs import HEALTH_PREFIX, runs_frame
 from tinylm.analysis.settings import LR, Setting, setting_label
-from tinylm.analysis.stats import Estimate, Outcome, estimate
 from tinylm.analysis.why import judged_runs, quantity, why_path
 
 if TYPE_CHECKING:

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from tinylm.analysis.diagnosis import Finding, why_cell
+from tinylm.analysis.estimates import Comparison, Estimate
 from tinylm.analysis.ladder import Ladder
 from tinylm.analysis.report import DESIGN_FILE, REPORT_PNG, SweepReport
 from tinylm.analysis.settings import Setting, only, setting_label, varying
-from tinylm.analysis.stats import Comparison, Estimate
 from tinylm.analysis.sweep_probe import SHOWN
 from tinylm.analysis.why import quantity, why_path
 from tinylm.overrides import shown

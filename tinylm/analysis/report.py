@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from tinylm.analysis.diagnosis import Finding, diagnose
+from tinylm.analysis.estimates import MIN_EFFECT, Comparison
 from tinylm.analysis.ladder import SCALE_KEY, Ladder, judge_ladder, with_added
+from tinylm.analysis.outcome import UNRESOLVED, Outcome, Verdict
 from tinylm.analysis.runs import (
     DESIGN_CHOICES,
     ReportError,
@@ -26,6 +28,7 @@ from tinylm.analysis.runs import (
     read_runs,
     shared_reference,
 )
+from tinylm.analysis.sequential import Look, first_verdicts, sequential_plan
 from tinylm.analysis.settings import (
     LR,
     Rules,
@@ -39,19 +42,8 @@ from tinylm.analysis.settings import (
     varying,
 )
 from tinylm.analysis.sizing import Sizing, size_open_rows
-from tinylm.analysis.stats import (
-    ALPHA,
-    MIN_EFFECT,
-    UNRESOLVED,
-    Comparison,
-    Look,
-    Outcome,
-    Verdict,
-    first_verdicts,
-    judge,
-    sequential_plan,
-)
 from tinylm.analysis.sweep_probe import probe_rows
+from tinylm.analysis.verdicts import ALPHA, judge
 from tinylm.analysis.why import WhyRow, why_rows
 from tinylm.files import write_json
 from tinylm.layout import DESIGN_FILE

@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from tinylm.analysis.diagnosis import Finding, Shared
+from tinylm.analysis.estimates import Comparison, Divergence, Estimate, Power
 from tinylm.analysis.ladder import Ladder, Rung, Trend, TrendWord, ladder_levels
+from tinylm.analysis.outcome import Outcome, Verdict
 from tinylm.analysis.report import SweepReport, design_from, run_columns
 from tinylm.analysis.runs import RunSummary, natural_key
 from tinylm.analysis.settings import LR, Setting
 from tinylm.analysis.sizing import RowSize, Sizing, size_open_rows
-from tinylm.analysis.stats import Comparison, Divergence, Estimate, Outcome, Power, Verdict
 from tinylm.analysis.sweep_probe import probe_rows
 from tinylm.analysis.why import WhyRow, why_rows
 from tinylm.files import plain

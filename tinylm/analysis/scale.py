@@ -6,12 +6,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from tinylm.analysis.estimates import Estimate
 from tinylm.analysis.ladder import Ladder, Rung
 from tinylm.analysis.plots import ForestRow, plot_ladder, plot_scale
 from tinylm.analysis.render import fmt_interval, fmt_number, fmt_p, ladder_title, md_table, rates_cell
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.settings import Setting, setting_label
-from tinylm.analysis.stats import Estimate
 
 SCALE_PNG = "scale.png"
 # Each design's difference from its level's baseline, a panel per level, with the verdicts.

@@ -9,17 +9,17 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tinylm.analysis.runs import ReportError, RunSummary, runs_frame, shared_reference
-from tinylm.analysis.stats import (
+from tinylm.analysis.estimates import (
     Comparison,
     Estimate,
     cross_fit,
     estimate,
-    judge,
     mean_or_inf,
     paired_tests,
     tuned_tests,
 )
+from tinylm.analysis.runs import ReportError, RunSummary, runs_frame, shared_reference
+from tinylm.analysis.verdicts import judge
 from tinylm.overrides import shown
 
 LR = "optim.lr"

@@ -10,8 +10,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from tinylm.analysis.estimates import seeds_needed
 from tinylm.analysis.settings import LR, Setting
-from tinylm.analysis.stats import seeds_needed
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from tinylm.analysis.diagnosis import NOT_FAILURES, Finding, Shared, failed, shared
+from tinylm.analysis.outcome import Outcome, Verdict
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary
 from tinylm.analysis.settings import LR, Setting
-from tinylm.analysis.stats import Outcome, Verdict
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,324 @@
+"""The tests of one comparison (docs/sweeps.md): a mean over seeds with its Student-t interval; a setting
+against a baseline, paired seed by seed, with a test of difference, a test of equivalence within ±δ and
+McNemar's exact test of how often each side diverged; the power its seeds have; and a learning rate chosen on
+other seeds than those it is judged on (cross-fitting), with the jackknife over the whole procedure.
+
+Lower is better (validation losses); a diverged run counts as +inf. The tests come from scipy and
+statsmodels; a family's verdicts are tinylm/analysis/verdicts.py's.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import warnings
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy.stats import t as student_t
+from scipy.stats import ttest_rel
+from statsmodels.stats.contingency_tables import mcnemar
+from statsmodels.stats.power import TTestPower
+from statsmodels.stats.weightstats import ttost_paired
+
+from tinylm.analysis.outcome import NO_SEEDS, NOT_YET_JUDGED, ONE_SEED, TWO_SEEDS_TUNED, Outcome, Verdict
+
+MIN_EFFECT = 0.01  # nats/char: δ, the smallest difference worth a claim (report.py --min-effect)
+POWER = 0.8  # the power the "resolves" and "seeds for ±δ" columns are computed at
+IDENTICAL = 1e-6  # differences below this are float32 rounding of a loss, not design (docs/sweeps.md)
+
+# Each side's per-window losses of the final evaluation, by seed.
+WindowLosses = tuple[Mapping[Hashable, Sequence[float]], Mapping[Hashable, Sequence[float]]]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The mean of `n` values, their standard deviation (n - 1) and a two-sided confidence interval for the
+    mean (Student t with n - 1 degrees of freedom). With one value, or a non-finite one, only the mean."""
+
+    mean: float
+    n: int
+    sd: float | None = None
+    low: float | None = None
+    high: float | None = None
+    confidence: float = 0.95
+
+    @property
+    def has_interval(self) -> bool:
+        return self.low is not None and self.high is not None
+
+
+def estimate(values: Sequence[float], confidence: float = 0.95) -> Estimate:
+    if not values:
+        raise ValueError("no values to estimate from")
+    n = len(values)
+    if not all(math.isfinite(v) for v in values):
+        return Estimate(
+            math.inf if any(v == math.inf for v in values) else math.nan, n, confidence=confidence
+        )
+    mean = statistics.fmean(values)
+    if n == 1:
+        return Estimate(mean, 1, confidence=confidence)
+    sd = statistics.stdev(values)
+    if sd == 0:  # scipy takes a zero scale for invalid (nan, with a warning): no spread, no width
+        return Estimate(mean, n, sd, mean, mean, confidence)
+    low, high = student_t.interval(confidence, n - 1, loc=mean, scale=sd / math.sqrt(n))
+    return Estimate(mean, n, sd, float(low), float(high), confidence)
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """How many of the `n` seeds both sides ran diverged on each side, and McNemar's exact test of the
+    difference (a binomial test on the seeds where exactly one side diverged)."""
+
+    mine: int
+    theirs: int
+    n: int
+    p_value: float
+
+    def describe(self) -> str:
+        return f"{self.mine}/{self.n} vs {self.theirs}/{self.n} (exact p = {self.p_value:.2g})"
+
+
+@dataclass(frozen=True)
+class Power:
+    """What the seeds of a comparison can resolve: the smallest |difference| they find with `POWER` at the
+    level the row is judged at, and the seeds a difference of δ would need."""
+
+    sd: float
+    level: float
+    resolvable: float | None
+    seeds_for_min_effect: int | None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A setting against the baseline over the seeds both have. `difference` is the mean of (setting -
+    baseline) over the seeds both finished (< 0: the setting reaches a lower loss); the p-values are the
+    paired t test of no difference and the paired two one-sided tests (TOST) of a difference inside ±δ.
+    `verdicts.judge` fills in the Holm-adjusted p-values, the family's decisions, the power and the verdict."""
+
+    seeds: tuple[Hashable, ...]
+    unmatched: tuple[Hashable, ...] = ()  # seeds only one side has: said, not used
+    difference: Estimate | None = None
+    p_value: float | None = None
+    p_equivalence: float | None = None
+    constant: bool = False  # the same difference on every seed: no test needed, none possible
+    untested: str | None = None  # why there is no test (one seed, ...)
+    divergence: Divergence | None = None
+    eval_se: float | None = None  # the evaluation set's standard error of `difference.mean`
+    p_adjusted: float | None = None
+    p_equivalence_adjusted: float | None = None
+    p_divergence_adjusted: float | None = None
+    # The family's decisions (`judge`): Holm's step-down at the levels of the look that judged it.
+    differs: bool = False
+    within_min_effect: bool = False
+    diverges_differently: bool = False
+    power: Power | None = None
+    verdict: Verdict = NOT_YET_JUDGED
+
+    @property
+    def resolved(self) -> bool:
+        """The verdict answers the question: better, worse, equivalent or identical."""
+        return self.verdict.outcome.resolved
+
+
+def paired_tests(
+    values: Mapping[Hashable, float],
+    baseline: Mapping[Hashable, float],
+    min_effect: float = MIN_EFFECT,
+    confidence: float = 0.95,
+    window_losses: WindowLosses | None = None,
+) -> Comparison:
+    """Pair `values` with `baseline` seed by seed (keys are seeds) and run the tests, without a verdict (the
+    raw material of `verdicts.judge`); `window_losses` (each side's per-window losses by seed) adds the
+    evaluation set's standard error."""
+    seeds = tuple(sorted(set(values) & set(baseline), key=str))
+    unmatched = tuple(sorted(set(values) ^ set(baseline), key=str))
+    if not seeds:
+        return Comparison(seeds, unmatched, verdict=Verdict(NO_SEEDS, Outcome.NOT_RESOLVED))
+    finished = [s for s in seeds if math.isfinite(values[s]) and math.isfinite(baseline[s])]
+    divergence = None
+    if len(finished) < len(seeds):
+        mine = sum(not math.isfinite(values[s]) for s in seeds)
+        theirs = sum(not math.isfinite(baseline[s]) for s in seeds)
+        only_mine = sum(not math.isfinite(values[s]) and math.isfinite(baseline[s]) for s in seeds)
+        only_theirs = sum(math.isfinite(values[s]) and not math.isfinite(baseline[s]) for s in seeds)
+        both = len(seeds) - len(finished) - only_mine - only_theirs
+        # McNemar's table (rows: mine finished, diverged; columns: theirs); only its discordant cells count.
+        table = [[len(finished), only_theirs], [only_mine, both]]
+        divergence = Divergence(mine, theirs, len(seeds), float(mcnemar(table, exact=True).pvalue))
+    comparison = Comparison(seeds, unmatched, divergence=divergence)
+    if not finished:
+        return comparison
+    mine_values = np.array([values[s] for s in finished])
+    theirs_values = np.array([baseline[s] for s in finished])
+    differences = mine_values - theirs_values
+    difference = estimate([float(d) for d in differences], confidence)
+    comparison = replace(comparison, difference=difference)
+    if window_losses is not None:
+        comparison = replace(comparison, eval_se=evaluation_se(finished, *window_losses))
+    if len(finished) < 2:
+        return replace(comparison, untested=ONE_SEED)
+    if float(np.std(differences)) <= IDENTICAL:
+        return replace(comparison, constant=True)
+    p = float(ttest_rel(mine_values, theirs_values).pvalue)
+    p_equivalence = float(ttost_paired(mine_values, theirs_values, -min_effect, min_effect)[0])
+    return replace(comparison, p_value=p, p_equivalence=p_equivalence)
+
+
+def evaluation_se(
+    seeds: Sequence[Hashable],
+    mine: Mapping[Hashable, Sequence[float]],
+    theirs: Mapping[Hashable, Sequence[float]],
+) -> float | None:
+    """The standard error the finite evaluation set adds to a mean paired difference: per seed, that of the
+    mean of the window-by-window differences (both runs saw the same windows), combined over seeds."""
+    variances = []
+    for seed in seeds:
+        a, b = mine.get(seed), theirs.get(seed)
+        if a is None or b is None or len(a) != len(b) or len(a) < 2:
+            return None
+        d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+        variances.append(float(np.var(d, ddof=1)) / len(d))
+    return math.sqrt(sum(variances)) / len(variances) if variances else None
+
+
+def power(c: Comparison, min_effect: float, level: float) -> Power | None:
+    """The paired sd of the comparison and what its seeds can resolve at `level` (two-sided paired t)."""
+    d = c.difference
+    if d is None or d.sd is None or d.n < 2 or d.sd <= IDENTICAL:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # as in seeds_needed
+        try:
+            resolvable = float(TTestPower().solve_power(nobs=d.n, alpha=level, power=POWER)) * d.sd
+        except (ValueError, RuntimeError):
+            resolvable = None
+    resolvable = resolvable if resolvable is not None and math.isfinite(resolvable) else None
+    return Power(d.sd, level, resolvable, seeds_needed(min_effect / d.sd, level))
+
+
+def seeds_needed(effect_size: float, level: float, power: float = POWER) -> int | None:
+    """The paired seeds a standardised difference needs to be found with `power` at `level` (at least 2)."""
+    analysis = TTestPower()
+    if analysis.power(effect_size=effect_size, nobs=2, alpha=level) >= power:
+        return 2  # below 2 seeds there is no interval at all
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # statsmodels warns, then returns nan, when its root finder fails
+        try:
+            n = analysis.solve_power(effect_size=effect_size, alpha=level, power=power)
+        except (ValueError, RuntimeError):
+            return None
+    n = float(np.asarray(n).reshape(-1)[0])
+    return max(2, math.ceil(n)) if math.isfinite(n) else None
+
+
+@dataclass(frozen=True)
+class CrossFit:
+    """A setting at a learning rate chosen on other seeds than each one it is judged on: for every seed, its
+    result at the rate whose mean over the *other* seeds is lowest (leave one seed out)."""
+
+    values: dict[Hashable, float]
+    rates: dict[Hashable, Hashable]  # seed -> the rate chosen for it
+    missing: tuple[Hashable, ...] = ()  # seeds with no run at the rate the other seeds chose
+
+
+def cross_fit(by_rate: Mapping[Hashable, Mapping[Hashable, float]]) -> CrossFit | None:
+    """Leave-one-seed-out tuning over `by_rate` (rate -> seed -> result); None with fewer than two seeds."""
+    seeds = sorted({s for runs in by_rate.values() for s in runs}, key=str)
+    if len(seeds) < 2:
+        return None
+    values, rates, missing = {}, {}, []
+    for seed in seeds:
+        means = {
+            rate: mean_or_inf([v for s, v in runs.items() if s != seed])
+            for rate, runs in by_rate.items()
+            if any(s != seed for s in runs)
+        }
+        rate = min(means, key=lambda r: means[r])
+        if seed in by_rate[rate]:
+            values[seed], rates[seed] = by_rate[rate][seed], rate
+        else:
+            missing.append(seed)
+    return CrossFit(values, rates, tuple(missing))
+
+
+def tuned_tests(
+    mine: Mapping[Hashable, Mapping[Hashable, float]],
+    theirs: Mapping[Hashable, Mapping[Hashable, float]],
+    min_effect: float = MIN_EFFECT,
+    confidence: float = 0.95,
+    window_losses: WindowLosses | None = None,
+) -> Comparison:
+    """Two settings, each at a rate chosen by cross-fitting (rate -> seed -> result), compared over the seeds
+    both have: the mean paired difference of the cross-fitted results, and its standard error from the
+    jackknife over seeds of the whole choose-then-compare procedure. A plain paired t test would be too
+    liberal: a seed that helps choose the others' rates is not independent of their results. The
+    jackknife errs the other way (the Efron-Stein inequality), so the tests keep their level."""
+    common = set(_seeds(mine)) & set(_seeds(theirs))
+    unmatched = tuple(sorted(set(_seeds(mine)) ^ set(_seeds(theirs)), key=str))
+
+    def fitted(keep: set[Hashable]) -> tuple[CrossFit, CrossFit] | None:
+        a, b = cross_fit(_only(mine, keep)), cross_fit(_only(theirs, keep))
+        return (a, b) if a is not None and b is not None else None
+
+    fit = fitted(common)
+    if fit is None:
+        return Comparison(
+            tuple(sorted(common, key=str)), unmatched,
+            verdict=Verdict(NO_SEEDS if not common else ONE_SEED, Outcome.NOT_RESOLVED),
+            untested=None if not common else ONE_SEED,
+        )  # fmt: skip
+    c = replace(
+        paired_tests(fit[0].values, fit[1].values, min_effect, confidence, window_losses), unmatched=unmatched
+    )
+    if c.difference is None or c.constant or c.p_value is None:
+        return c
+    n = c.difference.n
+    if n < 3:
+        return replace(c, p_value=None, p_equivalence=None, untested=TWO_SEEDS_TUNED)
+    leave_one_out = []
+    for seed in sorted(common, key=str):  # a set of strings: its order, and so the sums', varies by process
+        sub = fitted(common - {seed})
+        pairs = (
+            [sub[0].values[s] - sub[1].values[s] for s in sub[0].values if s in sub[1].values] if sub else []
+        )
+        pairs = [d for d in pairs if math.isfinite(d)]
+        if not pairs:
+            return replace(c, p_value=None, p_equivalence=None, untested="too few finished seeds to test")
+        leave_one_out.append(statistics.fmean(pairs))
+    k = len(leave_one_out)
+    se = math.sqrt((k - 1) / k * sum((d - statistics.fmean(leave_one_out)) ** 2 for d in leave_one_out))
+    mean, df = c.difference.mean, n - 1
+    if se <= IDENTICAL:
+        return replace(c, constant=True, p_value=None, p_equivalence=None)
+    low, high = student_t.interval(confidence, df, loc=mean, scale=se)
+    difference = Estimate(mean, n, se * math.sqrt(n), float(low), float(high), confidence)
+    # The t tests from a mean and a jackknife standard error: scipy's take data, not a standard error.
+    p = float(2 * student_t.sf(abs(mean) / se, df))
+    p_equivalence = float(
+        max(student_t.sf((mean + min_effect) / se, df), student_t.cdf((mean - min_effect) / se, df))
+    )
+    return replace(c, difference=difference, p_value=p, p_equivalence=p_equivalence)
+
+
+def _seeds(by_rate: Mapping[Hashable, Mapping[Hashable, float]]) -> list[Hashable]:
+    return sorted({s for runs in by_rate.values() for s in runs}, key=str)
+
+
+def _only(
+    by_rate: Mapping[Hashable, Mapping[Hashable, float]], keep: set[Hashable]
+) -> dict[Hashable, dict[Hashable, float]]:
+    return {rate: {s: v for s, v in runs.items() if s in keep} for rate, runs in by_rate.items()}
+
+
+def best_key(groups: Mapping[Hashable, Sequence[float]]) -> Hashable:
+    """The key whose values have the lowest mean; a group with a diverged (+inf) value never wins unless
+    every group has one."""
+    return min(groups, key=lambda key: mean_or_inf(groups[key]))
+
+
+def mean_or_inf(values: Sequence[float]) -> float:
+    return statistics.fmean(values) if values and all(math.isfinite(v) for v in values) else math.inf

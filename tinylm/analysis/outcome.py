@@ -1,0 +1,67 @@
+"""What a comparison found and the words that say it: `Outcome`, the `Verdict` that carries one, and the fixed
+phrases a verdict is made of. Its own module because both sides use it: a comparison's tests
+(tinylm/analysis/estimates.py) leave a verdict where there is nothing to test, and a family's judgement
+(tinylm/analysis/verdicts.py) writes the rest."""
+
+from __future__ import annotations
+
+import enum
+from typing import NoReturn
+
+BETTER = "better"
+WORSE = "worse"
+UNRESOLVED = "not resolved"
+IDENTICAL_VERDICT = "identical on every seed"
+ONE_SEED = "one seed: no interval"
+DIVERGENCE_OPEN = "the sides diverge unequally"
+NO_SEEDS = "no seeds in common with the baseline"
+TWO_SEEDS_TUNED = "two finished seeds: too few to both choose a rate and test"
+
+
+def equivalent(min_effect: float) -> str:
+    return f"equivalent within ±{min_effect:g}"
+
+
+class Outcome(enum.StrEnum):
+    """What a comparison found: the part of a verdict the rest of the analysis reads."""
+
+    BETTER = BETTER
+    WORSE = WORSE
+    EQUIVALENT = "equivalent"
+    IDENTICAL = IDENTICAL_VERDICT
+    NOT_RESOLVED = UNRESOLVED
+
+    @property
+    def resolved(self) -> bool:
+        return self is not Outcome.NOT_RESOLVED
+
+
+class Verdict(str):
+    """A verdict's words as the report prints them, carrying the `outcome` they state: code reads the outcome,
+    never the words (tests/test_verdict_type.py fails where a verdict's text is parsed)."""
+
+    outcome: Outcome
+
+    def __new__(cls, text: str, outcome: Outcome) -> Verdict:
+        verdict = super().__new__(cls, text)
+        verdict.outcome = outcome
+        return verdict
+
+    def __reduce__(self) -> tuple:  # copies and pickles keep the outcome
+        return (Verdict, (str(self), self.outcome))
+
+    def noted(self, note: str) -> Verdict:
+        """The same outcome with `note` after the words."""
+        return Verdict(f"{self}{note}", self.outcome)
+
+    def _read_back(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError(
+            "a verdict's words are for people: code reads its outcome (str(verdict) to print them)"
+        )
+
+    # Code that read the words back would break the day they are reworded.
+    startswith = endswith = split = rsplit = partition = rpartition = _read_back
+    find = rfind = index = rindex = count = removeprefix = removesuffix = __contains__ = _read_back
+
+
+NOT_YET_JUDGED = Verdict(UNRESOLVED, Outcome.NOT_RESOLVED)

@@ -1,0 +1,166 @@
+"""A family's verdicts (docs/sweeps.md): a table of comparisons is one family, its tests of difference (the
+loss tests and the divergence tests) and its tests of equivalence each Holm-adjusted so that the family-wise
+error stays at α; each row's verdict follows from the family's decisions.
+
+A comparison whose sides diverge on unequal numbers of seeds is resolved only once that difference is (never
+`better` for the side that diverges more, whatever its finished seeds reach).
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import replace
+
+from statsmodels.stats.multitest import multipletests
+
+from tinylm.analysis.estimates import (
+    IDENTICAL,
+    MIN_EFFECT,
+    Comparison,
+    WindowLosses,
+    paired_tests,
+    power,
+)
+from tinylm.analysis.outcome import (
+    BETTER,
+    DIVERGENCE_OPEN,
+    IDENTICAL_VERDICT,
+    ONE_SEED,
+    UNRESOLVED,
+    WORSE,
+    Outcome,
+    Verdict,
+    equivalent,
+)
+
+ALPHA = 0.05  # the family-wise error rate of a table's verdicts
+
+
+def compare(
+    values: Mapping[Hashable, float],
+    baseline: Mapping[Hashable, float],
+    min_effect: float = MIN_EFFECT,
+    confidence: float = 0.95,
+    window_losses: WindowLosses | None = None,
+) -> Comparison:
+    """`paired_tests` judged as a family of one; `judge` gives the verdicts of a whole table."""
+    tested = paired_tests(values, baseline, min_effect, confidence, window_losses)
+    return judge([tested], min_effect)[0] if tested.seeds else tested
+
+
+def judge(
+    comparisons: Sequence[Comparison],
+    min_effect: float = MIN_EFFECT,
+    alpha: float = ALPHA,
+    level: Callable[[float], float] | None = None,
+    with_power: bool = True,
+) -> list[Comparison]:
+    """Verdicts for one table, a family: Holm's step-down over its tests of difference (the loss tests and the
+    divergence tests), and separately over its tests of equivalence. A fixed design compares the k-th
+    smallest p-value of m with α / (m - k + 1); a look of a sequential design with `level` of that share of α,
+    the level its boundary gives (`sequential.Look.level`). The power of each row is computed at α / the
+    number of tests of difference (`with_power=False` skips it: it is slow)."""
+    family = [(i, "loss", c.p_value) for i, c in enumerate(comparisons) if c.p_value is not None]
+    family += [(i, "divergence", c.divergence.p_value) for i, c in enumerate(comparisons) if c.divergence]
+    equivalence = [(i, c.p_equivalence) for i, c in enumerate(comparisons) if c.p_equivalence is not None]
+    keys, keys_eq = [(i, kind) for i, kind, _ in family], [i for i, _ in equivalence]
+    rejects, adjusted = _holm([p for *_, p in family], alpha)
+    rejects_eq, adjusted_eq = _holm([p for _, p in equivalence], alpha)
+    if level is None:
+        rejected = {key for key, reject in zip(keys, rejects, strict=True) if reject}
+        rejected_eq = {key for key, reject in zip(keys_eq, rejects_eq, strict=True) if reject}
+    else:
+        rejected = step_down({(i, kind): p for i, kind, p in family}, alpha, level)
+        rejected_eq = step_down(dict(equivalence), alpha, level)
+    adjusted = dict(zip(keys, adjusted, strict=True))
+    adjusted_eq = dict(zip(keys_eq, adjusted_eq, strict=True))
+    size = max(1, len(family))
+    judged = []
+    for i, c in enumerate(comparisons):
+        c = replace(
+            c,
+            p_adjusted=adjusted.get((i, "loss")),
+            p_equivalence_adjusted=adjusted_eq.get(i),
+            p_divergence_adjusted=adjusted.get((i, "divergence")),
+            differs=(i, "loss") in rejected,
+            within_min_effect=i in rejected_eq,
+            diverges_differently=(i, "divergence") in rejected,
+        )
+        if with_power:
+            c = replace(c, power=power(c, min_effect, alpha / size))
+        judged.append(replace(c, verdict=verdict(c, min_effect)))
+    return judged
+
+
+def step_down(
+    p_values: Mapping[Hashable, float], alpha: float, level: Callable[[float], float]
+) -> set[Hashable]:
+    """Holm's step-down with the k-th smallest of m p-values rejected, while every smaller one was, when it is
+    at most `level(α / (m - k + 1))`. Ours because a sequential look's level is a function of that share of α
+    (its boundary), and statsmodels' `multipletests` compares with the share itself."""
+    rejected: set[Hashable] = set()
+    ordered = sorted(p_values.items(), key=lambda item: item[1])
+    for rank, (key, p) in enumerate(ordered):
+        if p > level(alpha / (len(ordered) - rank)):
+            break
+        rejected.add(key)
+    return rejected
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values (statsmodels), in the order given."""
+    return _holm(p_values, ALPHA)[1]
+
+
+def _holm(p_values: Sequence[float], alpha: float) -> tuple[list[bool], list[float]]:
+    """statsmodels' Holm at `alpha`: which p-values it rejects, and the adjusted p-values, in the order given."""
+    if not p_values:
+        return [], []
+    # multipletests' closing gc.collect() is slow with torch loaded; it skips frozen objects (docs/performance.md).
+    gc.freeze()
+    try:
+        reject, adjusted = multipletests(list(p_values), alpha=alpha, method="holm")[:2]
+    finally:
+        gc.unfreeze()
+    return [bool(r) for r in reject], [float(p) for p in adjusted]
+
+
+def verdict(c: Comparison, min_effect: float) -> Verdict:
+    """The words of a judged comparison: the family's decisions and the comparison's own tests."""
+    if not c.seeds:
+        return c.verdict
+    d = c.difference
+    divergence = c.divergence
+    better, worse, open_ = Outcome.BETTER, Outcome.WORSE, Outcome.NOT_RESOLVED
+    if divergence is not None and c.diverges_differently:
+        if divergence.mine > divergence.theirs:
+            return Verdict(f"{WORSE}: diverges more often", worse)
+        return Verdict(f"{BETTER}: diverges less often", better)
+    note = f"; diverged {divergence.describe()}" if divergence else ""
+    if d is None and c.untested:
+        return Verdict(c.untested + note, open_)
+    if d is None:
+        return Verdict(f"{UNRESOLVED}: every seed diverged on one side or both{note}", open_)
+    if c.p_adjusted is None and not c.constant:
+        return Verdict((c.untested or ONE_SEED) + note, open_)
+    if divergence is not None and divergence.mine != divergence.theirs:
+        # A diverged run is the worst result: while how often each side diverges is open, the finished seeds'
+        # losses cannot settle the comparison (a setting that diverges more is never `better`).
+        return Verdict(f"{UNRESOLVED}: {DIVERGENCE_OPEN}, {divergence.describe()}", open_)
+    if c.constant:
+        if abs(d.mean) <= IDENTICAL:
+            return Verdict(IDENTICAL_VERDICT + note, Outcome.IDENTICAL)
+        if abs(d.mean) < min_effect:
+            return Verdict(
+                f"{equivalent(min_effect)} (the same difference on every seed){note}", Outcome.EQUIVALENT
+            )
+        found = better if d.mean < 0 else worse
+        return Verdict(f"{found} (the same difference on every seed){note}", found)
+    equivalent_too = c.within_min_effect
+    if c.differs:
+        found = better if d.mean < 0 else worse
+        return Verdict(found + (f", but by less than {min_effect:g}" if equivalent_too else "") + note, found)
+    if equivalent_too:
+        return Verdict(equivalent(min_effect) + note, Outcome.EQUIVALENT)
+    return Verdict(UNRESOLVED + note, open_)
