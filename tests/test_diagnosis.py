@@ -6,6 +6,7 @@ show it (a deep post-norm stack, QK-norm off at lr 1e-1, a rate that blows up, a
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from pathlib import Path
@@ -50,6 +51,7 @@ from tinylm.analysis.diagnosis import (
 from tinylm.analysis.report import REPORT_MD, shared_reference
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary, read_runs
 from tinylm.analysis.sweep_report import write_report
+from tinylm.layout import VAL_IN_TRAINING
 
 # Every case logs its health curves and validates every 20 steps; each overrides the shrunk config's budget.
 # The final evaluation on every window of the small corpus's validation split, not SHRINK's 16: the thresholds
@@ -152,8 +154,17 @@ def findings(sweep_dir: Path) -> dict[str, diagnosis.Finding]:
 
 
 @pytest.mark.slow
-def test_a_healthy_pre_norm_run_that_converged_shows_nothing(case_runs):
-    assert findings(case_runs["healthy"]) == {}
+def test_a_healthy_pre_norm_run_that_converged_shows_nothing_but_that_it_validates_on_its_training_text(
+    case_runs,
+):
+    # Its corpus is a 24-character cycle: every validation window occurs in training (issue 49), which the run
+    # said once at its start, recorded, and the report names; nothing else.
+    assert set(findings(case_runs["healthy"])) == {VALIDATION_IN_TRAINING}
+    (run_dir,) = [p.parent for p in case_runs["healthy"].rglob("metrics.json")]
+    assert json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))[VAL_IN_TRAINING] == 1.0
+    assert (run_dir / "train.log").read_text(encoding="utf-8").count(
+        "occur verbatim in the training split"
+    ) == 1
 
 
 @pytest.mark.slow
@@ -204,7 +215,7 @@ def test_a_one_character_context_stalls_at_the_bigram_level(case_runs):
 
 @pytest.mark.slow
 def test_a_run_stopped_halfway_is_still_improving_and_nothing_else(case_runs):
-    assert set(findings(case_runs["cycle_150_steps"])) == {STILL_IMPROVING}
+    assert set(findings(case_runs["cycle_150_steps"])) == {STILL_IMPROVING, VALIDATION_IN_TRAINING}  # a cycle
 
 
 @pytest.mark.slow
@@ -257,9 +268,11 @@ def test_the_report_of_a_deep_post_norm_run_says_why_and_draws_the_curves(case_r
 
 
 @pytest.mark.slow
-def test_the_report_of_a_healthy_run_has_no_why_section(case_runs):
+def test_the_report_of_a_healthy_run_says_only_that_it_validates_on_its_training_text(case_runs):
     text, written = write_report(case_runs["healthy"])
-    assert "## Why" not in text
+    (line,) = [line for line in text.split("## Why")[1].splitlines() if line.startswith("- ")]
+    assert "validation is training in 1/1 runs" in line and "100% of its validation windows" in line
+    assert line.count(" in 1/1 runs") == 1  # nothing else
     assert not [p for p in written if p.name.startswith("why_")]
 
 
