@@ -119,6 +119,11 @@ def _rungs(differences: list[tuple[float, float, str]]) -> list[Rung]:
         # Opposite signs at the two ends, one not resolved: a change, but no sign change (only one sign is
         # shown; issue 49), nor a flip or a trend.
         ([(0.1, 0.05, "not resolved"), (-0.3, 0.01, "better")], "changes with size: +0.100 at s0"),
+        # Equivalent at both ends, yet the change test rejects: holds, without claiming that nothing changed.
+        (
+            [(0.001, 0.0001, "equivalent within ±0.01"), (0.005, 0.0001, "equivalent within ±0.01")],
+            "holds at every size: equivalent (a change within the margin with size shown",
+        ),
         # Opposite signs, but no change shown: not even a change is said.
         ([(0.1, 0.2, "not resolved"), (-0.3, 0.3, "not resolved")], "not resolved across sizes"),
     ],
