@@ -671,3 +671,71 @@ def test_the_python_docs_corpus_is_the_shipped_reference_topics_in_name_order_an
     monkeypatch.setitem(sys.modules, "pydoc_data.topics", None)  # an interpreter built without them
     with pytest.raises(CorpusError, match="ships no pydoc_data"):
         python_docs()
+
+
+# --- validation that is training (issue 49, point 3) ------------------------------------------------------
+
+
+def test_a_windows_hash_is_the_same_wherever_it_starts_and_differs_for_other_windows():
+    from tinylm.data.overlap import window_hashes
+
+    tokens = np.random.default_rng(0).integers(0, 65, 5000)
+    hashes = window_hashes(tokens, 65)
+    assert len(hashes) == 5000 - 64
+    assert hashes[1234] == window_hashes(tokens[1234 : 1234 + 65], 65)[0]
+    assert len(np.unique(hashes)) == len(hashes)  # random windows: no two alike, no collision
+    repeated = np.concatenate([tokens[:100], tokens[:100]])
+    assert window_hashes(repeated, 65)[0] == window_hashes(repeated, 65)[100]
+
+
+def test_the_share_of_validation_windows_found_in_training(monkeypatch):
+    from tinylm.data import overlap
+
+    rng = np.random.default_rng(1)
+    paragraph = rng.integers(0, 30, 500)
+    repeated = np.tile(paragraph, 400)  # the issue's corpus: one 500-character paragraph to 200 KB
+    n_train = int(len(repeated) * 0.9)
+    assert overlap.validation_in_training(repeated[:n_train], repeated[n_train:], 65) == 1.0
+    fresh = rng.integers(0, 30, 200_000)  # independent characters: 65 in a row never recur
+    assert overlap.validation_in_training(fresh[:n_train], fresh[n_train:], 65) == 0.0
+    # Half of the validation split copied from training: about half of the windows (those not straddling).
+    half = np.concatenate([fresh[:n_train], fresh[1000:11_000], fresh[n_train : n_train + 10_000]])
+    assert overlap.validation_in_training(half[:n_train], half[n_train:], 65) == pytest.approx(0.5, abs=0.02)
+    # A window straddling two chunks of the training scan is still found.
+    monkeypatch.setattr(overlap, "_CHUNK", 997)
+    assert overlap.validation_in_training(half[:n_train], half[n_train:], 65) == pytest.approx(0.5, abs=0.02)
+
+
+def test_the_share_is_measured_on_a_capped_sample_of_validation_windows(monkeypatch):
+    from tinylm.data import overlap
+
+    looked_up = []
+    original = overlap.window_hashes
+    monkeypatch.setattr(overlap, "window_hashes", lambda t, n: looked_up.append(len(t)) or original(t, n))
+    tokens = np.random.default_rng(2).integers(0, 30, 300_000)
+    overlap.validation_in_training(tokens[:200_000], tokens[200_000:], 65)
+    assert looked_up.count(65) == overlap.OVERLAP_SAMPLE  # 100,000 validation windows, 1,000 looked up
+
+
+def test_a_corpus_that_repeats_itself_warns_once_at_the_start(tmp_path, caplog):
+    from tinylm.data.overlap import VAL_IN_TRAINING_SHARE
+
+    paragraph = "".join(chr(97 + int(c)) for c in np.random.default_rng(4).integers(0, 26, 500))
+    path = tmp_path / "repeated.txt"
+    path.write_text((paragraph * 401)[:200_000], encoding="utf-8")
+    dm = CharDataModule(DataConfig(source="text", files=str(path), block_size=64, batch_size=4))
+    with caplog.at_level("WARNING", logger="tinylm.data.datamodule"):
+        dm.prepare()
+        dm.setup("fit")  # prepared already: not measured, nor said, again
+    assert dm.validation_in_training() == 1.0 > VAL_IN_TRAINING_SHARE
+    (record,) = caplog.records
+    assert "100% of the validation windows" in record.getMessage() and "verbatim" in record.getMessage()
+    caplog.clear()
+    other = tmp_path / "plain.txt"
+    other.write_text(
+        "".join(chr(97 + int(c)) for c in np.random.default_rng(3).integers(0, 26, 50_000)), encoding="utf-8"
+    )
+    with caplog.at_level("WARNING", logger="tinylm.data.datamodule"):
+        plain = CharDataModule(DataConfig(source="text", files=str(other), block_size=64, batch_size=4))
+        plain.prepare()
+    assert plain.validation_in_training() == 0.0 and not caplog.records

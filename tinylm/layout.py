@@ -34,6 +34,9 @@ FINAL_WINDOW_LOSSES = "val_full_window_losses"
 FINAL_SPLIT_WINDOWS = "val_split_windows"
 # In metrics.json: the validation split's uniform, unigram and bigram levels (tinylm.data.reference).
 REFERENCE_LEVELS = "reference_levels"
+# In metrics.json: the share of (a sample of) the validation windows that occur verbatim in the training split
+# (tinylm.data.overlap, which also holds the share above which the run warns and the report names it).
+VAL_IN_TRAINING = "val_windows_in_training"
 METRICS = (VAL_LOSS, TRAIN_LOSS, VAL_BPC, BEST_VAL_LOSS, LEARNING_RATE, FINAL_VAL_LOSS)
 
 CONFIG_FILE = "config.yaml"

@@ -1,7 +1,8 @@
 """What happened in a run, named from its final loss, its loss curves and the `training_health/` curves it
-logged (docs/diagnosis.md): stalled at a reference level, tokens collapsed, attention saturated, queries and
-keys starved of gradient, FFN units dead, diverged, destabilised or overfitting, or still improving when the
-budget ended. Each finding is an episode: the step where it began, the step it last held when it ended before
+logged (docs/diagnosis.md): validation that is training, stalled at a reference level, tokens collapsed,
+attention saturated, queries and keys starved of gradient, FFN units dead, diverged, destabilised or
+overfitting, a loss spike, or still improving when the budget ended (from the training curve when validation
+has fewer than two points). Each finding is an episode: the step where it began, the step it last held when it ended before
 the run did (a collapse that recovered), and the TensorBoard tag that shows it.
 """
 
@@ -13,8 +14,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from scipy.stats import linregress
+
 from tinylm.analysis.estimates import MIN_EFFECT
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary
+from tinylm.data.overlap import VAL_IN_TRAINING_SHARE
+from tinylm.layout import TRAIN_LOSS as TRAIN_TAG
+from tinylm.layout import VAL_LOSS as VAL_TAG
 
 # nats/char. Within this of a reference level a run has learned almost nothing beyond it: 6% of the gap
 # between Tiny Shakespeare's unigram and bigram levels (0.86), and 3× the noise of a 200-window validation.
@@ -45,6 +51,22 @@ TRAIN_WINDOW = 0.1
 # worth a claim): only then is a stall named, so a run is either still improving or stalled, never both.
 IMPROVING_TAIL = 0.1
 IMPROVING_DROP = MIN_EFFECT / 2
+# With fewer than two validations there is no validation slope: the training curve is read instead, over its
+# last IMPROVING_TRAIN_SPAN of the steps (at least IMPROVING_TRAIN_POINTS logged values). A logged training loss
+# is one batch's, so a fall must also be a least-squares slope below 0 at one-sided p <= IMPROVING_TRAIN_ALPHA
+# (with independent batch noise, a flat curve is called improving at most that often; docs/diagnosis.md), and
+# as steep as IMPROVING_DROP per IMPROVING_TAIL of the steps.
+IMPROVING_TRAIN_SPAN = 1 / 3
+IMPROVING_TRAIN_POINTS = 4
+IMPROVING_TRAIN_ALPHA = 0.05
+# nats/char a validation loss must rise above its lowest value before to be a loss spike: 5× the rise that
+# calls a run destabilised, over half of Tiny Shakespeare's unigram-to-bigram gap (0.86), about 30× the noise
+# of a 200-window validation. A smaller transient is not named; one that lasts to the end is `destabilised`.
+SPIKE_RISE = 0.5
+# ...and it came back down when a later validation is below the earlier lowest + SPIKE_RISE (recovered), or at
+# least fell this share of its rise from the peak by the end (came down, not recovered); a rise that stays
+# up is not a spike but `destabilised`.
+SPIKE_RETURN = 0.5
 # Fraction of a block's FFN units (for a gated FFN, its gate's) that never fired on the health callback's
 # fixed batch: a tenth of the block's width lost. Healthy runs sit under 1% (ReLU at lr 1e-3: 0-0.8%); ReLU
 # at lr 3e-2 lost 13-38% per block.
@@ -63,6 +85,8 @@ STARVED = "Q/K starved"
 SATURATED = "attention saturated"
 DEAD_UNITS = "dead units"
 STILL_IMPROVING = "still improving"
+LOSS_SPIKE = "loss spike"
+VALIDATION_IN_TRAINING = "validation is training"
 # A setting that shows only these has not failed: its budget ended first.
 NOT_FAILURES = (STILL_IMPROVING,)
 
@@ -97,24 +121,76 @@ def diagnose(run: RunSummary, reference: Mapping[str, float] | None = None) -> l
     # One token of context has no spread and no key to choose: its health curves say nothing.
     context = (run.model or {}).get("block_size")
     val = [(step, value) for step, value, _ in run.val_curve if math.isfinite(value)]
-    improving = _improving_by(run, val)
+    spike = _spike(val)
+    # The fall back from a spike is its recovery, not the budget ending: the slope is read without it.
+    calm = [point for point in val if spike is None or not spike[1] <= point[0] <= spike[2]]
+    improving = _improving_by(run, calm) if len(val) >= 2 else _improving_from_training(run, len(val))
     low_step, low = min(val, key=lambda point: point[1]) if val else (None, math.nan)
     rose = len(val) >= 2 and val[-1][1] - low > DESTABILISED_RISE
     # A stall only once the curve has flattened, and not for a loss that rose back above a level: the rise
     # is the cause then.
     stalls = _stalls(run, reference) if improving is None and not rose else []
     findings = [*stalls, *(_health(run) if context != 1 else [])]
-    if len(val) >= 2:
-        rise = val[-1][1] - low
-        if rose:
-            findings.insert(0, _rose(run, low_step, low, val[-1], rise))
-        elif improving is not None:
-            findings.append(Finding(
-                STILL_IMPROVING, f"its validation loss was still falling {improving:.3f} per "
-                f"{IMPROVING_TAIL:.0%} of its steps at the end: the budget, not the design, limits it", None,
-                "loss/val",
-            ))  # fmt: skip
+    if spike is not None:
+        findings.insert(0, spike[0])
+    if rose:
+        findings.insert(0, _rose(run, low_step, low, val[-1], val[-1][1] - low))
+    elif improving is not None:
+        what, tag = improving
+        findings.append(Finding(STILL_IMPROVING, f"{what}: the budget, not the design, limits it", None, tag))
+    share = run.val_in_training
+    if share is not None and share > VAL_IN_TRAINING_SHARE:
+        findings.insert(0, Finding(
+            VALIDATION_IN_TRAINING, f"{share:.0%} of its validation windows occur verbatim in its training "
+            f"split (above {VAL_IN_TRAINING_SHARE:.0%}): its validation loss measures what it memorised, not "
+            "what it generalises to; the corpus repeats itself", None, "loss/val",
+        ))  # fmt: skip
     return findings
+
+
+def _spike(val: Series) -> tuple[Finding, int, int] | None:
+    """The highest loss spike of the validation curve, with its first step and the last step before the curve
+    was back within DESTABILISED_RISE of its lowest before (what a slope must not read): a rise
+    of more than SPIKE_RISE above the lowest loss before it that came back down (below that lowest +
+    SPIKE_RISE: recovered, `until` its last step above; or by SPIKE_RETURN of its rise by the end)."""
+    found = []
+    low, index = math.inf, 0
+    while index < len(val):
+        if val[index][1] <= low + SPIKE_RISE:
+            low = min(low, val[index][1])
+            index += 1
+            continue
+        end = index
+        while end < len(val) and val[end][1] > low + SPIKE_RISE:
+            end += 1
+        inside = val[index:end]
+        peak_step, peak = max(inside, key=lambda point: point[1])
+        recovered = end < len(val)
+        after_step, after = val[end] if recovered else val[-1]
+        settled = end  # still falling back until within DESTABILISED_RISE of the lowest before
+        while settled < len(val) and val[settled][1] > low + DESTABILISED_RISE:
+            settled += 1
+        if recovered or peak - after >= SPIKE_RETURN * (peak - low):
+            found.append(
+                (peak, low, inside[0][0], inside[-1][0], peak_step, after_step, after, recovered,
+                 val[settled - 1][0])
+            )  # fmt: skip
+        index = end
+    if not found:
+        return None
+    peak, low, first, last, peak_step, after_step, after, recovered, settled = max(found)
+    ended = (
+        f"and was back to {after:.2f} at step {after_step}: recovered"
+        if recovered
+        else f"and came down to {after:.2f} by the end, still {after - low:.2f} above its lowest before: not recovered"
+    )
+    others = f"; {len(found) - 1} smaller spike(s) too" if len(found) > 1 else ""
+    finding = Finding(
+        LOSS_SPIKE, f"the validation loss rose from {low:.2f} (its lowest before) to a peak of {peak:.2f} at "
+        f"step {peak_step}, more than {SPIKE_RISE:g} above it from step {first} to {last}, {ended}{others}",
+        first, "loss/val", last if recovered else None,
+    )  # fmt: skip
+    return finding, first, settled
 
 
 def _rose(run: RunSummary, low_step: int, low: float, end: tuple[int, float], rise: float) -> Finding:
@@ -271,9 +347,9 @@ def _saturated(run: RunSummary) -> Finding | None:
     )  # fmt: skip
 
 
-def _improving_by(run: RunSummary, val: Series) -> float | None:
-    """How much the validation loss fell per IMPROVING_TAIL of the run's steps over its last validations,
-    if that is more than IMPROVING_DROP."""
+def _improving_by(run: RunSummary, val: Series) -> tuple[str, str] | None:
+    """What shows the validation loss still falling more than IMPROVING_DROP per IMPROVING_TAIL of the run's
+    steps over its last validations, and its tag; None if it is not."""
     if len(val) < 2 or not run.max_steps:
         return None
     end_step, end = val[-1]
@@ -281,7 +357,36 @@ def _improving_by(run: RunSummary, val: Series) -> float | None:
     earlier = [point for point in val[:-1] if point[0] <= end_step - tail] or [val[-2]]
     start_step, start = earlier[-1]
     drop = (start - end) * tail / (end_step - start_step)
-    return drop if drop > IMPROVING_DROP else None
+    if drop <= IMPROVING_DROP:
+        return None
+    return (
+        f"its validation loss was still falling {drop:.3f} per {IMPROVING_TAIL:.0%} of its steps at the end",
+        VAL_TAG,
+    )
+
+
+def _improving_from_training(run: RunSummary, validations: int) -> tuple[str, str] | None:
+    """With fewer than two validations, what shows the training loss still falling: its least-squares slope
+    over the last IMPROVING_TRAIN_SPAN of the steps (at least IMPROVING_TRAIN_POINTS logged values) below 0 at
+    one-sided p <= IMPROVING_TRAIN_ALPHA and steeper than IMPROVING_DROP per IMPROVING_TAIL of the steps."""
+    curve = [(step, value) for step, value in run.train_curve if math.isfinite(value)]
+    if len(curve) < IMPROVING_TRAIN_POINTS or not run.max_steps:
+        return None
+    since_step = curve[-1][0] - IMPROVING_TRAIN_SPAN * run.max_steps
+    last = [point for point in curve if point[0] >= since_step]
+    last = last if len(last) >= IMPROVING_TRAIN_POINTS else curve[-IMPROVING_TRAIN_POINTS:]
+    fit = linregress([step for step, _ in last], [value for _, value in last])
+    drop = -fit.slope * IMPROVING_TAIL * run.max_steps
+    p_value = fit.pvalue / 2 if fit.slope < 0 else 1.0  # one-sided: a fall
+    if drop <= IMPROVING_DROP or not p_value <= IMPROVING_TRAIN_ALPHA:
+        return None
+    points = "no validation point" if validations == 0 else "one validation point"
+    return (
+        f"its training loss was still falling {drop:.3f} per {IMPROVING_TAIL:.0%} of its steps over its last "
+        f"{len(last)} logged values ({last[0][1]:.2f} at step {last[0][0]} → {last[-1][1]:.2f} at step "
+        f"{last[-1][0]}; slope p = {p_value:.2g}), read from the training curve: it has {points}",
+        TRAIN_TAG,
+    )
 
 
 def episode(series: Series, holds: Callable[[float], bool]) -> tuple[int, int | None] | None:

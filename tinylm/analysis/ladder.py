@@ -7,9 +7,11 @@ verdict across levels (docs/sweeps.md). Along an ordered axis (`size`, by parame
 - `grows / shrinks with <axis>`: resolved in the same direction at the first and the last level, and the
   difference at the last differs from that at the first (Welch's t on the two levels' paired differences,
   Holm over the designs): with one sign at both ends, the change is one of magnitude;
-- `changes sign, not resolved`: the first and last levels' differences have opposite signs and the same test
-  finds a change, but not both ends are resolved (a `flips` needs both);
 - `holds at every <level>`: the same resolved verdict at every level, and no change shown;
+- `changes with <axis>`: the same test finds a change, but the ends' verdicts make it none of the above. It
+  claims no sign: a sign is shown only where a level resolves it, and a sign change only by `flips` (before
+  issue 49 opposite point estimates at the ends said `changes sign, not resolved`, 43% of the time when the
+  true difference went 0, -0.05, -0.10: the sign at an unresolved end is noise);
 - otherwise `not resolved across <level>s`, with what each level says.
 
 Along an unordered axis (several choices, or text) there are no ends to compare: `flips`, `holds` or `not
@@ -64,7 +66,7 @@ class TrendWord(enum.StrEnum):
     GROWS = "grows"
     SHRINKS = "shrinks"
     HOLDS = "holds"
-    SIGN_CHANGE = "changes sign, not resolved"
+    CHANGES = "changes"  # the difference changed (the change test); its sign and direction not shown
     UNRESOLVED = "not resolved"
 
 
@@ -256,17 +258,15 @@ def _verdict(
         word = TrendWord.GROWS if abs(large) > abs(small) else TrendWord.SHRINKS
         return word, f"{word.value} with {axis}: {at_ends}{tested}; {every}"
     if len(resolved) == len(said) and len({d for *_, d in resolved}) == 1:
+        # Equivalent everywhere can hold while the change test rejects (a change within ±δ): say which.
+        shown = "a change within the margin" if p is not None and p <= alpha else "no change"
         return TrendWord.HOLDS, f"holds at every {noun}: {said[0][1].outcome}" + (
-            f" (no change with {axis} shown, p (Holm) = {p:.2g})" if p is not None else ""
+            f" ({shown} with {axis} shown, p (Holm) = {p:.2g})" if p is not None else ""
         )
-    if along and small * large < 0 and p is not None and p <= alpha:
-        # Opposite signs and a change shown, but not both ends resolved (that would have been a flip). Without
-        # the change test, a constant difference near 0 would change sign by noise half of the time.
-        return TrendWord.SIGN_CHANGE, f"{TrendWord.SIGN_CHANGE.value}: {at_ends}{tested}; {every}"
-    changed = (
-        f"changes with {axis}{tested}, not resolved at both ends; " if p is not None and p <= alpha else ""
-    )
-    return TrendWord.UNRESOLVED, f"not resolved across {noun}s: {changed}{every}"
+    if along and p is not None and p <= alpha:
+        # A change of the difference is shown, not its sign: an end's sign is known only where it is resolved.
+        return TrendWord.CHANGES, f"{TrendWord.CHANGES.value} with {axis}: {at_ends}{tested}; {every}"
+    return TrendWord.UNRESOLVED, f"not resolved across {noun}s: {every}"
 
 
 def level_name(values: tuple[Any, ...]) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 from tinylm.analysis.diagnosis import Finding, Shared
 from tinylm.analysis.estimates import Comparison, Divergence, Estimate, Power
 from tinylm.analysis.ladder import Ladder, Rung, Trend, TrendWord, ladder_levels
+from tinylm.analysis.ladder import trends as judge_trends
 from tinylm.analysis.outcome import Outcome, Verdict
 from tinylm.analysis.report import SweepReport, design_from, run_columns
 from tinylm.analysis.runs import RunSummary, natural_key
@@ -151,7 +152,7 @@ def from_json(data: Mapping[str, Any]) -> SweepReport:
     if derived:  # each rate's results of a tuned setting, as cross-fitting read them
         tuned = [_with_rates(s, settings, tuned_columns) for s in tuned]
     family, family_columns = (tuned, tuned_columns) if tuned else (settings, setting_columns)
-    ladder = _ladder(data, family, family_columns, derived)
+    ladder = _ladder(data, family, family_columns, derived, float(data["alpha"]))
     axis = ladder.axis if ladder is not None else list(data.get("axis") or [])
     findings = {run.path: [Finding(**f) for f in record.get("diagnosis") or []]
                 for run, record in zip(runs, data["runs"], strict=True)}  # fmt: skip
@@ -285,15 +286,10 @@ def _pick(settings: Sequence[Setting], choices: Mapping[str, Any] | None) -> Set
 
 
 def _ladder(
-    data: Mapping[str, Any], family: Sequence[Setting], columns: Sequence[str], derived: bool
+    data: Mapping[str, Any], family: Sequence[Setting], columns: Sequence[str], derived: bool, alpha: float
 ) -> Ladder | None:
     if "scale" not in data:
         return None
-    trends = [
-        Trend(_choices(t["design"]), _number(t.get("change")), _number(t.get("p_value")),
-              _number(t.get("p_adjusted")), t["verdict"], TrendWord(t["word"]))
-        for t in data["scale"]
-    ]  # fmt: skip
     if not derived:
         stored = data["ladder"]
         rungs = [
@@ -301,15 +297,23 @@ def _ladder(
                  [_pick(family, choices) for choices in r["settings"]])
             for r in stored["rungs"]
         ]  # fmt: skip
+        trends = [
+            Trend(_choices(t["design"]), _number(t.get("change")), _number(t.get("p_value")),
+                  _number(t.get("p_adjusted")), t["verdict"], TrendWord(t["word"]))
+            for t in data["scale"]
+        ]  # fmt: skip
         return Ladder(list(stored["axis"]), list(stored["columns"]), rungs, trends)
-    # The axis: the family's columns that do not name a design; each level's baseline has no comparison.
-    named = {key for t in trends for key in t.design}
+    # The axis: the family's columns that do not name a design; each level's baseline has no comparison. The
+    # words across levels are judged again from the levels' comparisons, by the rule in force (a word may
+    # have been retired since: `changes sign, not resolved`).
+    named = {key for t in data["scale"] for key in t["design"]}
     axis = [c for c in columns if c not in named]
     rungs = [
         Rung(level, params, steps, next(s for s in group if s.comparison is None), group)
         for level, params, steps, group in ladder_levels(family, axis)
     ]
-    return Ladder(axis, [c for c in columns if c not in axis], rungs, trends)
+    designs = [c for c in columns if c not in axis]
+    return Ladder(axis, designs, rungs, judge_trends(rungs, designs, alpha, axis))
 
 
 def _why(row: Mapping[str, Any], settings: Sequence[Setting]) -> WhyRow:

@@ -26,6 +26,7 @@ from tinylm.layout import (
     HYDRA_DIR,
     REFERENCE_LEVELS,
     SWEEP_RECORD,
+    VAL_IN_TRAINING,
     evaluated_windows,
     read_run_record,
 )
@@ -83,6 +84,7 @@ class RunSummary:
     train_curve: list[tuple[int, float]] = field(default_factory=list)
     # Every training_health/<quantity>/block_<k> curve it logged, as (step, value): what `diagnosis` reads.
     health: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    val_in_training: float | None = None  # share of its validation windows found in training (metrics.json)
 
     @property
     def result(self) -> float | None:
@@ -262,6 +264,7 @@ def summarize_run(
         run.error = record.get("error")
         levels = record.get(REFERENCE_LEVELS)
         run.reference = {k: float(v) for k, v in levels.items()} if isinstance(levels, dict) else None
+        run.val_in_training = _number(record.get(VAL_IN_TRAINING))
     if scalars is not None and not scalars.empty:
         start = float(scalars.wall_time.min())
         run.val_curve = [(s, v, w - start) for s, v, w in _series(scalars, _VAL_LOSS)]

@@ -97,8 +97,9 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
             "`grows / shrinks with size`: resolved in the same direction at the smallest and largest sizes, and "
             "Welch's t test of the difference at the largest size against that at the smallest, Holm over the "
             "designs, finds a change; `holds at every size`: the same resolved verdict at every size and no "
-            "change shown; `flips`: resolved in opposite directions; `changes sign, not resolved`: opposite "
-            f"signs at the two ends and a change found, not both resolved. Loss against parameters: {SCALE_PNG}."
+            "change shown; `flips`: resolved in opposite directions; `changes with size`: that test finds a "
+            "change, but the ends' verdicts show neither its direction nor a sign change. Loss against "
+            f"parameters: {SCALE_PNG}."
         )
     else:
         across, along = "across levels", f"level (`{axis}`)"
@@ -111,8 +112,8 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
             (
                 f"`grows / shrinks with {axis}`: resolved in the same direction at the first and last levels, "
                 "and Welch's t test of the difference at the last level against that at the first, Holm over the "
-                "designs, finds a change; `changes sign, not resolved`: opposite signs at the two ends and a change "
-                "found, not both resolved; "
+                f"designs, finds a change; `changes with {axis}`: that test finds a change, but the ends' verdicts "
+                "show neither its direction nor a sign change; "
                 if ladder.ordered
                 else "The levels have no order, so no word compares the ends; "
             )

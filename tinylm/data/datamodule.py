@@ -3,6 +3,7 @@ and validation, and served as windows."""
 
 from __future__ import annotations
 
+import logging
 import math
 
 import lightning.pytorch as L
@@ -10,10 +11,18 @@ from torch.utils.data import DataLoader
 
 from tinylm.data.config import DataConfig
 from tinylm.data.corpora import CorpusError, load_corpus
+from tinylm.data.overlap import (
+    OVERLAP_MIN_LENGTH,
+    OVERLAP_SAMPLE,
+    VAL_IN_TRAINING_SHARE,
+    cached_validation_in_training,
+)
 from tinylm.data.reference import ReferenceLevels, cached_reference_levels
 from tinylm.data.token_cache import TokenSpan, corpus_tokens
 from tinylm.data.tokenizer import CharTokenizer
 from tinylm.data.windows import FixedWindows, RandomWindows, UnpaddedDistributedSampler
+
+log = logging.getLogger(__name__)
 
 # A window of the final evaluation costs a sixth to a seventh of a window trained on (forward only, no
 # gradients, large batches; measured at the baby size on a 2-core AMD EPYC, fp32 and bf16 alike), so at up to
@@ -61,7 +70,28 @@ class CharDataModule(L.LightningDataModule):
         self.tokenizer = tokenizer
         self.tokens_file = tokens.path
         self.train_tokens, self.val_tokens = splits["training"], splits["validation"]
+        share = self.validation_in_training()
+        if share > VAL_IN_TRAINING_SHARE:  # said once, at the start, where the user looks
+            log.warning(
+                "%.0f%% of the validation windows (%d-character, up to %d sampled) occur verbatim in the training "
+                "split: the corpus repeats itself, and the validation loss will measure memory, not "
+                "generalisation (docs/diagnosis.md)",
+                100 * share, self.overlap_length, OVERLAP_SAMPLE,
+            )  # fmt: skip
         return tokenizer
+
+    @property
+    def overlap_length(self) -> int:
+        """The window compared with the training split: the validation window, at least OVERLAP_MIN_LENGTH."""
+        return max(self.block_size + 1, OVERLAP_MIN_LENGTH)
+
+    def validation_in_training(self) -> float:
+        """The share of the validation split's windows that also occur in the training split
+        (tinylm.data.overlap; computed once per token file and split)."""
+        assert self.train_tokens is not None and self.val_tokens is not None
+        return cached_validation_in_training(
+            str(self.tokens_file), self.train_tokens, self.val_tokens, self.overlap_length
+        )
 
     def check_validation_shards(self, world_size: int) -> None:
         """Refuse, before a run writes anything, a validation set too small to give every rank a window."""

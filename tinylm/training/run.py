@@ -43,6 +43,7 @@ from tinylm.layout import (
     SEGMENTS,
     TENSORBOARD_DIR,
     TOKENIZER_FILE,
+    VAL_IN_TRAINING,
     VAL_LOSS,
     Checkpoint,
     CheckpointError,
@@ -209,6 +210,7 @@ class PreparedRun:
             metrics[FINAL_WINDOW_LOSSES] = [round(float(v), 6) for v in module.final_window_losses]
             metrics[FINAL_SPLIT_WINDOWS] = module.final_windows_available
         metrics[REFERENCE_LEVELS] = dataclasses.asdict(self.datamodule.reference_levels())
+        metrics[VAL_IN_TRAINING] = self.datamodule.validation_in_training()
         metrics["step"] = trainer.global_step
         metrics["params"] = module.model.num_params()
         metrics.update(batch.hparams())  # world_size, accumulate_grad_batches, effective_batch_size
