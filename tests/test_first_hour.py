@@ -245,9 +245,12 @@ def test_the_summary_line_and_the_report_say_which_evaluation_a_loss_comes_from(
     metrics = {"step": 20, "wall_time_s": 3.0, "chars_per_s": 4000.0, "loss/val": 3.7, FINAL_VAL_LOSS: 3.69,
                FINAL_WINDOW_LOSSES: [3.69] * 960, FINAL_SPLIT_WINDOWS: 7477}  # fmt: skip
     line = summary_line(metrics, tmp_path, tensorboard=False)
-    assert "on 960 of 7,477 validation windows 3.6900" in line
+    # The result is named once, first; the periodic validation's loss is named for what it is.
+    assert "; final loss 3.6900 nats/char = 5.324 bits/char on 960 of 7,477 validation windows; " in line
+    assert "; last periodic validation 3.7000; " in line
     metrics[FINAL_SPLIT_WINDOWS] = 960
-    assert "on all 960 validation windows 3.6900" in summary_line(metrics, tmp_path, tensorboard=False)
+    line = summary_line(metrics, tmp_path, tensorboard=False)
+    assert "final loss 3.6900 nats/char = 5.324 bits/char on all 960 validation windows" in line
 
     sweep = tmp_path / "sweep"
     cfg = compose_train(tmp_path, [])

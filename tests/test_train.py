@@ -571,11 +571,12 @@ def test_a_run_ends_with_one_summary_line_and_prints_nothing_on_stderr(mission):
     assert result.stderr == ""
     record = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
     summary = result.stdout.strip().splitlines()[-1]
-    loss = record["loss/val"]
+    loss = record["loss/val_full"]
     assert summary.startswith("done: 6 steps in 0m")
-    assert f"val loss {loss:.4f} nats/char = {loss / math.log(2):.3f} bits/char" in summary
+    assert f"final loss {loss:.4f} nats/char = {loss / math.log(2):.3f} bits/char on 16 of " in summary
+    assert f"last periodic validation {record['loss/val']:.4f}" in summary
     assert (
-        f"best {record['loss/val_best']:.4f}" in summary
+        f"best periodic validation {record['loss/val_best']:.4f}" in summary
         and f"{record['chars_per_s']:,.0f} chars/s" in summary
     )
     assert f"checkpoint {run_dir / 'checkpoints' / 'last.ckpt'}" in summary

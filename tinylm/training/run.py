@@ -276,18 +276,22 @@ def run_status(error: Exception) -> str:
 
 
 def summary_line(metrics: dict[str, Any], run_dir: Path, tensorboard: bool) -> str:
-    """How the run ended, in one line: what it reached, how long it took, and where it is."""
-    loss, best = metrics.get(VAL_LOSS), metrics.get(BEST_VAL_LOSS)
+    """How the run ended, in one line: its result, how long it took, and where it is. The result is the final
+    loss (`loss/val_full`, what the sweep report compares); the periodic validations' losses follow, named as
+    such, for runs that ended before the final evaluation."""
+    loss, best, full = metrics.get(VAL_LOSS), metrics.get(BEST_VAL_LOSS), metrics.get(FINAL_VAL_LOSS)
     minutes, seconds = divmod(round(metrics["wall_time_s"]), 60)
     parts = [f"{metrics['step']} steps in {minutes}m{seconds:02d}s ({metrics['chars_per_s']:,.0f} chars/s)"]
-    if loss is not None:
-        parts.append(f"val loss {loss:.4f} nats/char = {loss / math.log(2):.3f} bits/char")
-    full = metrics.get(FINAL_VAL_LOSS)
     if full is not None:
         windows = evaluated_windows(len(metrics[FINAL_WINDOW_LOSSES]), metrics.get(FINAL_SPLIT_WINDOWS))
-        parts.append(f"on {windows} {full:.4f}")
+        parts.append(f"final loss {full:.4f} nats/char = {full / math.log(2):.3f} bits/char on {windows}")
+    periodic = []
+    if loss is not None:
+        periodic.append(f"last periodic validation {loss:.4f}")
     if best is not None:
-        parts.append(f"best {best:.4f}")
+        periodic.append(f"best periodic validation {best:.4f}")
+    if periodic:
+        parts.append(", ".join(periodic))
     parts.append(f"checkpoint {last_checkpoint(run_dir)}")
     if tensorboard:
         parts.append(f"tensorboard --logdir {run_dir / TENSORBOARD_DIR}")
