@@ -587,6 +587,20 @@ def test_a_run_ends_with_one_summary_line_and_prints_nothing_on_stderr(mission):
     assert stopped in result.stdout and stopped in (run_dir / "train.log").read_text(encoding="utf-8")
 
 
+def test_a_bf16_run_with_the_default_trainer_shows_no_warning_and_no_empty_flops_table(tmp_path):
+    """Lightning's model summary (off by default: tinylm logs the parameter counts) would warn on every bf16
+    run that its size estimate is fp32's and print a FLOPs column of zeros; nothing a user can act on."""
+    shrunk = [o for o in SHRINK if not o.startswith(("trainer.enable_model_summary", "trainer.precision"))]
+    result = run_script(
+        "train.py", *shrunk, "trainer.max_steps=2", "trainer.precision=bf16-mixed",
+        f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr == ""
+    assert "FLOPs" not in result.stdout and "is not supported by the model summary" not in result.stdout
+    assert re.search(r"model: [\d,]+ parameters", result.stdout)  # the count the table would have repeated
+
+
 def test_runs_latest_points_at_the_newest_run_and_sample_py_reads_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for _ in range(2):
