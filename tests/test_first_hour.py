@@ -47,6 +47,9 @@ def _error_line(*args: str) -> str:
         (["model.nlayers=2"], "error: model.nlayers is not a setting; did you mean model.n_layer?"),
         (["optim.lrr=1e-3"], "error: optim.lrr is not a setting; did you mean optim.lr?"),
         (["sed=1"], "error: sed is not a setting; did you mean seed?"),
+        # A setting of another section, by its last part: the nested key to type.
+        (["max_steps=100"], "error: max_steps is not a setting; did you mean trainer.max_steps?"),
+        (["n_layers=2"], "error: n_layers is not a setting; did you mean model.n_layer?"),
         # The section's keys are those of the group chosen: only data=text has `files`.
         (["data=text", "data.file=x.txt"], "error: data.file is not a setting; did you mean data.files?"),
         # Nothing near: every setting of the section, as for tinylm's own sections.
