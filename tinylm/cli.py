@@ -35,7 +35,7 @@ from omegaconf.errors import OmegaConfBaseException
 from tinylm import checks
 from tinylm.composition import with_fix
 from tinylm.errors import ReportedError
-from tinylm.layout import holds_a_run
+from tinylm.layout import holds_a_run, run_directory_lock
 from tinylm.training import resolvers  # noqa: F401  (registers the configs' resolvers)
 
 CONFIG_MODULE = "pkg://tinylm.conf"
@@ -153,12 +153,17 @@ _created: list[Path] = []
 
 def remove_new_run_directory_without_a_run() -> None:
     """Remove the run directory this command created, and the parents it created, if no run was written in
-    it: at most Hydra's log file of a refused command."""
+    it (at most Hydra's log file of a refused command) and no other run holds it: two commands started at
+    once into one new directory both find it new, and the one refused must not remove the other's."""
     created = list(_created)
     _created.clear()  # one command's: an in-process caller may run the next
-    if not created or holds_a_run(created[0]):
+    if not created:
         return
-    shutil.rmtree(created[0], ignore_errors=True)
+    if created[0].is_dir():
+        with run_directory_lock(created[0]) as taken:
+            if not taken or holds_a_run(created[0]):
+                return
+            shutil.rmtree(created[0])
     for parent in created[1:]:
         try:
             parent.rmdir()  # only while empty: another run may have appeared in it meanwhile
