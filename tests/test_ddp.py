@@ -401,8 +401,7 @@ def test_ddp_run_writes_one_run_directory(ddp_run):
         "train_ddp_process_1.log",
     ]
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
-    (tb_run,) = (run_dir / "tb").iterdir()
-    assert len(list(tb_run.glob("events.out.tfevents.*"))) == 1
+    assert len(list((run_dir / "tb").glob("events.out.tfevents.*"))) == 1
     assert read_checkpoint(run_dir / "checkpoints" / "last.ckpt").contents["global_step"] == DDP_STEPS
 
     stdout = ddp_run.result.stdout
@@ -412,7 +411,7 @@ def test_ddp_run_writes_one_run_directory(ddp_run):
 
 @pytest.mark.slow
 def test_ddp_run_logs_a_decreasing_loss_and_its_effective_batch(ddp_run):
-    (tb_run,) = (ddp_run.run_dir / "tb").iterdir()
+    tb_run = ddp_run.run_dir / "tb"
     reader = tbparse.SummaryReader(str(tb_run))
     train, val = _values(reader.scalars, "loss/train"), _values(reader.scalars, "loss/val")
     assert sorted(train) == list(range(DDP_STEPS))
@@ -471,7 +470,7 @@ def test_ddp_val_loss_is_the_mean_over_every_window_once(ddp_run):
     with torch.no_grad():
         _, single_process_loss = model(inputs, targets)
 
-    (tb_run,) = (ddp_run.run_dir / "tb").iterdir()
+    tb_run = ddp_run.run_dir / "tb"
     logged = _values(tbparse.SummaryReader(str(tb_run)).scalars, "loss/val")[DDP_STEPS]
     assert logged == pytest.approx(float(single_process_loss), rel=1e-5)
 

@@ -161,7 +161,7 @@ def test_the_final_evaluation_covers_the_windows_its_training_warrants_and_keeps
             _, loss = model(inputs[None], targets[None])
         assert losses[index] == pytest.approx(float(loss), abs=1e-5)
     assert statistics.median(abs(a - b) for a, b in itertools.pairwise(losses)) > 100 * 1e-5
-    scalars = _scalars(trained.run_dir / "tb" / trained.run_name)
+    scalars = _scalars(trained.run_dir / "tb")
     assert _values(scalars, "loss/val_full") == {6: pytest.approx(record["loss/val_full"], rel=1e-6)}
 
 
@@ -170,15 +170,15 @@ def test_run_dir_has_config_tokenizer_and_checkpoints(trained):
     assert OmegaConf.load(trained.run_dir / "config.yaml").run_name == "norm=sandwich,act=geglu"
 
 
-def test_tensorboard_run_directory_is_named_after_the_run(trained):
+def test_tensorboard_events_go_straight_into_the_run_directory(trained):
+    # The run directory carries the run's name: TensorBoard's run (and HParams' trial id) is its path.
     tb = trained.run_dir / "tb"
-    assert [p.name for p in tb.iterdir()] == [trained.run_name] == ["norm=sandwich,act=geglu"]
-    assert list((tb / trained.run_name).glob("events.out.tfevents.*"))
-    assert not list(tb.rglob("version_*"))
+    assert list(tb.glob("events.out.tfevents.*"))
+    assert not [p for p in tb.iterdir() if p.is_dir()]
 
 
 def test_tensorboard_scalars(trained):
-    scalars = _scalars(trained.run_dir / "tb" / trained.run_name)
+    scalars = _scalars(trained.run_dir / "tb")
 
     # log_every_n_steps=1: one train/loss and one lr per optimizer step, at steps 0..max_steps-1.
     assert _steps(scalars, "loss/train") == list(range(6))
@@ -202,7 +202,7 @@ def test_tensorboard_scalars(trained):
 
 
 def test_tensorboard_sample_text_and_hparams(trained):
-    reader = tbparse.SummaryReader(str(trained.run_dir / "tb" / trained.run_name))
+    reader = tbparse.SummaryReader(str(trained.run_dir / "tb"))
 
     text = reader.text[reader.text.tag == "sample"]
     # One sample per validation, at the same steps as the validation scalars.
@@ -500,12 +500,8 @@ def test_mission_command_shrunk(mission):
     result, run_dir = mission.result, mission.run_dir
     assert result.returncode == 0, result.stderr[-3000:]
     assert "--- sample after 6 steps ---" in result.stdout
-    tb_runs = [p for p in (run_dir / "tb").iterdir() if p.is_dir()]
-    assert len(tb_runs) == 1
-    name = tb_runs[0].name
-    assert "norm=pre" in name.split(",") and "act=swiglu" in name.split(",")
-    assert list(tb_runs[0].glob("events.out.tfevents.*"))
-    assert _steps(_scalars(tb_runs[0]), "loss/train") == list(range(6))
+    assert list((run_dir / "tb").glob("events.out.tfevents.*"))
+    assert _steps(_scalars(run_dir / "tb"), "loss/train") == list(range(6))
     _assert_run_dir_complete(run_dir, "pre", "swiglu")
     config = OmegaConf.load(run_dir / "config.yaml")
     assert config.run_dir == str(run_dir)

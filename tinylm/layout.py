@@ -161,7 +161,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
         )
     if not path.is_file():
         raise CheckpointError(
-            f"checkpoint {str(path)!r} does not exist; give a .ckpt file or a run directory (runs/<date>/<time>)"
+            f"checkpoint {str(path)!r} does not exist; give a .ckpt file or a run directory (runs/<overrides>/<date>_<time>)"
         )
     return path
 

@@ -150,9 +150,9 @@ def build_trainer(
     configured = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     always = [*checkpoint_callbacks(settings.run_dir), TensorBoardHParams(hparams_for_tensorboard(cfg))]
     callbacks = in_order(configured, always, settings.trainer.get("enable_progress_bar", True), observers)
-    # A sweep's job directories already carry the run's name: its events go straight into <job>/tb.
-    version = "" if in_multirun() else (cfg.get("run_name") or "default")
-    logger = instantiate(cfg.logger, version=version) if cfg.get("logger") else False
+    # The run directory carries the run's name (a single run's and a sweep job's alike): events go straight
+    # into <run dir>/tb, and a run resumed in place continues the same TensorBoard run.
+    logger = instantiate(cfg.logger, version="") if cfg.get("logger") else False
     try:
         trainer = L.Trainer(
             **settings.trainer,
