@@ -330,9 +330,7 @@ def test_a_signal_stops_a_sweep_and_its_job_is_recorded_interrupted(tmp_path, mo
     def stopped():
         raise Interrupted("stopped by SIGINT after step 3; saved ...", signum=signal.SIGINT, step=3)
 
-    monkeypatch.setattr(
-        tinylm.training.run, "prepare", lambda cfg, observers=(): SimpleNamespace(fit=stopped)
-    )
+    monkeypatch.setattr(tinylm.training.run, "prepare", lambda cfg, *passed: SimpleNamespace(fit=stopped))
     cfg = OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "loss/val"})
     with pytest.raises(Interrupted):
         objective(cfg, keep_going=True)  # a sweep that goes on after failures still stops here
@@ -342,7 +340,7 @@ def test_a_signal_stops_a_sweep_and_its_job_is_recorded_interrupted(tmp_path, mo
 def test_bad_input_never_replaces_the_record_of_a_run_already_there(tmp_path, monkeypatch):
     write_run_record(tmp_path, "completed", step=6)
 
-    def mistyped(cfg, observers=()):
+    def mistyped(cfg, *passed):
         raise ConfigError("model.d_model=30 must be divisible by n_head=4")
 
     monkeypatch.setattr(tinylm.training.run, "prepare", mistyped)  # refused by the checks
@@ -357,7 +355,7 @@ def test_a_refused_command_records_nothing_in_a_killed_run(tmp_path, monkeypatch
     # must not add one saying "failed" (the sweep report would then show the killed run as failed).
     (tmp_path / "config.yaml").write_text("seed: 1337\n", encoding="utf-8")
 
-    def mistyped(cfg, observers=()):
+    def mistyped(cfg, *passed):
         raise ConfigError("optim.lr=-1 must be a number > 0")
 
     monkeypatch.setattr(tinylm.training.run, "prepare", mistyped)  # refused by the checks

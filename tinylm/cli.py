@@ -56,24 +56,24 @@ ENVIRONMENT_ERRNOS = {
 def hydra_entry_point(
     config_name: str,
     uses_lightning: bool = True,
-    check: Callable[[DictConfig], None] | None = None,
-) -> Callable[[TaskFunction], Callable[[], Any]]:
+    check: Callable[[DictConfig], Any] | None = None,
+) -> Callable[[Callable[..., Any]], Callable[[], Any]]:
     """Use instead of `@hydra.main(version_base="1.3", config_path="pkg://tinylm.conf", config_name=...)`.
 
     Scripts import their task's modules inside the task, so that `--help` and Hydra's own errors come
-    without importing torch; `check` refuses what plain Python can see is wrong before anything heavy loads;
-    `uses_lightning` imports Lightning before the task, to route its log lines.
+    without importing torch; `check` refuses what plain Python can see is wrong before anything heavy loads,
+    and what it returns (the settings it checked) is the task's second argument, so that nothing checks them
+    again; `uses_lightning` imports Lightning before the task, to route its log lines.
     """
 
-    def decorate(task: TaskFunction) -> Callable[[], Any]:
+    def decorate(task: Callable[..., Any]) -> Callable[[], Any]:
         def start(cfg: DictConfig) -> Any:
-            if check is not None:
-                check(cfg)
+            checked = check(cfg) if check is not None else None
             if uses_lightning:
                 import lightning.pytorch  # noqa: F401  (adds its console handlers, which the next line routes)
             route_lightning_logs_through_hydra()
             set_threads(cfg.get("threads"))
-            return task(cfg)
+            return task(cfg) if check is None else task(cfg, checked)
 
         @functools.wraps(task)  # Hydra unwraps this to find the script's name and module
         def task_reporting_user_errors(cfg: DictConfig) -> Any:
