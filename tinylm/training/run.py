@@ -74,7 +74,7 @@ from tinylm.training.distributed import (
     refuse_relaunch_in_sweep,
     shards_parameters,
 )
-from tinylm.training.early_checks import EarlySettings, check_before_imports
+from tinylm.training.early_checks import EarlySettings
 from tinylm.training.module import CharLM
 from tinylm.training.run_dir import RunDirectoryError, hold, point_latest_at, save_hydra_record
 from tinylm.training.settings import RunSettings
@@ -167,7 +167,7 @@ def prepare(
     multirun: bool = False,
 ) -> PreparedRun:
     """Everything that can refuse the run, and nothing that writes into it."""
-    settings = RunSettings.from_cfg(cfg, early or check_before_imports(cfg), multirun)
+    settings = RunSettings.from_cfg(cfg, early, multirun)
     L.seed_everything(settings.seed, workers=True, verbose=False)  # logged once the run may write its log
     # A requeued SLURM job continues its own run directory (tinylm/training/slurm.py).
     ckpt_path = settings.ckpt_path or slurm.checkpoint_to_continue(settings.run_dir)

@@ -17,7 +17,7 @@ from tinylm.data import CharTokenizer, DataConfig, VocabularyError
 from tinylm.errors import ConfigError
 from tinylm.layout import METRICS
 from tinylm.model import ModelConfig
-from tinylm.training.early_checks import EarlySettings
+from tinylm.training.early_checks import EarlySettings, check_before_imports
 from tinylm.training.precision import describe_precision, resolve_precision
 
 # AdamW's kernel: "loop" (one tensor at a time), "foreach" (batched ops), "fused" (one fused kernel).
@@ -104,7 +104,13 @@ class RunSettings:
     multirun: bool = False  # a job of a Hydra multirun (`-m`)
 
     @classmethod
-    def from_cfg(cls, cfg: DictConfig, early: EarlySettings, multirun: bool = False) -> RunSettings:
+    def from_cfg(
+        cls, cfg: DictConfig, early: EarlySettings | None = None, multirun: bool = False
+    ) -> RunSettings:
+        """`early`: the step counts and seed as scripts/train.py checked them before torch loaded; None
+        checks them here (a caller that does not come through the script)."""
+        early = early or check_before_imports(cfg)
+
         def section(name: str, config: type | None = None) -> dict[str, Any]:
             values = OmegaConf.to_container(cfg[name], resolve=True) if cfg.get(name) is not None else {}
             if config is not None:
