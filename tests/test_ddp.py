@@ -43,6 +43,7 @@ from tinylm.training.distributed import (
     relaunches_script,
     shards_parameters,
 )
+from tinylm.training.early_checks import check_before_imports
 from tinylm.training.module import CharLM, unwrapped_name, weight_decay_groups
 from tinylm.training.precision import resolve_precision
 from tinylm.training.run import run
@@ -302,7 +303,9 @@ def test_in_a_slurm_task_lightning_takes_the_rank_from_slurm(monkeypatch, restor
     for key, value in slurm_env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("LOCAL_RANK", raising=False)
-    trainer = L.Trainer(**trainer_settings(OmegaConf.to_container(cfg.trainer)), logger=False)
+    trainer = L.Trainer(
+        **trainer_settings(OmegaConf.to_container(cfg.trainer), check_before_imports(cfg).steps), logger=False
+    )
     assert (trainer.global_rank, trainer.local_rank, trainer.node_rank, trainer.world_size) == (5, 1, 1, 8)
     assert not trainer.is_global_zero
     assert not relaunches_script(trainer)  # so a sweep through launcher=slurm is not refused
@@ -313,7 +316,9 @@ def test_without_a_scheduler_lightning_relaunches_ddp(monkeypatch, restore_rank_
         monkeypatch.delenv(key, raising=False)
     with initialize_config_module("tinylm.conf", version_base="1.3"):
         cfg = compose("train", overrides=[*SHRINK, "trainer=ddp", "trainer.accelerator=cpu"])
-    trainer = L.Trainer(**trainer_settings(OmegaConf.to_container(cfg.trainer)), logger=False)
+    trainer = L.Trainer(
+        **trainer_settings(OmegaConf.to_container(cfg.trainer), check_before_imports(cfg).steps), logger=False
+    )
     assert relaunches_script(trainer)
     single = L.Trainer(accelerator="cpu", devices=1, logger=False)
     assert not relaunches_script(single)
