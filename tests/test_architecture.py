@@ -4,6 +4,9 @@ module that imports it back."""
 from __future__ import annotations
 
 import ast
+import importlib.metadata
+import re
+import sys
 import tomllib
 from pathlib import Path
 
@@ -114,3 +117,33 @@ def test_every_subpackage_is_listed_for_the_wheel():
     )
     found = {".".join(path.parent.relative_to(PACKAGE.parent).parts) for path in PACKAGE.rglob("__init__.py")}
     assert found <= listed, sorted(found - listed)
+
+
+def _requirement_names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~ \[;]", r, maxsplit=1)[0].lower().replace("_", "-") for r in requirements}
+
+
+def test_every_third_party_module_the_package_imports_is_declared():
+    """A module imported by tinylm but arriving only with another dependency (numpy with torch, omegaconf
+    with Hydra) breaks when that one stops bringing it: each is declared, the sweep report's in `sweep`."""
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
+    core = _requirement_names(project["dependencies"])
+    with_sweep = core | _requirement_names(project["optional-dependencies"]["sweep"])
+    distributions = importlib.metadata.packages_distributions()
+    missing = []
+    for path in PACKAGE.rglob("*.py"):
+        declared = with_sweep if "analysis" in path.relative_to(PACKAGE).parts else core
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                modules = [node.module]
+            else:
+                continue
+            for top in {module.split(".")[0] for module in modules}:
+                if top in sys.stdlib_module_names or top == "tinylm":
+                    continue
+                names = {name.lower().replace("_", "-") for name in distributions.get(top, [top])}
+                if not names & declared:
+                    missing.append(f"{path.relative_to(PACKAGE.parent)}: {top}")
+    assert not missing, sorted(set(missing))

@@ -43,6 +43,7 @@ from tinylm.training.distributed import (
     relaunches_script,
     shards_parameters,
 )
+from tinylm.training.early_checks import check_before_imports
 from tinylm.training.module import CharLM, unwrapped_name, weight_decay_groups
 from tinylm.training.precision import resolve_precision
 from tinylm.training.run import run
@@ -302,7 +303,9 @@ def test_in_a_slurm_task_lightning_takes_the_rank_from_slurm(monkeypatch, restor
     for key, value in slurm_env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("LOCAL_RANK", raising=False)
-    trainer = L.Trainer(**trainer_settings(OmegaConf.to_container(cfg.trainer)), logger=False)
+    trainer = L.Trainer(
+        **trainer_settings(OmegaConf.to_container(cfg.trainer), check_before_imports(cfg).steps), logger=False
+    )
     assert (trainer.global_rank, trainer.local_rank, trainer.node_rank, trainer.world_size) == (5, 1, 1, 8)
     assert not trainer.is_global_zero
     assert not relaunches_script(trainer)  # so a sweep through launcher=slurm is not refused
@@ -313,7 +316,9 @@ def test_without_a_scheduler_lightning_relaunches_ddp(monkeypatch, restore_rank_
         monkeypatch.delenv(key, raising=False)
     with initialize_config_module("tinylm.conf", version_base="1.3"):
         cfg = compose("train", overrides=[*SHRINK, "trainer=ddp", "trainer.accelerator=cpu"])
-    trainer = L.Trainer(**trainer_settings(OmegaConf.to_container(cfg.trainer)), logger=False)
+    trainer = L.Trainer(
+        **trainer_settings(OmegaConf.to_container(cfg.trainer), check_before_imports(cfg).steps), logger=False
+    )
     assert relaunches_script(trainer)
     single = L.Trainer(accelerator="cpu", devices=1, logger=False)
     assert not relaunches_script(single)
@@ -401,8 +406,7 @@ def test_ddp_run_writes_one_run_directory(ddp_run):
         "train_ddp_process_1.log",
     ]
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
-    (tb_run,) = (run_dir / "tb").iterdir()
-    assert len(list(tb_run.glob("events.out.tfevents.*"))) == 1
+    assert len(list((run_dir / "tb").glob("events.out.tfevents.*"))) == 1
     assert read_checkpoint(run_dir / "checkpoints" / "last.ckpt").contents["global_step"] == DDP_STEPS
 
     stdout = ddp_run.result.stdout
@@ -412,7 +416,7 @@ def test_ddp_run_writes_one_run_directory(ddp_run):
 
 @pytest.mark.slow
 def test_ddp_run_logs_a_decreasing_loss_and_its_effective_batch(ddp_run):
-    (tb_run,) = (ddp_run.run_dir / "tb").iterdir()
+    tb_run = ddp_run.run_dir / "tb"
     reader = tbparse.SummaryReader(str(tb_run))
     train, val = _values(reader.scalars, "loss/train"), _values(reader.scalars, "loss/val")
     assert sorted(train) == list(range(DDP_STEPS))
@@ -471,7 +475,7 @@ def test_ddp_val_loss_is_the_mean_over_every_window_once(ddp_run):
     with torch.no_grad():
         _, single_process_loss = model(inputs, targets)
 
-    (tb_run,) = (ddp_run.run_dir / "tb").iterdir()
+    tb_run = ddp_run.run_dir / "tb"
     logged = _values(tbparse.SummaryReader(str(tb_run)).scalars, "loss/val")[DDP_STEPS]
     assert logged == pytest.approx(float(single_process_loss), rel=1e-5)
 

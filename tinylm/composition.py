@@ -51,8 +51,31 @@ def unknown_key(key: str, config_module: str, config_name: str, argv: Sequence[s
     try:
         checks.known_keys(f"{section_name}." if section_name else "", {name: None}, section.keys())
     except ConfigError as error:
+        elsewhere = keys_named(config, name) if checks.nearest(name, section.keys()) is None else []
+        if elsewhere:  # `max_steps=100`: the setting is nested in another section (trainer.max_steps)
+            return f"{key} is not a setting; did you mean {' or '.join(elsewhere)}?"
         return str(error)
     return None
+
+
+def keys_named(config: DictConfig, name: str) -> list[str]:
+    """The nested keys of `config` whose last part is `name` (`max_steps` -> `trainer.max_steps`), or, when
+    none is, whose last part is nearest to it (`max_step`)."""
+    paths: list[str] = []
+
+    def walk(node: object, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                paths.append(f"{prefix}{key}")
+                walk(value, f"{prefix}{key}.")
+
+    walk(OmegaConf.to_container(config, resolve=False), "")
+    nested = [path for path in paths if "." in path]
+    exact = [path for path in nested if path.rpartition(".")[2] == name]
+    if exact:
+        return exact
+    near = checks.nearest(name, {path.rpartition(".")[2] for path in nested})
+    return [path for path in nested if path.rpartition(".")[2] == near]
 
 
 def group_choices(argv: Sequence[str]) -> list[str]:

@@ -5,8 +5,12 @@ read it through this module alone, so none of them needs the others' code.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,6 +77,24 @@ def evaluated_windows(count: int, available: int | None) -> str:
 def holds_a_run(run_dir: str | Path) -> bool:
     """Whether a run has written into `run_dir` (not just Hydra's log file of the command now starting)."""
     return any((Path(run_dir) / name).exists() for name in RUN_FILES)
+
+
+@contextmanager
+def run_directory_lock(run_dir: str | Path) -> Iterator[bool]:
+    """Take the run directory's lock without waiting; yields whether it was taken (False: another process
+    holds it). An flock on the directory itself: nothing is written to take it, and the kernel drops it
+    however the process ends. The training run holds it throughout; a command that would remove the
+    directory takes it first, so that it never removes one a run is in."""
+    descriptor = os.open(run_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(descriptor)  # releases the lock
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
@@ -146,7 +168,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
         )
     if not path.is_file():
         raise CheckpointError(
-            f"checkpoint {str(path)!r} does not exist; give a .ckpt file or a run directory (runs/<date>/<time>)"
+            f"checkpoint {str(path)!r} does not exist; give a .ckpt file or a run directory (runs/<overrides>/<date>_<time>)"
         )
     return path
 

@@ -11,7 +11,8 @@ from tinylm.data.corpora import SOURCES
 @dataclass
 class DataConfig:
     source: str = "shakespeare"  # one of corpora.SOURCES
-    block_size: int = 64  # the model's context: conf/data/*.yaml follow model.block_size
+    # The model's context: conf/data/*.yaml follow model.block_size, which ModelConfig checks (not again here).
+    block_size: int = 64
     batch_size: int = 12
     val_fraction: float = 0.1  # the last fraction of the corpus validates
     val_windows: int | None = 200  # fixed, evenly spaced validation windows; None: every window of the split
@@ -25,7 +26,6 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         checks.choice("data.source", self.source, SOURCES)
-        checks.whole_number("model.block_size", self.block_size)
         checks.whole_number("data.batch_size", self.batch_size)
         checks.number("data.val_fraction", self.val_fraction, above=0, below=1)
         if self.val_windows is not None:

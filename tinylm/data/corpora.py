@@ -41,7 +41,7 @@ SOURCES = ("shakespeare", "tinyshakespeare", "text", "hub", "python_stdlib", "py
 # Rows handed over at once while streaming: large enough that per-row overhead does not dominate.
 STREAM_ROWS = 16_384
 # Bytes of a local file read at once: bounds the memory of both passes over it, whatever its lines
-# (encoding a chunk takes ~25 bytes per character, so 4 MiB costs ~100 MB; larger chunks read no faster).
+# (docs/performance.md, "A corpus far larger than memory").
 _READ_CHUNK = 4 << 20
 
 

@@ -24,10 +24,8 @@ from tinylm.data.windows import FixedWindows, RandomWindows, UnpaddedDistributed
 
 log = logging.getLogger(__name__)
 
-# A window of the final evaluation costs a sixth to a seventh of a window trained on (forward only, no
-# gradients, large batches; measured at the baby size on a 2-core AMD EPYC, fp32 and bf16 alike), so at up to
-# 4 per window trained on it takes less time than the training did: a 20-step trial evaluates 960 windows, and
-# every budget worth comparing (each preset's: at least 220 steps of 12 windows) the whole split.
+# The final evaluation's windows per window trained on: at this rate it costs less than the training did
+# (docs/performance.md, "The final evaluation"), and every preset's budget evaluates the whole split.
 FINAL_WINDOWS_PER_TRAINED_WINDOW = 4
 
 

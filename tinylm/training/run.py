@@ -1,11 +1,15 @@
-"""`run(cfg)`: the one place where a Hydra config becomes a training run.
+"""scripts/train.py's path to `Trainer.fit`, top to bottom: where a Hydra config becomes a training run.
 
-settings  = RunSettings.from_cfg(cfg)          every setting checked, once
-resumed   = resume_checkpoint(...)             the checkpoint to continue, read once
-data      = load_data(settings, resumed)       the corpus tokenised (cached), split, prompt checked
-module    = build_module(settings, ...)        the GPT in its LightningModule
-trainer   = build_trainer(settings, resumed)   callbacks, logger, checkpoint writer
-metrics   = PreparedRun(...).fit()             only now is anything written into the run directory
+objective(cfg, early)                          scripts/train.py's task: run, then the sweeper's metric
+  run(cfg)                                     hold the run directory; record how a started run ended
+    prepare(cfg)                               everything that can refuse the run, writing nothing:
+      settings = RunSettings.from_cfg(...)       every setting checked, once (the step counts and seed
+                                                 came checked from early_checks.py, before torch loaded)
+      resumed  = resume_checkpoint(...)          the checkpoint to continue, read once
+      data     = load_data(settings, resumed)    the corpus tokenised (cached), split, prompt checked
+      module   = build_module(settings, ...)     the GPT in its LightningModule
+      trainer  = build_trainer(settings, ...)    callbacks, logger, checkpoint writer
+    PreparedRun.fit()                          only now is anything written into the run directory
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from lightning.fabric.utilities.spike import TrainingSpikeException
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.data import CharDataModule, VocabularyError
-from tinylm.errors import ConfigError, Interrupted
+from tinylm.errors import ConfigError, Interrupted, ReportedError
 from tinylm.layout import (
     BEST_VAL_LOSS,
     CONFIG_FILE,
@@ -65,7 +69,13 @@ from tinylm.training.checkpoints import (
     load_module,
     resume_checkpoint,
 )
-from tinylm.training.distributed import EffectiveBatch, refuse_relaunch_in_sweep, shards_parameters
+from tinylm.training.distributed import (
+    EffectiveBatch,
+    ScaleOutError,
+    refuse_relaunch_in_sweep,
+    shards_parameters,
+)
+from tinylm.training.early_checks import EarlySettings
 from tinylm.training.module import CharLM
 from tinylm.training.run_dir import RunDirectoryError, hold, point_latest_at, save_hydra_record
 from tinylm.training.settings import RunSettings
@@ -75,35 +85,90 @@ log = logging.getLogger(__name__)
 # Exceptions that mean "the loss blew up", not "the program broke". FloatingPointError is Python's own
 # for numeric failure, and tinylm's TrainingDiverged derives from it; Lightning's SpikeDetection raises the other.
 DIVERGENCE_ERRORS: tuple[type[BaseException], ...] = (FloatingPointError, TrainingSpikeException)
+# Exceptions that condemn the whole sweep, not one job: every job would fail the same way, so the sweep
+# stops at the first (e.g. `-m` with a DDP trainer that would re-run the sweep for every rank).
+SWEEP_ERRORS: tuple[type[BaseException], ...] = (ScaleOutError, Interrupted)
 
 
-def run(cfg: DictConfig, observers: Sequence[L.Callback] = ()) -> dict[str, Any]:
+def objective(
+    cfg: DictConfig, keep_going: bool | None = None, early: EarlySettings | None = None
+) -> float | None:
+    """Train as `cfg` says; return `cfg.optimized_metric` (to be minimised) for the sweeper.
+
+    `keep_going` (default: inside a multirun) turns a failed run, already recorded in its metrics.json, into
+    a return value: a diverged job scores `+inf` (a real, very bad result), any other failure `None` (an
+    Optuna FAIL trial, as `nan` would end the sweep); `SWEEP_ERRORS` still stop the sweep. `early`: the
+    settings scripts/train.py checked before torch loaded (docs/sweeps.md).
+    """
+    multirun = in_multirun()
+    keep_going = multirun if keep_going is None else keep_going
+    try:
+        metrics = run(cfg, early=early, multirun=multirun)
+    except Exception as error:
+        if not keep_going or isinstance(error, SWEEP_ERRORS):
+            raise
+        status = run_status(error)
+        # tinylm's own errors say what to fix in one line, as a single run prints them; a bug keeps its traceback.
+        if isinstance(error, ReportedError):
+            log.error("run %s %s: %s; the sweep goes on", cfg.get("run_name"), status, error)
+        else:
+            log.exception("run %s %s; the sweep goes on", cfg.get("run_name"), status)
+        return math.inf if isinstance(error, DIVERGENCE_ERRORS) else None
+
+    name = cfg.get("optimized_metric")
+    if not name:
+        return None
+    if name not in metrics:
+        raise KeyError(f"optimized_metric={name!r} is not among the run's metrics: {sorted(metrics)}")
+    value = float(metrics[name])
+    if not math.isfinite(value):
+        log.error("run %s diverged: %s=%s", cfg.get("run_name"), name, value)
+        numbers = {k: v for k, v in metrics.items() if isinstance(v, int | float) or k == SEGMENTS}
+        write_run_record(cfg.run_dir, "diverged", **numbers, error=f"{name} is {value}")
+        return math.inf
+    return value
+
+
+def run(
+    cfg: DictConfig,
+    observers: Sequence[L.Callback] = (),
+    *,
+    early: EarlySettings | None = None,
+    multirun: bool | None = None,
+) -> dict[str, Any]:
     """Train as `cfg` says; returns the final metrics (floats), the run directory and the sample text.
 
     `observers` are callbacks that watch a real run (benchmarks, tests). Bad input raises a `UserError`
     before anything is written; a run that fails later, diverges or is interrupted records how in its
-    metrics.json, then raises (`TrainingDiverged`, `Interrupted`: docs/errors.md).
+    metrics.json, then raises (`TrainingDiverged`, `Interrupted`: docs/errors.md). `early` and `multirun`
+    are what `objective` already knows (None: found here).
     """
     started = time.perf_counter()
+    multirun = in_multirun() if multirun is None else multirun
     fresh = not holds_a_run(cfg.run_dir)
     prepared = None
     segments: list[dict[str, Any]] = []
     try:
         with hold(cfg.run_dir):
             segments = earlier_segments(cfg.run_dir)
-            prepared = prepare(cfg, observers)
+            prepared = prepare(cfg, observers, early, multirun)
             return prepared.fit()
     except Exception as error:
         # A run that started records how it ended. A refused command writes nothing (an existing run
         # directory stays as it was), except a sweep's new job, which records why so that the report lists it.
-        if prepared is not None or (fresh and in_multirun() and not isinstance(error, RunDirectoryError)):
+        if prepared is not None or (fresh and multirun and not isinstance(error, RunDirectoryError)):
             record_failure(cfg, error, time.perf_counter() - started, segments)
         raise
 
 
-def prepare(cfg: DictConfig, observers: Sequence[L.Callback] = ()) -> PreparedRun:
+def prepare(
+    cfg: DictConfig,
+    observers: Sequence[L.Callback] = (),
+    early: EarlySettings | None = None,
+    multirun: bool = False,
+) -> PreparedRun:
     """Everything that can refuse the run, and nothing that writes into it."""
-    settings = RunSettings.from_cfg(cfg)
+    settings = RunSettings.from_cfg(cfg, early, multirun)
     L.seed_everything(settings.seed, workers=True, verbose=False)  # logged once the run may write its log
     # A requeued SLURM job continues its own run directory (tinylm/training/slurm.py).
     ckpt_path = settings.ckpt_path or slurm.checkpoint_to_continue(settings.run_dir)
@@ -136,7 +201,8 @@ def load_data(settings: RunSettings, resumed: Checkpoint | None) -> CharDataModu
 def build_module(settings: RunSettings, datamodule: CharDataModule, resumed: Checkpoint | None) -> CharLM:
     tokenizer = datamodule.tokenizer
     assert tokenizer is not None
-    model = dataclasses.replace(settings.model, vocab_size=tokenizer.vocab_size)
+    model = settings.model
+    model.vocab_size = tokenizer.vocab_size  # the corpus's, not a setting: set, not checked again
     if resumed is not None:
         check_resumable(resumed, model, settings.trainer["max_steps"])
     module = CharLM(model, settings.optim, min(200, settings.sample.chars), settings.compile)
@@ -151,9 +217,9 @@ def build_trainer(
     configured = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     always = [*checkpoint_callbacks(settings.run_dir), TensorBoardHParams(hparams_for_tensorboard(cfg))]
     callbacks = in_order(configured, always, settings.trainer.get("enable_progress_bar", True), observers)
-    # A sweep's job directories already carry the run's name: its events go straight into <job>/tb.
-    version = "" if in_multirun() else (cfg.get("run_name") or "default")
-    logger = instantiate(cfg.logger, version=version) if cfg.get("logger") else False
+    # The run directory carries the run's name (a single run's and a sweep job's alike): events go straight
+    # into <run dir>/tb, and a run resumed in place continues the same TensorBoard run.
+    logger = instantiate(cfg.logger, version="") if cfg.get("logger") else False
     try:
         trainer = L.Trainer(
             **settings.trainer,
@@ -164,7 +230,7 @@ def build_trainer(
         )
     except (TypeError, ValueError, MisconfigurationException) as err:
         raise ConfigError(f"Lightning rejects the trainer settings: {err}") from None
-    if in_multirun():
+    if settings.multirun:
         refuse_relaunch_in_sweep(trainer)
     return trainer
 
@@ -244,7 +310,7 @@ def write_run_files(settings: RunSettings, module: CharLM) -> None:
     save_hydra_record(run_dir, cfg)
     OmegaConf.save(cfg, run_dir / CONFIG_FILE, resolve=True)
     module.tokenizer.save(run_dir / TOKENIZER_FILE)
-    if cfg.get("latest_link") and not in_multirun():
+    if cfg.get("latest_link") and not settings.multirun:
         point_latest_at(cfg.latest_link, run_dir)
 
 
@@ -278,18 +344,22 @@ def run_status(error: Exception) -> str:
 
 
 def summary_line(metrics: dict[str, Any], run_dir: Path, tensorboard: bool) -> str:
-    """How the run ended, in one line: what it reached, how long it took, and where it is."""
-    loss, best = metrics.get(VAL_LOSS), metrics.get(BEST_VAL_LOSS)
+    """How the run ended, in one line: its result, how long it took, and where it is. The result is the final
+    loss (`loss/val_full`, what the sweep report compares); the periodic validations' losses follow, named as
+    such, for runs that ended before the final evaluation."""
+    loss, best, full = metrics.get(VAL_LOSS), metrics.get(BEST_VAL_LOSS), metrics.get(FINAL_VAL_LOSS)
     minutes, seconds = divmod(round(metrics["wall_time_s"]), 60)
     parts = [f"{metrics['step']} steps in {minutes}m{seconds:02d}s ({metrics['chars_per_s']:,.0f} chars/s)"]
-    if loss is not None:
-        parts.append(f"val loss {loss:.4f} nats/char = {loss / math.log(2):.3f} bits/char")
-    full = metrics.get(FINAL_VAL_LOSS)
     if full is not None:
         windows = evaluated_windows(len(metrics[FINAL_WINDOW_LOSSES]), metrics.get(FINAL_SPLIT_WINDOWS))
-        parts.append(f"on {windows} {full:.4f}")
+        parts.append(f"final loss {full:.4f} nats/char = {full / math.log(2):.3f} bits/char on {windows}")
+    periodic = []
+    if loss is not None:
+        periodic.append(f"last periodic validation {loss:.4f}")
     if best is not None:
-        parts.append(f"best {best:.4f}")
+        periodic.append(f"best periodic validation {best:.4f}")
+    if periodic:
+        parts.append(", ".join(periodic))
     parts.append(f"checkpoint {last_checkpoint(run_dir)}")
     if tensorboard:
         parts.append(f"tensorboard --logdir {run_dir / TENSORBOARD_DIR}")

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from tinylm.errors import UserError
 from tinylm.files import temporary_sibling
-from tinylm.layout import CONFIG_FILE, HYDRA_DIR
+from tinylm.layout import CONFIG_FILE, HYDRA_DIR, run_directory_lock
 
 
 class RunDirectoryError(UserError):
@@ -25,28 +24,22 @@ class RunDirectoryError(UserError):
 
 @contextmanager
 def hold(run_dir: str | Path) -> Iterator[None]:
-    """Hold the run directory for this run, refusing a second run into it or a directory it cannot write.
-    An flock on the directory itself: nothing is written to take it, and the kernel drops it however the
-    process ends. A directory that does not exist yet has nobody in it; the ranks Lightning starts share
-    rank 0's directory, and only rank 0 writes the run's files."""
+    """Hold the run directory for this run, refusing a second run into it or a directory it cannot write
+    (`run_directory_lock`). A directory that does not exist yet has nobody in it; the ranks Lightning starts
+    share rank 0's directory, and only rank 0 writes the run's files."""
     run_dir = Path(run_dir)
     if rank_zero_only.rank != 0 or not run_dir.is_dir():
         yield
         return
     if not os.access(run_dir, os.W_OK):  # a read-only file system or no permission: refuse before logging
         raise RunDirectoryError(f"cannot write into {str(run_dir)!r}; choose a writable hydra.run.dir")
-    descriptor = os.open(run_dir, os.O_RDONLY)
-    try:
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+    with run_directory_lock(run_dir) as taken:
+        if not taken:
             raise RunDirectoryError(
                 f"another run is training in {str(run_dir)!r}; wait for it to end, or choose another "
                 "hydra.run.dir"
-            ) from None
+            )
         yield
-    finally:
-        os.close(descriptor)  # releases the lock
 
 
 def save_hydra_record(run_dir: str | Path, cfg: DictConfig) -> None:

@@ -1,5 +1,6 @@
 """A training run's settings as typed sections, each checked once, when the run starts, with messages that
-name the user's key (`optim.lr=0 must be a number > 0`). Nothing after this module re-checks a setting."""
+name the user's key (`optim.lr=0 must be a number > 0`). The step counts and the seed come checked from
+early_checks.py (before torch loads); nothing after this module re-checks a setting."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tinylm.data import CharTokenizer, DataConfig, VocabularyError
 from tinylm.errors import ConfigError
 from tinylm.layout import METRICS
 from tinylm.model import ModelConfig
-from tinylm.training.early_checks import check_step_counts
+from tinylm.training.early_checks import EarlySettings, check_before_imports
 from tinylm.training.precision import describe_precision, resolve_precision
 
 # AdamW's kernel: "loop" (one tensor at a time), "foreach" (batched ops), "fused" (one fused kernel).
@@ -74,15 +75,13 @@ class SampleConfig:
         return str(self.prompt)
 
 
-def trainer_settings(trainer: dict[str, Any]) -> dict[str, Any]:
-    """The `trainer` section: keyword arguments of `lightning.pytorch.Trainer`, with tinylm's own rules for
-    the ones that count steps (training windows are an endless stream: steps, not epochs, end a run), and
-    `precision: auto` resolved to what this machine runs."""
+def trainer_settings(trainer: dict[str, Any], steps: dict[str, int]) -> dict[str, Any]:
+    """The `trainer` section: keyword arguments of `lightning.pytorch.Trainer`, its step counts as
+    early_checks.py checked them, and `precision: auto` resolved to what this machine runs."""
     known = set(inspect.signature(L.Trainer.__init__).parameters) - {"self"}
     checks.known_keys("trainer.", trainer, known, see=" of Lightning's Trainer")
-    check_step_counts(trainer)
     precision = resolve_precision(trainer.get("precision", "32-true"), trainer.get("accelerator", "auto"))
-    return {**trainer, "precision": precision}
+    return {**trainer, **steps, "precision": precision}
 
 
 @dataclass
@@ -93,7 +92,7 @@ class RunSettings:
     cfg: DictConfig
     run_dir: Path
     seed: int
-    model: ModelConfig  # vocab_size is the corpus's, set once the corpus is read
+    model: ModelConfig  # vocab_size is the corpus's, set once the corpus is read (run.build_module)
     optim: OptimConfig
     data: DataConfig
     trainer: dict[str, Any]
@@ -102,9 +101,16 @@ class RunSettings:
     ckpt_path: str | None = None
     compile: bool = False
     optimized_metric: str | None = None
+    multirun: bool = False  # a job of a Hydra multirun (`-m`)
 
     @classmethod
-    def from_cfg(cls, cfg: DictConfig) -> RunSettings:
+    def from_cfg(
+        cls, cfg: DictConfig, early: EarlySettings | None = None, multirun: bool = False
+    ) -> RunSettings:
+        """`early`: the step counts and seed as scripts/train.py checked them before torch loaded; None
+        checks them here (a caller that does not come through the script)."""
+        early = early or check_before_imports(cfg)
+
         def section(name: str, config: type | None = None) -> dict[str, Any]:
             values = OmegaConf.to_container(cfg[name], resolve=True) if cfg.get(name) is not None else {}
             if config is not None:
@@ -112,7 +118,7 @@ class RunSettings:
             return values
 
         requested = section("trainer")
-        trainer = trainer_settings(requested)
+        trainer = trainer_settings(requested, early.steps)
         resolved = cfg.copy()
         with open_dict(resolved):
             resolved.trainer = cfg.trainer.copy()
@@ -120,13 +126,21 @@ class RunSettings:
         metric = cfg.get("optimized_metric")
         if metric is not None:
             checks.choice("optimized_metric", metric, METRICS)
+        model = ModelConfig.from_dict(section("model"))
+        optim = OptimConfig(**section("optim", OptimConfig))
+        data = DataConfig(**section("data", DataConfig))
+        if data.block_size != model.block_size:  # the windows are the model's context, checked as model's
+            raise ConfigError(
+                f"data.block_size={data.block_size!r} must equal model.block_size={model.block_size} (the "
+                "model's context); set model.block_size and leave data.block_size to follow it"
+            )
         return cls(
             cfg=resolved,
             run_dir=Path(str(cfg.run_dir)),
-            seed=checks.whole_number("seed", cfg.get("seed"), minimum=0),
-            model=ModelConfig.from_dict(section("model")),
-            optim=OptimConfig(**section("optim", OptimConfig)),
-            data=DataConfig(**section("data", DataConfig)),
+            seed=early.seed,
+            model=model,
+            optim=optim,
+            data=data,
             trainer=trainer,
             sample=SampleConfig(**section("sample", SampleConfig)),
             precision_reason=describe_precision(
@@ -137,4 +151,5 @@ class RunSettings:
             ckpt_path=cfg.get("ckpt_path") or None,
             compile=checks.boolean("compile", cfg.get("compile", False)),
             optimized_metric=metric,
+            multirun=multirun,
         )

@@ -20,8 +20,10 @@ class StepTensorBoardLogger(TensorBoardLogger):
 
 
 class TensorBoardHParams(L.Callback):
-    """Registers the run's choices in TensorBoard's HParams tab, with the losses as its metrics: only their
-    tags, as TensorBoard shows the latest value the run logs (the final evaluation's, the last validation's)."""
+    """Registers the run's choices in TensorBoard's HParams tab, with the losses as its metrics, the run's
+    result (the final loss, `loss/val_full`) first: only their tags, as TensorBoard shows the latest value the
+    run logs. HParams reads a metric's value from the run's scalar of that tag, so the final loss is also a
+    scalar, one point at the last step."""
 
     def __init__(
         self, params: dict[str, Any], metrics: tuple[str, ...] = (FINAL_VAL_LOSS, VAL_LOSS, VAL_BPC)
