@@ -43,14 +43,12 @@ from tinylm.analysis.diagnosis import (
     STILL_IMPROVING,
     VALIDATION_IN_TRAINING,
     diagnose,
-    failed,
-    shared,
     since,
-    why_cell,
 )
 from tinylm.analysis.report import REPORT_MD, shared_reference
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary, read_runs
 from tinylm.analysis.sweep_report import write_report
+from tinylm.analysis.why import failed, shared
 from tinylm.layout import VAL_IN_TRAINING
 
 # Every case logs its health curves and validates every 20 steps; each overrides the shrunk config's budget.
@@ -140,6 +138,11 @@ class CaseRuns:
             assert result.returncode == 0, result.stderr[-3000:]
             self.sweeps[name] = sweep_dir
         return self.sweeps[name]
+
+
+def why_cell(runs, findings) -> str:
+    """The settings table's `why` cell, as the report words it."""
+    return "; ".join(f.describe() for f in shared(runs, findings)) or "—"
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tinylm.analysis.estimates import Estimate
-from tinylm.analysis.render import fmt_interval, fmt_number, fmt_p
+from tinylm.analysis.formats import fmt_interval, fmt_number, fmt_p
 
 DOCS = Path(__file__).parents[1] / "docs"
 PAGE = DOCS / "results.md"

@@ -19,6 +19,8 @@ from scipy.stats import t as student_t
 
 from tinylm.analysis.add_seeds import ADDED_DIR, Budget, round_settings, start_design
 from tinylm.analysis.estimates import Divergence, best_key, cross_fit, estimate, paired_tests
+from tinylm.analysis.extension import read_design, write_design
+from tinylm.analysis.formats import fmt_interval
 from tinylm.analysis.ladder import TrendWord
 from tinylm.analysis.outcome import (
     BETTER,
@@ -30,14 +32,8 @@ from tinylm.analysis.outcome import (
     Outcome,
 )
 from tinylm.analysis.plots import forest_rows
-from tinylm.analysis.render import fmt_interval, markdown
-from tinylm.analysis.report import (
-    PREVIOUS_REPORTS,
-    REPORT_MD,
-    build_report,
-    read_design,
-    write_design,
-)
+from tinylm.analysis.render import markdown
+from tinylm.analysis.report import PREVIOUS_REPORTS, REPORT_MD, build_report
 from tinylm.analysis.report_json import to_json
 from tinylm.analysis.runs import ReportError, RunSummary, runs_frame
 from tinylm.analysis.scale import ladder_section

@@ -26,17 +26,14 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from tinylm.analysis.extension import Design, Round, read_design, write_design
 from tinylm.analysis.report import (
     DESIGN_FILE,
-    Design,
     ReportError,
-    Round,
     SweepReport,
     build_report,
     named_baseline,
     parse_choices,
-    read_design,
-    write_design,
 )
 from tinylm.analysis.runs import RunSummary, natural_key, read_runs
 from tinylm.analysis.settings import LR, Setting, chosen_rate

@@ -12,7 +12,6 @@ import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from scipy.stats import linregress
 
@@ -444,52 +443,3 @@ def deepest(run: RunSummary, quantity: str) -> tuple[str, list[tuple[int, float]
         return None
     tag = max(tags, key=lambda t: int(t.rsplit("_", 1)[1]))
     return tag, tags[tag]
-
-
-@dataclass(frozen=True)
-class Shared:
-    """A finding over a setting's runs: how many of the `of` runs with a result showed it, the steps it
-    began at, and one run's finding as the example."""
-
-    kind: str
-    count: int
-    of: int
-    steps: tuple[int, ...]
-    example: Finding
-    seed: str  # the example's run
-    recovered: bool = False  # every run's episode ended before the run did
-
-    def describe(self) -> str:
-        began = ""
-        if self.steps:
-            low, high = min(self.steps), max(self.steps)
-            began = f", from step {low}" if low == high else f", from step {low}-{high}"
-        if self.recovered:  # one run: the step it last held; several: only that each recovered
-            began += f" to {self.example.until}, recovered" if self.count == 1 else ", recovered"
-        return f"{self.kind} ({self.count}/{self.of}{began})"
-
-
-def shared(runs: Sequence[RunSummary], findings: Mapping[Path, Sequence[Finding]]) -> list[Shared]:
-    """What a setting's runs showed (`findings`: each run's `diagnose`, by its path), in the order of
-    `diagnose`, each with how many runs showed it."""
-    judged = [run for run in runs if run.result is not None]
-    found: dict[str, list[tuple[str, Finding]]] = {}
-    for run in judged:
-        for finding in findings.get(run.path, ()):
-            found.setdefault(finding.kind, []).append((run.seed, finding))
-    return [
-        Shared(kind, len(pairs), len(judged), tuple(f.step for _, f in pairs if f.step is not None), pairs[0][1],
-               pairs[0][0], all(f.recovered for _, f in pairs))
-        for kind, pairs in found.items()
-    ]  # fmt: skip
-
-
-def why_cell(runs: Sequence[RunSummary], findings: Mapping[Path, Sequence[Finding]]) -> str:
-    """The settings table's `why`: every finding of the setting's runs, with counts; `—` for none."""
-    return "; ".join(s.describe() for s in shared(runs, findings)) or "—"
-
-
-def failed(findings: Sequence[Shared]) -> bool:
-    """Whether any finding is a failure: not only a budget that ended first, nor only episodes every run
-    recovered from."""
-    return any(f.kind not in NOT_FAILURES and not f.recovered for f in findings)

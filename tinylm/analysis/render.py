@@ -1,52 +1,21 @@
-"""A report rendered: report.md's sections and tables, and report.json (the figures are drawn by
-`tinylm.analysis.plots`). Reads a `SweepReport` as `build_report` assembled it, and changes nothing."""
+"""report.md from the report value: the answer, the settings, the family against its baseline and every run
+(the sections after them: render_sections.py; report.json: report_json.py; the figures: plots.py). Reads a
+`SweepReport` as `build_report` built it, and computes nothing."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
-from tinylm.analysis.diagnosis import Finding, why_cell
-from tinylm.analysis.estimates import Comparison, Estimate
+from tinylm.analysis.estimates import Comparison
+from tinylm.analysis.formats import fmt_interval, fmt_number, fmt_p, fmt_wall_time, md_table
 from tinylm.analysis.ladder import Ladder
-from tinylm.analysis.report import DESIGN_FILE, REPORT_PNG, SweepReport
+from tinylm.analysis.render_sections import added_section, cost_lines
+from tinylm.analysis.report import SweepReport
 from tinylm.analysis.settings import Setting, only, setting_label, varying
-from tinylm.analysis.sweep_probe import SHOWN
-from tinylm.analysis.why import quantity, why_path
+from tinylm.analysis.why import Shared
 from tinylm.overrides import shown
-
-
-def fmt_number(value: float | None, digits: int = 4, signed: bool = False) -> str:
-    if value is None:
-        return "—"
-    if not math.isfinite(value):
-        return "diverged" if value == math.inf else str(value)
-    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
-
-
-def fmt_interval(e: Estimate | None, signed: bool = False) -> str:
-    if e is None or not e.has_interval:
-        return "—"
-    return f"[{fmt_number(e.low, 4, signed)}, {fmt_number(e.high, 4, signed)}]"
-
-
-def _fmt_wall_time(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    minutes, secs = divmod(round(seconds), 60)
-    return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
-
-
-def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return lines + ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
 
 
 def _settings_rows(
@@ -54,12 +23,12 @@ def _settings_rows(
     columns: Sequence[str],
     baseline: Setting | None,
     gains: str | None = None,
-    findings: dict[Path, list[Finding]] | None = None,
+    why: Sequence[Sequence[Shared]] = (),
 ) -> list[list]:
     """`gains`: "nats" adds each setting's gain over the unigram level its runs share; "bits" adds its mean
     and that gain in bits/char, for settings on different corpora (their nats are not comparable)."""
     rows = []
-    for rank, s in enumerate(settings, start=1):
+    for rank, (s, found) in enumerate(zip(settings, why or [()] * len(settings), strict=True), start=1):
         e = s.estimate
         rows.append([
             rank if e is not None else "—",
@@ -70,7 +39,7 @@ def _settings_rows(
             fmt_interval(e),
             s.diverged,
             s.without_result,
-            why_cell(s.runs, findings or {}),
+            "; ".join(f.describe() for f in found) or "—",
             "baseline" if s is baseline else "",
         ])  # fmt: skip
         if gains is not None:
@@ -137,10 +106,6 @@ def _reference_lines(report: SweepReport, cols: Sequence[str]) -> list[str]:
         ),
         "",
     ]
-
-
-def fmt_p(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2g}"
 
 
 def _seeds_cell(s: Setting, c: Comparison) -> str:
@@ -290,61 +255,8 @@ def _family_section(report: SweepReport) -> list[str]:
     text += [*md_table(header, _family_rows(report)), ""]
     text += [*_family_notes(report), ""]
     if report.design is not None and len(report.design.looks) > 1:
-        text += _added_section(report)
+        text += added_section(report)
     return text
-
-
-def _added_section(report: SweepReport) -> list[str]:
-    design, pct = report.design, f"{report.confidence:.0%}"
-    columns = report.shown_family_columns
-    first = design.first_seeds
-    plan = design.added_plan()
-    looks = ", ".join(
-        f"look {number + 2}: {len(design.added_seeds(number + 1))} added seeds, "
-        + ("judging nothing" if look is None else f"level {look.level(report.alpha):.2g}")
-        for number, look in enumerate(plan)
-    )
-    rows = []
-    for s in report.family:
-        c = s.added
-        if c is None:
-            continue
-        d = c.difference
-        rows.append([
-            *(shown(s.choices.get(col, "—")) for col in columns), s.comparison.verdict, len(c.seeds),
-            fmt_number(d.mean if d else None, signed=True), fmt_interval(d, signed=True), fmt_p(c.p_value),
-            c.verdict,
-        ])  # fmt: skip
-    rate = " at the rate its sweep seeds chose" if report.lr_varies else ""
-    return [
-        "## Seeds added to the open rows (scripts/add_seeds.py)",
-        "",
-        f"The rows above are judged on the sweep's own {len(first)} seeds ({', '.join(first)}), as its report "
-        f"judged them, and keep those verdicts. The seeds added since to the rows left open (and to the "
-        f"baseline) are a second experiment, judged here on the added seeds alone{rate}: a group-sequential "
-        f"design declared before its first added seed ({DESIGN_FILE}), up to {design.max_seeds - len(first)} "
-        f"added seeds, α = {report.alpha:g} spent by Lan-DeMets' O'Brien-Fleming-type function with the "
-        f"looks' correlation ({looks}: the level of a test given the whole α; Holm gives the k-th smallest "
-        "of m p-values the level of α / (m − k + 1) at the same look). A verdict names the "
-        "look that gave it. Each experiment's chance of any false `better`/`worse` is at most α, so a row's "
-        f"answer (the sweep's verdict, or where it was open the added seeds') errs with chance at most "
-        f"2α = {2 * report.alpha:g} over both. Intervals are {pct}, over the added seeds, not adjusted for "
-        "the looks.",
-        "",
-        *md_table(
-            [
-                *columns,
-                "sweep's verdict",
-                "added seeds",
-                "difference",
-                f"{pct} CI",
-                "p",
-                "verdict on added seeds",
-            ],
-            rows,
-        ),
-        "",
-    ]
 
 
 def _family_notes(report: SweepReport) -> list[str]:
@@ -370,55 +282,8 @@ def _family_notes(report: SweepReport) -> list[str]:
         f"`seeds for ±{delta}`: the seeds a difference of δ would need. `eval SE`: the standard error the "
         "final evaluation's finite set of windows adds to the difference (part of the seed interval already).",
     ]
-    notes += _cost_lines(report)
+    notes += cost_lines(report)
     return notes
-
-
-def _cost_lines(report: SweepReport) -> list[str]:
-    """What resolving the open rows would take (`report.sizing`)."""
-    sizing = report.sizing
-    if sizing is None:
-        return []
-    lines = []
-    for row in sizing.rows:
-        label = setting_label(row.design, list(row.design))
-        seeds = "added seeds" if row.added else "seeds"
-        beyond = (
-            f"; more than the {row.horizon} added seeds this design allows, where it stops"
-            if row.added and row.horizon is not None and row.needed is not None and row.needed > row.horizon
-            else ""
-        )
-        if row.needed is None:
-            lines.append(f"- `{label}`: too few finished seeds to size it")
-        elif row.more:
-            runs = f"{row.runs} run{'s' if row.runs != 1 else ''}"
-            lines.append(f"- `{label}`: {row.needed} {seeds} ({row.more} more, {runs}){beyond}")
-        elif beyond:
-            lines.append(f"- `{label}`: {row.needed} {seeds}{beyond}: its {row.has} are spent")
-        else:
-            lines.append(
-                f"- `{label}`: its {row.has} {seeds} would find this difference 80% of the time and did not: it "
-                "is smaller than it seems, or this was the other 20%"
-            )
-    if sizing.runs:
-        per_seed = (
-            ", every rate of a setting at each new seed (cross-fitting needs them)"
-            if sizing.every_rate
-            else ""
-        )
-        count = sizing.open
-        lines.insert(0, (
-            f"What resolving the {count} open row{'s' if count != 1 else ''} would take, if each difference is "
-            f"what it seems (or δ, if smaller): {sizing.runs:,} more runs with the baseline's{per_seed}, "
-            f"{_fmt_duration(sizing.seconds)} of run time at these runs' median wall times; "
-            "`python scripts/add_seeds.py <sweep dir>` adds them in rounds until each is resolved."
-        ))  # fmt: skip
-    return ["", *lines] if lines else []
-
-
-def _fmt_duration(seconds: float) -> str:
-    hours = seconds / 3600
-    return f"{hours:,.1f} hours" if hours >= 2 else f"{seconds / 60:.0f} minutes"
 
 
 def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
@@ -450,7 +315,7 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
     elif gains == "nats":
         header[-4:-4] = ["gain over unigram"]
     text += [
-        *md_table(header, _settings_rows(report.settings, cols, report.baseline, gains, report.findings)),
+        *md_table(header, _settings_rows(report.settings, cols, report.baseline, gains, report.setting_why)),
         "",
         *(_reference_lines(report, cols) if gains else []),
         "`why`: what the runs' curves show, with how many runs showed it and the step it began "
@@ -489,72 +354,6 @@ def _runs_table(report: SweepReport) -> list[str]:
             rank if ranked else "—", run.name, *(shown(run.choices.get(c, "—")) for c in columns),
             "—" if run.params is None else f"{run.params:,}", fmt_number(run.final_val_loss), run.evaluated, fmt_number(run.best_val_loss),
             fmt_number(run.final_bpc, 3), "—" if run.tokens_per_s is None else f"{run.tokens_per_s:,.0f}",
-            _fmt_wall_time(run.wall_time_s), steps, status if len(status) <= 120 else status[:117] + "...",
+            fmt_wall_time(run.wall_time_s), steps, status if len(status) <= 120 else status[:117] + "...",
         ])  # fmt: skip
     return md_table(header, rows)
-
-
-def why_section(report: SweepReport) -> list[str]:
-    """The *Why* section: a sentence or two per row of `report.why`, naming the figure of each health tag."""
-    if not report.why:
-        return []
-    text = [
-        "## Why",
-        "",
-        "What the curves of each setting that lost or failed show (its judged runs; thresholds in "
-        "docs/diagnosis.md). Loss findings are in "
-        f"{REPORT_PNG} (the reference levels are its dashed lines); health findings in the figure named.",
-        "",
-    ]
-    for row in report.why:
-        label = setting_label(row.design, list(row.design))
-        if row.verdict is not None and row.difference is not None:
-            outcome = f"{row.verdict}, {row.difference:+.3f}"
-        else:  # a baseline (a ladder has one per level) is named as one, not as a failure
-            outcome = "baseline" if row.baseline else "failed"
-        if not row.findings:
-            text += [f"- **{label}** ({outcome}): nothing in its curves names a cause.", ""]
-            continue
-        sentences = []
-        for f in row.findings:
-            example = f.example
-            began = f", from step {example.step}" if example.step is not None else ""
-            name = quantity(example.tag)
-            where = f"`{example.tag}`" + (f", {why_path(Path(), name).name}" if name else "")
-            sentences.append(
-                f"{f.kind} in {f.count}/{f.of} runs (seed {f.seed}{began}: {example.evidence}; {where})"
-            )
-        text += [f"- **{label}** ({outcome}): " + "; ".join(sentences) + ".", ""]
-    return text
-
-
-def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """The depth probe's section: one line per shape the runs trained."""
-    if not rows:
-        return []
-    from tinylm.probe.depth import label
-
-    header = ["norm", "act", "blocks", "d_model", *(f"{label(key)}, block n" for key in SHOWN)]
-    lines = [
-        "## At initialisation: the depth probe at this sweep's shapes",
-        "",
-        "Each placement's fresh blocks (no embeddings, no head), initialised as its runs were, one forward and "
-        "backward pass on `randn` input over the runs' context with causal attention, loss a fixed random "
-        "projection, float64; measured after the last block n (docs/probe.md). Token spread near 0 means the "
-        "tokens have collapsed onto one vector; ‖∇W_q‖ and ‖∇W_k‖ orders of magnitude below ‖∇W_v‖ mean "
-        "queries and keys get no gradient to learn from.",
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join("---" for _ in header) + "|",
-    ]
-    for row in rows:
-        shape = [row["norm"], row["act"], str(row["n_layer"]), str(row["d_model"])]
-        cells = [*shape, *(_probe_value(row[key]) for key in SHOWN)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return [*lines, ""]
-
-
-def _probe_value(value: float) -> str:
-    if not math.isfinite(value):
-        return str(value)
-    return f"{value:.3f}" if 0.01 <= abs(value) < 1000 else f"{value:.2e}"

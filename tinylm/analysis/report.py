@@ -10,17 +10,15 @@ counts as a result (+inf, the worst); a failed or unfinished one as none.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tinylm.analysis.diagnosis import Finding, diagnose
-from tinylm.analysis.estimates import MIN_EFFECT, Comparison
-from tinylm.analysis.ladder import SCALE_KEY, Ladder, judge_ladder, with_added
-from tinylm.analysis.outcome import UNRESOLVED, Outcome, Verdict
+from tinylm.analysis.estimates import MIN_EFFECT
+from tinylm.analysis.extension import Design, read_design, with_added_seeds
+from tinylm.analysis.ladder import SCALE_KEY, Ladder, judge_ladder
 from tinylm.analysis.runs import (
     DESIGN_CHOICES,
     ReportError,
@@ -28,26 +26,22 @@ from tinylm.analysis.runs import (
     read_runs,
     shared_reference,
 )
-from tinylm.analysis.sequential import Look, first_verdicts, sequential_plan
 from tinylm.analysis.settings import (
     LR,
     Rules,
     Setting,
     group_settings,
     judge_families,
-    only,
     pick_baseline,
-    tests_against,
     tuned_settings,
     varying,
 )
 from tinylm.analysis.sizing import Sizing, size_open_rows
 from tinylm.analysis.sweep_probe import probe_rows
-from tinylm.analysis.verdicts import ALPHA, judge
-from tinylm.analysis.why import WhyRow, why_rows
-from tinylm.files import write_json
+from tinylm.analysis.verdicts import ALPHA
+from tinylm.analysis.why import Shared, WhyRow, shared, why_rows
 from tinylm.layout import DESIGN_FILE
-from tinylm.overrides import OverrideError, parse, typed_choice
+from tinylm.overrides import OverrideError, parse
 
 REPORT_MD = "report.md"
 # Where a report that a new one would read differently from is kept (sweep_report.keep_previous).
@@ -55,49 +49,6 @@ PREVIOUS_REPORTS = "previous_reports"
 REPORT_JSON = "report.json"
 REPORT_PNG = "report.png"
 SENSITIVITY_PNG = "lr_sensitivity.png"
-
-
-@dataclass(frozen=True)
-class Round:
-    """A round add_seeds has started: the seeds it adds, to the settings with these choices."""
-
-    seeds: tuple[str, ...]
-    settings: tuple[dict[str, Any], ...]
-
-
-@dataclass(frozen=True)
-class Design:
-    """A sequential extension of a finished sweep (scripts/add_seeds.py). Its first look is the sweep as it
-    was: those seeds were judged by the sweep's own report, at α, and keep those verdicts (and, when the rate
-    varies, choose each setting's rate). Every later look judges only the seeds added since the first, by a
-    group-sequential design over at most `max_seeds - len(looks[0])` of them (`added_plan`)."""
-
-    alpha: float
-    min_effect: float
-    max_seeds: int
-    baseline: str
-    looks: tuple[tuple[str, ...], ...]  # the baseline's seeds at each look
-    baseline_source: str = DESIGN_FILE  # who named the baseline for add_seeds: --baseline or the experiment
-    # add_seeds' progress: the round it started (its seeds and the settings' choices) and rounds since a look.
-    round: Round | None = None
-    rounds_since_look: int = 0
-    spending: str = "Lan-DeMets O'Brien-Fleming-type, group-sequential boundaries over the added seeds"
-    # The ladder's axis its rounds judged level by level (() for none); None in a design written before it was
-    # recorded. Another axis would regroup the family the looks were judged in.
-    ladder: tuple[str, ...] | None = None
-
-    @property
-    def first_seeds(self) -> tuple[str, ...]:
-        return self.looks[0] if self.looks else ()
-
-    def added_seeds(self, look: int) -> list[str]:
-        return [seed for seed in self.looks[look] if seed not in self.first_seeds]
-
-    def added_plan(self) -> list[Look | None]:
-        """How each look after the first is judged (None: it has too few added seeds to judge anything)."""
-        horizon = self.max_seeds - len(self.first_seeds)
-        counts = [len(self.added_seeds(look)) for look in range(1, len(self.looks))]
-        return sequential_plan(counts, horizon) if horizon >= 2 else [None] * len(counts)
 
 
 @dataclass(frozen=True)
@@ -124,6 +75,8 @@ class SweepReport:
     axis: list[str] = field(default_factory=list)
     ladder: Ladder | None = None
     findings: dict[Path, list[Finding]] = field(default_factory=dict)  # each run's diagnosis, by its path
+    # What each setting's runs show (the settings table's `why`), in the order of `settings`.
+    setting_why: list[tuple[Shared, ...]] = field(default_factory=list)
     why: list[WhyRow] = field(
         default_factory=list
     )  # each setting that lost or failed, and what its runs show
@@ -276,6 +229,7 @@ def build_report(
         None if lr_varies else base, family if lr_varies else [], base if lr_varies else None,
         confidence=confidence, alpha=rules.alpha, min_effect=rules.min_effect, baseline_source=source,
         design=design, reference=shared_reference(runs), axis=axis, ladder=judged_ladder, findings=findings,
+        setting_why=[tuple(shared(s.runs, findings)) for s in (settings if lr_varies else family)],
         why=why_rows(*explained, findings, baselines),
         sizing=None if judged_ladder else size_open_rows(
             family, base, family_columns, rules.min_effect, lr_varies, horizon
@@ -301,78 +255,6 @@ def judge_family(
     base = pick_baseline(family, wanted, columns)
     [judged] = judge_families([(family, base)], rules, seeds)
     return judged, base, None
-
-
-def with_added_seeds(
-    family: list[Setting],
-    base: Setting | None,
-    ladder: Ladder | None,
-    settings: list[Setting],
-    columns: list[str],
-    rules: Rules,
-    design: Design,
-) -> tuple[list[Setting], Ladder | None]:
-    """The family's open rows with the sequential design's verdicts on the seeds added since its first look
-    (`judge_added`), and a ladder's words across levels read again from them."""
-    bases = (
-        {s.key(columns): rung.baseline.key(columns) for rung in ladder.rungs for s in rung.settings}
-        if ladder is not None
-        else {s.key(columns): base.key(columns) for s in family if base is not None}
-    )
-    added = judge_added(family, bases, settings, columns, rules, design)
-    family = [replace(s, added=added[s.key(columns)]) if s.key(columns) in added else s for s in family]
-    if ladder is None:
-        return family, None
-    by_key = {s.key(columns): s for s in family if s.added is not None}
-    return family, with_added(ladder, by_key, columns, rules.alpha)
-
-
-def judge_added(
-    family: list[Setting],
-    bases: dict[tuple[Any, ...], tuple[Any, ...]],
-    settings: list[Setting],
-    columns: list[str],
-    rules: Rules,
-    design: Design,
-) -> dict[tuple[Any, ...], Comparison]:
-    """The sequential extension's verdicts, on the added seeds alone, by the key of the family's row they
-    answer (`bases`: each row's baseline's key): each look judges the seeds added by then at the level its
-    boundary gives (Holm over the rows the extension adds seeds to), and a row keeps the first verdict a
-    look gives it. The sweep's own verdicts stay as its own seeds gave them."""
-    rows = [s.key(columns) for s in family if s.comparison is not None and not s.comparison.resolved]
-    looks = []
-    for look in range(1, len(design.looks)):
-        at_look = {s.key(columns): s for s in added_family(settings, columns, rules, design, look)}
-        looks.append([
-            tests_against(at_look[key], at_look[bases[key]], rules, cross_fitted=False) for key in rows
-        ])  # fmt: skip
-    plan = design.added_plan()
-    first = first_verdicts(looks, plan, rules.min_effect, rules.alpha)
-    last = judge(looks[-1], rules.min_effect, rules.alpha, with_power=False)
-    added = {}
-    for key, found, latest in zip(rows, first, last, strict=True):
-        if found is None:  # looks are numbered as add_seeds numbers them: the sweep's own is look 1
-            verdict = f"{UNRESOLVED} at look {len(design.looks)} ({len(latest.seeds)} added seeds)"
-            added[key] = replace(latest, verdict=Verdict(verdict, Outcome.NOT_RESOLVED))
-        else:
-            number, c = found
-            added[key] = replace(
-                c, verdict=c.verdict.noted(f" (look {number + 2}, {len(c.seeds)} added seeds)")
-            )
-    return added
-
-
-def added_family(
-    settings: list[Setting], columns: list[str], rules: Rules, design: Design, look: int
-) -> list[Setting]:
-    """The family's settings with only the seeds added by `look` (when the rate varies: at the rate each
-    setting's first-look seeds chose)."""
-    added = set(design.added_seeds(look))
-    if rules.lr_varies:
-        return tuned_settings(
-            settings, columns, rules.confidence, added | set(design.first_seeds), choose_on=design.first_seeds
-        )
-    return [only(s, added) for s in settings]
 
 
 def run_columns(runs: Sequence[RunSummary]) -> tuple[list[str], dict[str, Any]]:
@@ -441,37 +323,6 @@ def named_baseline(
             f"the runs name different baselines ({', '.join(sorted(named))}); choose one with --baseline"
         )
     return (named.pop(), "the experiment's `baseline:`") if named else (None, None)
-
-
-def read_design(sweep_dir: Path) -> Design | None:
-    """SWEEP_DIR/sequential.json as add_seeds wrote it (`write_design`), or None."""
-    path = sweep_dir / DESIGN_FILE
-    if not path.is_file():
-        return None
-    try:
-        return design_from(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-        raise ReportError(f"{path} is not a sequential design scripts/add_seeds.py wrote: {err}") from None
-
-
-def design_from(data: dict[str, Any]) -> Design:
-    """A design as `dataclasses.asdict` wrote it (sequential.json, report.json)."""
-    started = data.get("round")
-    return Design(
-        float(data["alpha"]), float(data["min_effect"]), int(data["max_seeds"]), str(data["baseline"]),
-        tuple(tuple(str(s) for s in look) for look in data["looks"]),
-        str(data.get("baseline_source", DESIGN_FILE)),
-        Round(
-            tuple(str(s) for s in started["seeds"]),
-            tuple({str(k): typed_choice(v) for k, v in choices.items()} for choices in started["settings"]),
-        ) if started else None,
-        int(data.get("rounds_since_look", 0)),
-        ladder=tuple(str(k) for k in data["ladder"]) if data.get("ladder") is not None else None,
-    )  # fmt: skip
-
-
-def write_design(sweep_dir: Path, design: Design) -> None:
-    write_json(sweep_dir / DESIGN_FILE, dataclasses.asdict(design))
 
 
 def rank_runs(runs: Sequence[RunSummary]) -> list[RunSummary]:

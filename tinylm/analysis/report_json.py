@@ -14,17 +14,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tinylm.analysis.diagnosis import Finding, Shared
+from tinylm.analysis.diagnosis import Finding
 from tinylm.analysis.estimates import Comparison, Divergence, Estimate, Power
+from tinylm.analysis.extension import design_from
 from tinylm.analysis.ladder import Ladder, Rung, Trend, TrendWord, ladder_levels
 from tinylm.analysis.ladder import trends as judge_trends
 from tinylm.analysis.outcome import Outcome, Verdict
-from tinylm.analysis.report import SweepReport, design_from, run_columns
+from tinylm.analysis.report import SweepReport, run_columns
 from tinylm.analysis.runs import RunSummary, natural_key
 from tinylm.analysis.settings import LR, Setting
 from tinylm.analysis.sizing import RowSize, Sizing, size_open_rows
 from tinylm.analysis.sweep_probe import probe_rows
-from tinylm.analysis.why import WhyRow, why_rows
+from tinylm.analysis.why import Shared, WhyRow, shared, why_rows
 from tinylm.files import plain
 from tinylm.overrides import typed_choice as _typed
 
@@ -51,7 +52,12 @@ def to_json(report: SweepReport) -> dict[str, Any]:
             "setting_columns": report.setting_columns,
             "axis": report.axis,
             "baseline": report.baseline and report.baseline.choices,
-            "settings": [_setting(s) for s in report.settings],
+            "settings": [
+                _setting(s) | {"why": why}
+                for s, why in zip(
+                    report.settings, report.setting_why or [()] * len(report.settings), strict=True
+                )
+            ],
             "tuned_baseline": report.tuned_baseline and report.tuned_baseline.choices,
             "tuned": [_setting(s) for s in report.tuned],
             "runs": [
@@ -166,6 +172,7 @@ def from_json(data: Mapping[str, Any]) -> SweepReport:
     )  # fmt: skip
     if derived:
         explained = (family, family_columns) if len(family) > 1 else (settings, setting_columns)
+        setting_why = [tuple(shared(s.runs, findings)) for s in settings]
         design = report.design
         horizon = design.max_seeds - len(design.first_seeds) if design is not None else None
         sizing = None if ladder else size_open_rows(
@@ -174,6 +181,7 @@ def from_json(data: Mapping[str, Any]) -> SweepReport:
         return SweepReport(
             **{
                 **vars(report),
+                "setting_why": setting_why,
                 "why": why_rows(*explained, findings, report.baselines),
                 "sizing": sizing,
                 "probe": probe_rows(runs),
@@ -183,6 +191,7 @@ def from_json(data: Mapping[str, Any]) -> SweepReport:
     return SweepReport(
         **{
             **vars(report),
+            "setting_why": [tuple(_shared(f) for f in row.get("why") or ()) for row in data["settings"]],
             "why": why,
             "sizing": _sizing(data.get("sizing")),
             "probe": list(data.get("probe") or []),
@@ -316,12 +325,15 @@ def _ladder(
     return Ladder(axis, designs, rungs, judge_trends(rungs, designs, alpha, axis))
 
 
+def _shared(f: Mapping[str, Any]) -> Shared:
+    return Shared(
+        f["kind"], f["count"], f["of"], tuple(f["steps"]), Finding(**f["example"]), f["seed"], f["recovered"]
+    )
+
+
 def _why(row: Mapping[str, Any], settings: Sequence[Setting]) -> WhyRow:
     design = _choices(row["design"])
-    found = tuple(
-        Shared(f["kind"], f["count"], f["of"], tuple(f["steps"]), Finding(**f["example"]), f["seed"], f["recovered"])
-        for f in row["findings"]
-    )  # fmt: skip
+    found = tuple(_shared(f) for f in row["findings"])
     verdict = _verdict(row["verdict"], row["outcome"]) if row.get("verdict") is not None else None
     return WhyRow(
         _pick(settings, design), design, verdict, _number(row.get("difference")), row["baseline"], found

@@ -7,9 +7,10 @@ import math
 from pathlib import Path
 
 from tinylm.analysis.estimates import Estimate
+from tinylm.analysis.formats import fmt_interval, fmt_number, fmt_p, md_table
 from tinylm.analysis.ladder import Ladder, Rung
 from tinylm.analysis.plots import ForestRow, plot_ladder, plot_scale
-from tinylm.analysis.render import fmt_interval, fmt_number, fmt_p, ladder_title, md_table, rates_cell
+from tinylm.analysis.render import ladder_title, rates_cell
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.settings import Setting, setting_label
 

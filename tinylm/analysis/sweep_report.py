@@ -11,7 +11,8 @@ from datetime import datetime
 from pathlib import Path
 
 from tinylm.analysis.plots import draw_why, plot_lr_sensitivity, plot_report
-from tinylm.analysis.render import markdown, probe_section, why_section
+from tinylm.analysis.render import markdown
+from tinylm.analysis.render_sections import probe_section, why_section
 from tinylm.analysis.report import (
     PREVIOUS_REPORTS,
     REPORT_JSON,

@@ -1,6 +1,7 @@
-"""The report's *Why* rows: for every setting that lost to the baseline or failed, what its runs' curves show
-(`tinylm.analysis.diagnosis`), computed once into the report; render.py words them and plots.py draws each
-health curve they name beside the baseline's."""
+"""What a setting's runs show (`tinylm.analysis.diagnosis`, run by run), over the setting: each finding with
+how many runs showed it (the settings table's `why`), and the report's *Why* rows for every setting that lost
+to the baseline or failed; computed once into the report, render.py words them and plots.py draws each health
+curve they name beside the baseline's."""
 
 from __future__ import annotations
 
@@ -9,10 +10,54 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tinylm.analysis.diagnosis import NOT_FAILURES, Finding, Shared, failed, shared
+from tinylm.analysis.diagnosis import NOT_FAILURES, Finding
 from tinylm.analysis.outcome import Outcome, Verdict
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary
 from tinylm.analysis.settings import LR, Setting
+
+
+@dataclass(frozen=True)
+class Shared:
+    """A finding over a setting's runs: how many of the `of` runs with a result showed it, the steps it
+    began at, and one run's finding as the example."""
+
+    kind: str
+    count: int
+    of: int
+    steps: tuple[int, ...]
+    example: Finding
+    seed: str  # the example's run
+    recovered: bool = False  # every run's episode ended before the run did
+
+    def describe(self) -> str:
+        began = ""
+        if self.steps:
+            low, high = min(self.steps), max(self.steps)
+            began = f", from step {low}" if low == high else f", from step {low}-{high}"
+        if self.recovered:  # one run: the step it last held; several: only that each recovered
+            began += f" to {self.example.until}, recovered" if self.count == 1 else ", recovered"
+        return f"{self.kind} ({self.count}/{self.of}{began})"
+
+
+def shared(runs: Sequence[RunSummary], findings: Mapping[Path, Sequence[Finding]]) -> list[Shared]:
+    """What a setting's runs showed (`findings`: each run's `diagnose`, by its path), in the order of
+    `diagnose`, each with how many runs showed it."""
+    judged = [run for run in runs if run.result is not None]
+    found: dict[str, list[tuple[str, Finding]]] = {}
+    for run in judged:
+        for finding in findings.get(run.path, ()):
+            found.setdefault(finding.kind, []).append((run.seed, finding))
+    return [
+        Shared(kind, len(pairs), len(judged), tuple(f.step for _, f in pairs if f.step is not None), pairs[0][1],
+               pairs[0][0], all(f.recovered for _, f in pairs))
+        for kind, pairs in found.items()
+    ]  # fmt: skip
+
+
+def failed(findings: Sequence[Shared]) -> bool:
+    """Whether any finding is a failure: not only a budget that ended first, nor only episodes every run
+    recovered from."""
+    return any(f.kind not in NOT_FAILURES and not f.recovered for f in findings)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,178 @@
+"""The report's sections after its tables, worded from the report value: the seeds a sequential design added,
+what resolving the open rows would take, *Why* each setting that lost or failed did, and the depth probe at
+the sweep's shapes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tinylm.analysis.formats import fmt_duration, fmt_interval, fmt_number, fmt_p, md_table
+from tinylm.analysis.report import DESIGN_FILE, REPORT_PNG, SweepReport
+from tinylm.analysis.settings import setting_label
+from tinylm.analysis.sweep_probe import SHOWN
+from tinylm.analysis.why import quantity, why_path
+from tinylm.overrides import shown
+
+
+def added_section(report: SweepReport) -> list[str]:
+    design, pct = report.design, f"{report.confidence:.0%}"
+    columns = report.shown_family_columns
+    first = design.first_seeds
+    plan = design.added_plan()
+    looks = ", ".join(
+        f"look {number + 2}: {len(design.added_seeds(number + 1))} added seeds, "
+        + ("judging nothing" if look is None else f"level {look.level(report.alpha):.2g}")
+        for number, look in enumerate(plan)
+    )
+    rows = []
+    for s in report.family:
+        c = s.added
+        if c is None:
+            continue
+        d = c.difference
+        rows.append([
+            *(shown(s.choices.get(col, "—")) for col in columns), s.comparison.verdict, len(c.seeds),
+            fmt_number(d.mean if d else None, signed=True), fmt_interval(d, signed=True), fmt_p(c.p_value),
+            c.verdict,
+        ])  # fmt: skip
+    rate = " at the rate its sweep seeds chose" if report.lr_varies else ""
+    return [
+        "## Seeds added to the open rows (scripts/add_seeds.py)",
+        "",
+        f"The rows above are judged on the sweep's own {len(first)} seeds ({', '.join(first)}), as its report "
+        f"judged them, and keep those verdicts. The seeds added since to the rows left open (and to the "
+        f"baseline) are a second experiment, judged here on the added seeds alone{rate}: a group-sequential "
+        f"design declared before its first added seed ({DESIGN_FILE}), up to {design.max_seeds - len(first)} "
+        f"added seeds, α = {report.alpha:g} spent by Lan-DeMets' O'Brien-Fleming-type function with the "
+        f"looks' correlation ({looks}: the level of a test given the whole α; Holm gives the k-th smallest "
+        "of m p-values the level of α / (m − k + 1) at the same look). A verdict names the "
+        "look that gave it. Each experiment's chance of any false `better`/`worse` is at most α, so a row's "
+        f"answer (the sweep's verdict, or where it was open the added seeds') errs with chance at most "
+        f"2α = {2 * report.alpha:g} over both. Intervals are {pct}, over the added seeds, not adjusted for "
+        "the looks.",
+        "",
+        *md_table(
+            [
+                *columns,
+                "sweep's verdict",
+                "added seeds",
+                "difference",
+                f"{pct} CI",
+                "p",
+                "verdict on added seeds",
+            ],
+            rows,
+        ),
+        "",
+    ]
+
+
+def cost_lines(report: SweepReport) -> list[str]:
+    """What resolving the open rows would take (`report.sizing`)."""
+    sizing = report.sizing
+    if sizing is None:
+        return []
+    lines = []
+    for row in sizing.rows:
+        label = setting_label(row.design, list(row.design))
+        seeds = "added seeds" if row.added else "seeds"
+        beyond = (
+            f"; more than the {row.horizon} added seeds this design allows, where it stops"
+            if row.added and row.horizon is not None and row.needed is not None and row.needed > row.horizon
+            else ""
+        )
+        if row.needed is None:
+            lines.append(f"- `{label}`: too few finished seeds to size it")
+        elif row.more:
+            runs = f"{row.runs} run{'s' if row.runs != 1 else ''}"
+            lines.append(f"- `{label}`: {row.needed} {seeds} ({row.more} more, {runs}){beyond}")
+        elif beyond:
+            lines.append(f"- `{label}`: {row.needed} {seeds}{beyond}: its {row.has} are spent")
+        else:
+            lines.append(
+                f"- `{label}`: its {row.has} {seeds} would find this difference 80% of the time and did not: it "
+                "is smaller than it seems, or this was the other 20%"
+            )
+    if sizing.runs:
+        per_seed = (
+            ", every rate of a setting at each new seed (cross-fitting needs them)"
+            if sizing.every_rate
+            else ""
+        )
+        count = sizing.open
+        lines.insert(0, (
+            f"What resolving the {count} open row{'s' if count != 1 else ''} would take, if each difference is "
+            f"what it seems (or δ, if smaller): {sizing.runs:,} more runs with the baseline's{per_seed}, "
+            f"{fmt_duration(sizing.seconds)} of run time at these runs' median wall times; "
+            "`python scripts/add_seeds.py <sweep dir>` adds them in rounds until each is resolved."
+        ))  # fmt: skip
+    return ["", *lines] if lines else []
+
+
+def why_section(report: SweepReport) -> list[str]:
+    """The *Why* section: a sentence or two per row of `report.why`, naming the figure of each health tag."""
+    if not report.why:
+        return []
+    text = [
+        "## Why",
+        "",
+        "What the curves of each setting that lost or failed show (its judged runs; thresholds in "
+        "docs/diagnosis.md). Loss findings are in "
+        f"{REPORT_PNG} (the reference levels are its dashed lines); health findings in the figure named.",
+        "",
+    ]
+    for row in report.why:
+        label = setting_label(row.design, list(row.design))
+        if row.verdict is not None and row.difference is not None:
+            outcome = f"{row.verdict}, {row.difference:+.3f}"
+        else:  # a baseline (a ladder has one per level) is named as one, not as a failure
+            outcome = "baseline" if row.baseline else "failed"
+        if not row.findings:
+            text += [f"- **{label}** ({outcome}): nothing in its curves names a cause.", ""]
+            continue
+        sentences = []
+        for f in row.findings:
+            example = f.example
+            began = f", from step {example.step}" if example.step is not None else ""
+            name = quantity(example.tag)
+            where = f"`{example.tag}`" + (f", {why_path(Path(), name).name}" if name else "")
+            sentences.append(
+                f"{f.kind} in {f.count}/{f.of} runs (seed {f.seed}{began}: {example.evidence}; {where})"
+            )
+        text += [f"- **{label}** ({outcome}): " + "; ".join(sentences) + ".", ""]
+    return text
+
+
+def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The depth probe's section: one line per shape the runs trained."""
+    if not rows:
+        return []
+    from tinylm.probe.depth import label
+
+    header = ["norm", "act", "blocks", "d_model", *(f"{label(key)}, block n" for key in SHOWN)]
+    lines = [
+        "## At initialisation: the depth probe at this sweep's shapes",
+        "",
+        "Each placement's fresh blocks (no embeddings, no head), initialised as its runs were, one forward and "
+        "backward pass on `randn` input over the runs' context with causal attention, loss a fixed random "
+        "projection, float64; measured after the last block n (docs/probe.md). Token spread near 0 means the "
+        "tokens have collapsed onto one vector; ‖∇W_q‖ and ‖∇W_k‖ orders of magnitude below ‖∇W_v‖ mean "
+        "queries and keys get no gradient to learn from.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+    ]
+    for row in rows:
+        shape = [row["norm"], row["act"], str(row["n_layer"]), str(row["d_model"])]
+        cells = [*shape, *(_probe_value(row[key]) for key in SHOWN)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _probe_value(value: float) -> str:
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.3f}" if 0.01 <= abs(value) < 1000 else f"{value:.2e}"
