@@ -127,6 +127,31 @@ def logged_steps(run_dir: Path) -> dict[str, set[int]]:
     return {tag: {int(s) for s in scalars[scalars.tag == tag].step} for tag in set(scalars.tag)}
 
 
+def test_a_muon_run_resumed_from_its_last_checkpoint_ends_where_the_uninterrupted_run_ends(tmp_path, corpus):
+    """optim=muon: the momentum buffers and AdamW's moments are in the checkpoint (fp32 Newton–Schulz, the
+    path a CPU without native bf16 takes; bf16 is torch.optim.Muon's own step)."""
+    muon = ["optim=muon", "optim.muon_ns_dtype=fp32"]
+    run(compose_train(tmp_path / "straight", settings(corpus, f"trainer.max_steps={STEPS}", *muon)))
+    run(compose_train(tmp_path / "first", settings(corpus, "trainer.max_steps=4", *muon)))
+    run(
+        compose_train(
+            tmp_path / "first", settings(corpus, f"trainer.max_steps={STEPS}", "ckpt_path=last", *muon)
+        )
+    )
+    expected, resumed = train_losses(tmp_path / "straight"), train_losses(tmp_path / "first")
+    assert sorted(resumed) == sorted(expected) == list(range(STEPS))
+    assert all(abs(resumed[step] - expected[step]) <= 1e-6 for step in expected), (resumed, expected)
+    whole = read_checkpoint(tmp_path / "straight" / "checkpoints" / "last.ckpt").contents
+    again = read_checkpoint(tmp_path / "first" / "checkpoints" / "last.ckpt").contents
+    assert again["global_step"] == whole["global_step"] == STEPS
+    for name, tensor in whole["state_dict"].items():
+        torch.testing.assert_close(again["state_dict"][name], tensor, rtol=0, atol=1e-6)
+    muon_groups = [g for g in whole["optimizer_states"][0]["param_groups"] if g["muon"]]
+    assert muon_groups and all(g["lr"] > 0 for g in muon_groups)
+    buffers = [s for s in again["optimizer_states"][0]["state"].values() if "momentum_buffer" in s]
+    assert len(buffers) == sum(len(g["params"]) for g in muon_groups)
+
+
 def test_a_checkpoint_with_a_scheduler_state_from_earlier_versions_still_resumes_exactly(
     tmp_path, corpus, straight
 ):
