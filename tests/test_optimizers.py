@@ -6,11 +6,13 @@ import copy
 
 import pytest
 import torch
+from conftest import REPO
+from omegaconf import OmegaConf
 
 from tinylm.model import ModelConfig
 from tinylm.training.module import CharLM
 from tinylm.training.optimizers import Muon, MuonWithAdamW, orthogonalize
-from tinylm.training.settings import OptimConfig
+from tinylm.training.settings import OPTIMIZERS, OptimConfig
 
 SHAPES = [(24, 24), (16, 40), (40, 16)]  # square, wide, tall (transposed inside Newton–Schulz)
 SETTINGS = {
@@ -110,3 +112,10 @@ def test_muon_with_adamw_state_dict_resumes_both_optimizers_exactly():
     train(restored, twin_params, steps=2)
     for a, b in zip(params, twin_params, strict=True):
         assert torch.equal(a, b)
+
+
+def test_every_optimizer_has_its_conf_file_naming_it():
+    files = sorted((REPO / "conf" / "optim").glob("*.yaml"))
+    assert {path.stem for path in files} == set(OPTIMIZERS)
+    for path in files:
+        assert OmegaConf.load(path).name == path.stem, path
