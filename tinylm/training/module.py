@@ -155,7 +155,8 @@ class CharLM(L.LightningModule):
         inputs, targets = batch
         _, loss = self.model(inputs, targets)
         if self.logs_this_step():
-            # Both parameter groups share the rate; LearningRateMonitor would log it twice.
+            # AdamW's rate (the first group's; under optim=muon, Muon's is muon_lr / lr times it), once:
+            # LearningRateMonitor would log every group's.
             rate = self.optimizers().param_groups[0]["lr"]
             # For the progress bar and the run's final metrics...
             self.log(TRAIN_LOSS, loss, prog_bar=True, logger=False)
