@@ -210,6 +210,12 @@ ROWS = [
             "optim.learning_rate is not a setting; the settings are: beta1, beta2, decay_steps, implementation, lr,"
         ],
     ),
+    BadInput(
+        "muon-with-a-sharding-strategy",
+        "train.py",
+        lambda t, e: ["optim=muon", "trainer=fsdp"],
+        ["optim.name=muon cannot train with trainer.strategy=fsdp", "use optim=adamw, or trainer=ddp"],
+    ),
     # Corpora.
     BadInput(
         "tinyshakespeare-offline-without-path",

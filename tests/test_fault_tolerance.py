@@ -59,6 +59,7 @@ def settings(corpus: Path, *extra: str) -> list[str]:
         "model.dropout=0.3",
         f"optim.decay_steps={STEPS}",
         "trainer.val_check_interval=3",
+        "callbacks.targets.levels=[10.0,4.0,3.9,0.5]",
         *extra,
     ]
 
@@ -121,6 +122,10 @@ def test_resume_reproduces_the_uninterrupted_run_bit_for_bit(tmp_path, corpus, s
     assert_same_training_state(
         tmp_path / "resumed" / "checkpoints" / "last.ckpt", straight / "checkpoints" / "last.ckpt"
     )
+    # Steps to a target: each level at the first validation of either segment that reached it (the first
+    # segment also validated at its last step, 4), kept across the resume.
+    validations = validation_losses(tmp_path / "first") + validation_losses(tmp_path / "resumed")
+    assert target_steps(read_run_record(tmp_path / "resumed")) == first_reached(validations)
     # Every other tag too (throughput, validation, health) sits where the uninterrupted run has it.
     resumed, whole = logged_steps(tmp_path / "resumed"), logged_steps(straight)
     assert {"train/batches", "train/time", "loss/val"} <= resumed.keys()
@@ -128,9 +133,77 @@ def test_resume_reproduces_the_uninterrupted_run_bit_for_bit(tmp_path, corpus, s
         assert steps <= whole[tag] and min(steps) >= 4, (tag, sorted(steps), sorted(whole[tag]))
 
 
+LEVELS = (10.0, 4.0, 3.9, 0.5)  # settings()' callbacks.targets.levels
+
+
+def validation_losses(run_dir: Path) -> list[tuple[int, float]]:
+    scalars = tbparse.SummaryReader(str(run_dir / "tb")).scalars
+    return sorted((int(s), float(v)) for s, v in scalars[scalars.tag == "loss/val"][["step", "value"]].values)
+
+
+def first_reached(validations: list[tuple[int, float]]) -> dict[str, float]:
+    """`target/<level>/step` for each level some validation reached: the first such validation's step."""
+    steps = {}
+    for level in LEVELS:
+        first = next((step for step, loss in sorted(validations) if loss <= level), None)
+        if first is not None:
+            steps[f"target/{level:g}/step"] = float(first)
+    return steps
+
+
+def target_steps(record: dict) -> dict[str, float]:
+    return {k: v for k, v in record.items() if k.startswith("target/") and k.endswith("/step")}
+
+
+def test_each_target_level_is_recorded_at_the_first_validation_that_reached_it(straight):
+    """metrics.json and TensorBoard hold `target/<level>/step` and `/time_s` for the levels loss/val reached,
+    at the first validation at or below each (read back from the run's own loss/val), and nothing for the
+    others."""
+    record = read_run_record(straight)
+    expected = first_reached(validation_losses(straight))
+    assert 0 < len(expected) < len(LEVELS)  # 10 nats is reached at the first validation, 0.5 never
+    assert target_steps(record) == expected
+    scalars = tbparse.SummaryReader(str(straight / "tb")).scalars
+    for tag, step in expected.items():
+        assert 0 < record[tag.replace("/step", "/time_s")] <= record["wall_time_s"]
+        logged = scalars[scalars.tag == tag]
+        assert [(float(s), float(v)) for s, v in logged[["step", "value"]].values] == [(step, step)]
+    assert not any(
+        f"target/{level:g}/" in key
+        for key in record
+        for level in LEVELS
+        if f"target/{level:g}/step" not in expected
+    )
+
+
 def logged_steps(run_dir: Path) -> dict[str, set[int]]:
     scalars = tbparse.SummaryReader(str(run_dir / "tb")).scalars
     return {tag: {int(s) for s in scalars[scalars.tag == tag].step} for tag in set(scalars.tag)}
+
+
+def test_a_muon_run_resumed_from_its_last_checkpoint_ends_where_the_uninterrupted_run_ends(tmp_path, corpus):
+    """optim=muon: the momentum buffers and AdamW's moments are in the checkpoint (fp32 Newton–Schulz, the
+    path a CPU without native bf16 takes; bf16 is torch.optim.Muon's own step)."""
+    muon = ["optim=muon", "optim.muon_ns_dtype=fp32"]
+    run(compose_train(tmp_path / "straight", settings(corpus, f"trainer.max_steps={STEPS}", *muon)))
+    run(compose_train(tmp_path / "first", settings(corpus, "trainer.max_steps=4", *muon)))
+    run(
+        compose_train(
+            tmp_path / "first", settings(corpus, f"trainer.max_steps={STEPS}", "ckpt_path=last", *muon)
+        )
+    )
+    expected, resumed = train_losses(tmp_path / "straight"), train_losses(tmp_path / "first")
+    assert sorted(resumed) == sorted(expected) == list(range(STEPS))
+    assert all(abs(resumed[step] - expected[step]) <= 1e-6 for step in expected), (resumed, expected)
+    whole = read_checkpoint(tmp_path / "straight" / "checkpoints" / "last.ckpt").contents
+    again = read_checkpoint(tmp_path / "first" / "checkpoints" / "last.ckpt").contents
+    assert again["global_step"] == whole["global_step"] == STEPS
+    for name, tensor in whole["state_dict"].items():
+        torch.testing.assert_close(again["state_dict"][name], tensor, rtol=0, atol=1e-6)
+    muon_groups = [g for g in whole["optimizer_states"][0]["param_groups"] if g["muon"]]
+    assert muon_groups and all(g["lr"] > 0 for g in muon_groups)
+    buffers = [s for s in again["optimizer_states"][0]["state"].values() if "momentum_buffer" in s]
+    assert len(buffers) == sum(len(g["params"]) for g in muon_groups)
 
 
 def test_a_checkpoint_with_a_scheduler_state_from_earlier_versions_still_resumes_exactly(

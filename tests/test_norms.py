@@ -66,6 +66,42 @@ def test_rmsnorm_matches_torch(shape, fused):
     assert (ours(x) - reference(x)).abs().max().item() <= 1e-6
 
 
+def _formula_rms(x, weight):
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + EPS) * weight
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [*SHAPES, (12, 64, 128)])
+def test_fused_rmsnorm_equals_the_formula_and_torch_in_value_and_gradient(shape, dtype):
+    """The fused path's hand-derived backward (tinylm.model.norms.rms_norm on CPU) against autograd through the
+    written-out formula and through torch.nn.RMSNorm: output, input gradient and weight gradient."""
+    generator = torch.Generator().manual_seed(5)
+    x = (torch.randn(shape, generator=generator) * 3.0 + 2.0).to(dtype)
+    weight = (torch.randn(shape[-1], generator=generator) * 0.5 + 1.0).to(dtype)
+    upstream = torch.randn(shape, generator=generator).to(dtype)
+    ours = RMSNorm(shape[-1], eps=EPS, fused=True).to(dtype)
+    reference = nn.RMSNorm(shape[-1], eps=EPS).to(dtype)
+    results = []
+    for forward, module in ((ours, ours), (reference, reference), (None, None)):
+        xi = x.clone().requires_grad_(True)
+        if module is None:
+            wi = weight.clone().requires_grad_(True)
+            y = _formula_rms(xi, wi)
+        else:
+            with torch.no_grad():
+                module.weight.copy_(weight)
+            wi = module.weight
+            y = forward(xi)
+        y.backward(upstream)
+        results.append((y.detach(), xi.grad, wi.grad))
+        if module is not None:
+            module.zero_grad()
+    # Relative to each tensor's size: the weight gradient sums over every row (768 of them at 12 x 64).
+    for ours_result, other in ((results[0], results[2]), (results[0], results[1])):
+        for a, b in zip(ours_result, other, strict=True):
+            assert (a - b).abs().max() <= 1e-5 * max(1.0, b.abs().max())
+
+
 @pytest.mark.parametrize("bias", [True, False])
 def test_rmsnorm_has_only_a_weight(bias):
     # RMSNorm has no shift by definition, whatever `bias` says; only the weight is a parameter.

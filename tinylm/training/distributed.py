@@ -8,7 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import lightning.pytorch as L
-from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy, Strategy
+from lightning.pytorch.strategies import (
+    DeepSpeedStrategy,
+    FSDPStrategy,
+    ModelParallelStrategy,
+    Strategy,
+    StrategyRegistry,
+)
 
 from tinylm.errors import UserError
 
@@ -84,3 +90,13 @@ def shards_parameters(strategy: Strategy) -> bool:
     """Whether no single rank holds the whole model between steps (FSDP, tensor parallel): one rank
     alone then cannot run the model, e.g. to generate a sample."""
     return isinstance(strategy, FSDPStrategy | ModelParallelStrategy)
+
+
+def strategy_splits_matrices(strategy: Any) -> bool:
+    """Whether the trainer's `strategy` setting (a registered name such as `fsdp` or `deepspeed_stage_3`, or a
+    Strategy) hands the optimizer pieces of weight matrices rather than whole ones; known before any Trainer
+    exists, so a run that needs whole matrices (Muon) is refused before it writes anything."""
+    if isinstance(strategy, str):
+        strategy = StrategyRegistry[strategy]["strategy"] if strategy in StrategyRegistry else None
+    kind = strategy if isinstance(strategy, type) else type(strategy)
+    return issubclass(kind, FSDPStrategy | ModelParallelStrategy | DeepSpeedStrategy)

@@ -23,6 +23,8 @@ from tinylm.model.evaluation import window_losses
 from tinylm.model.sampling import sample_text
 from tinylm.training.distributed import EffectiveBatch, shards_parameters
 from tinylm.training.logging_steps import logs_after, write_at
+from tinylm.training.optimizers import NS_DTYPES, Muon, MuonWithAdamW
+from tinylm.training.precision import multiplies_bf16_natively
 from tinylm.training.settings import ADAMW_IMPLEMENTATIONS, OptimConfig
 
 
@@ -66,6 +68,25 @@ def weight_decay_groups(
     ]
 
 
+def muon_optimizer(matrices: list[torch.nn.Parameter], config: OptimConfig) -> Muon:
+    """Muon on `matrices` as `config` says; `muon_ns_dtype=auto` orthogonalises in bf16 (torch.optim.Muon's
+    own step) where their device multiplies bf16 natively, else in fp32 (docs/performance.md)."""
+    dtype = NS_DTYPES[config.muon_ns_dtype]
+    if dtype is None:
+        native = multiplies_bf16_natively(matrices[0].device.type)
+        dtype = torch.bfloat16 if native else torch.float32
+    return Muon(
+        matrices,
+        ns_dtype=dtype,
+        lr=config.muon_lr,
+        weight_decay=config.weight_decay,
+        momentum=config.muon_momentum,
+        nesterov=config.muon_nesterov,
+        ns_steps=config.muon_ns_steps,
+        adjust_lr_fn=config.muon_adjust_lr,
+    )
+
+
 # Characters per batch of the final evaluation: far more windows at once than training's batch (no gradients
 # are kept), so tens of thousands of windows take a few hundred forward passes.
 log = logging.getLogger(__name__)
@@ -95,6 +116,9 @@ class CharLM(L.LightningModule):
         # Decay matrices only: biases and norm gains are 1-D, and decaying them just fights the norm. Decided
         # now, on the whole model: under FSDP every parameter is a flat 1-D shard when the optimizer is built.
         self.decayed = {name: p.dim() >= 2 for name, p in self.model.named_parameters()}
+        # Muon's share under optim.name=muon: the blocks' weight matrices; embeddings (and the tied head) stay
+        # with AdamW, as in Muon's reference split.
+        self.muon_matrices = {f"blocks.{n}" for n, p in self.model.blocks.named_parameters() if p.dim() == 2}
         self.sample_chars = sample_chars
         self.compile = compile
         # Validation means as torchmetrics, which sum values and window counts over the ranks. Lightning's own
@@ -131,7 +155,8 @@ class CharLM(L.LightningModule):
         inputs, targets = batch
         _, loss = self.model(inputs, targets)
         if self.logs_this_step():
-            # Both parameter groups share the rate; LearningRateMonitor would log it twice.
+            # AdamW's rate (the first group's; under optim=muon, Muon's is muon_lr / lr times it), once:
+            # LearningRateMonitor would log every group's.
             rate = self.optimizers().param_groups[0]["lr"]
             # For the progress bar and the run's final metrics...
             self.log(TRAIN_LOSS, loss, prog_bar=True, logger=False)
@@ -221,25 +246,32 @@ class CharLM(L.LightningModule):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         config = self.optim_config
         named = [(unwrapped_name(n), p) for n, p in self.model.named_parameters() if p.requires_grad]
-        return torch.optim.AdamW(
-            weight_decay_groups(named, self.decayed, config.weight_decay),
+        muon = self.muon_matrices if config.name == "muon" else set()
+        adamw = torch.optim.AdamW(
+            weight_decay_groups(
+                [(n, p) for n, p in named if n not in muon], self.decayed, config.weight_decay
+            ),
             lr=config.lr,
             betas=(config.beta1, config.beta2),
             **ADAMW_IMPLEMENTATIONS[config.implementation],
         )
+        if not muon:
+            return adamw
+        return MuonWithAdamW(adamw, muon_optimizer([p for n, p in named if n in muon], config))
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         # nanoGPT's way: the rate is a function of the optimizer step alone, set before each batch, so a
         # resumed run continues the schedule from the checkpoint's step with no scheduler state to restore.
-        rate = self.learning_rate(self.global_step)
         for optimizer in self.trainer.optimizers:
             for group in optimizer.param_groups:
-                group["lr"] = rate
+                group["lr"] = self.learning_rate(self.global_step, muon=group.get("muon", False))
 
-    def learning_rate(self, step: int) -> float:
-        """The rate optimizer step `step` (counted from 0) uses under this module's config."""
+    def learning_rate(self, step: int, muon: bool = False) -> float:
+        """The rate optimizer step `step` (counted from 0) uses under this module's config: AdamW's, or
+        with `muon` Muon's (the same schedule from `optim.muon_lr`)."""
         config = self.optim_config
-        return learning_rate(step, config.lr, config.min_lr, config.warmup_steps, config.decay_steps)
+        peak, floor = (config.muon_lr, config.muon_min_lr) if muon else (config.lr, config.min_lr)
+        return learning_rate(step, peak, floor, config.warmup_steps, config.decay_steps)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.tokenizer is not None:

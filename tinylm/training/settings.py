@@ -17,16 +17,22 @@ from tinylm.data import CharTokenizer, DataConfig, VocabularyError
 from tinylm.errors import ConfigError
 from tinylm.layout import METRICS
 from tinylm.model import ModelConfig
+from tinylm.training.distributed import strategy_splits_matrices
 from tinylm.training.early_checks import EarlySettings, check_before_imports
+from tinylm.training.optimizers import MUON_LR_ADJUSTMENTS, NS_DTYPES
 from tinylm.training.precision import describe_precision, resolve_precision
 
 # AdamW's kernel: "loop" (one tensor at a time), "foreach" (batched ops), "fused" (one fused kernel).
 ADAMW_IMPLEMENTATIONS = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
+# optim.name: AdamW on every parameter, or Muon on the blocks' weight matrices and AdamW on the rest.
+OPTIMIZERS = ("adamw", "muon")
 
 
 @dataclass
 class OptimConfig:
-    """AdamW (decay on matrices only), linear warmup to `lr`, then cosine decay to `min_lr` at `decay_steps`."""
+    """AdamW (decay on matrices only), linear warmup to `lr`, then cosine decay to `min_lr` at `decay_steps`.
+    `name=muon`: Muon on the blocks' weight matrices at `muon_lr` on the same schedule (its floor
+    `muon_lr · min_lr / lr`), AdamW on the rest (tinylm/training/optimizers.py)."""
 
     lr: float = 1e-3
     min_lr: float = 1e-4
@@ -36,6 +42,13 @@ class OptimConfig:
     beta1: float = 0.9
     beta2: float = 0.99
     implementation: str = "fused"
+    name: str = "adamw"
+    muon_lr: float = 3e-3
+    muon_momentum: float = 0.95
+    muon_nesterov: bool = True
+    muon_ns_steps: int = 5
+    muon_adjust_lr: str = "match_rms_adamw"
+    muon_ns_dtype: str = "auto"
 
     def __post_init__(self) -> None:
         checks.number("optim.lr", self.lr, above=0)
@@ -46,6 +59,18 @@ class OptimConfig:
         for name in ("beta1", "beta2"):
             checks.number(f"optim.{name}", getattr(self, name), at_least=0, below=1)
         checks.choice("optim.implementation", self.implementation, ADAMW_IMPLEMENTATIONS)
+        checks.choice("optim.name", self.name, OPTIMIZERS)
+        checks.number("optim.muon_lr", self.muon_lr, above=0)
+        checks.number("optim.muon_momentum", self.muon_momentum, at_least=0, below=1)
+        checks.boolean("optim.muon_nesterov", self.muon_nesterov)
+        checks.whole_number("optim.muon_ns_steps", self.muon_ns_steps, minimum=1)
+        checks.choice("optim.muon_adjust_lr", self.muon_adjust_lr, MUON_LR_ADJUSTMENTS)
+        checks.choice("optim.muon_ns_dtype", self.muon_ns_dtype, NS_DTYPES)
+
+    @property
+    def muon_min_lr(self) -> float:
+        """Muon's floor: the schedule's shape as AdamW's, scaled to `muon_lr`."""
+        return self.muon_lr * self.min_lr / self.lr
 
 
 @dataclass
@@ -133,6 +158,12 @@ class RunSettings:
             raise ConfigError(
                 f"data.block_size={data.block_size!r} must equal model.block_size={model.block_size} (the "
                 "model's context); set model.block_size and leave data.block_size to follow it"
+            )
+        if optim.name == "muon" and strategy_splits_matrices(trainer.get("strategy")):
+            raise ConfigError(
+                f"optim.name=muon cannot train with trainer.strategy={trainer['strategy']}: Muon orthogonalises "
+                "whole weight matrices and this strategy splits them over the ranks; use optim=adamw, or "
+                "trainer=ddp"
             )
         return cls(
             cfg=resolved,

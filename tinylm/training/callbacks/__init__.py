@@ -10,6 +10,7 @@ from lightning.pytorch.callbacks import ProgressBar
 from tinylm.training.callbacks.health import TrainingHealth
 from tinylm.training.callbacks.progress import StepProgressBar, ValidateOnLastStep
 from tinylm.training.callbacks.safety import StopOnNonFiniteLoss, StopOnSignal, TrainingRandomState
+from tinylm.training.callbacks.targets import LossTargets
 from tinylm.training.callbacks.tensorboard import StepTensorBoardLogger, TensorBoardHParams
 from tinylm.training.callbacks.throughput import StepThroughput
 
@@ -41,6 +42,7 @@ def in_order(
 
 
 __all__ = [
+    "LossTargets",
     "StepProgressBar",
     "StepTensorBoardLogger",
     "StepThroughput",

@@ -1,0 +1,59 @@
+"""Muon against AdamW: the baby model's optimizer step and whole training step with `optim=adamw` and
+`optim=muon`, paired and alternated (benchmarks/paired.py), fp32 forward and backward.
+
+    OMP_NUM_THREADS=1 python benchmarks/optim_speed.py [adamw muon] [--steps 60] [--repeats 5] [--clock thread]
+
+The two setups are `adamw`, `muon` (Newton–Schulz in the dtype `optim.muon_ns_dtype=auto` picks here),
+`muon-bf16` (torch.optim.Muon's own step) or `muon-fp32` (tinylm's fp32 orthogonalisation); e.g.
+`muon-fp32 muon-bf16` decides what `auto` should pick on this CPU (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+from norm_speed import BABY, batches, setup  # benchmarks/, beside this file
+from paired import compare, print_summary
+
+from tinylm.training.settings import OptimConfig
+
+SETUPS = {
+    "adamw": OptimConfig(),
+    "muon": OptimConfig(name="muon"),
+    "muon-bf16": OptimConfig(name="muon", muon_ns_dtype="bf16"),
+    "muon-fp32": OptimConfig(name="muon", muon_ns_dtype="fp32"),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("setups", nargs="*", choices=sorted(SETUPS), default=["adamw", "muon"])
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=12)
+    parser.add_argument(
+        "--clock", choices=("wall", "thread"), default="wall", help="thread: CPU time (a shared machine)"
+    )
+    parser.add_argument("--json", help="also write the result to this file")
+    args = parser.parse_args()
+    if len(args.setups) != 2:
+        parser.error("name two setups")
+    torch.set_num_threads(args.threads)
+    names = (args.setups[0], args.setups[1])
+    result = compare(
+        lambda name: setup(name, BABY, SETUPS[name]),
+        names, batches(BABY, args.batch_size), args.steps, args.warmup, args.repeats, args.clock,
+    )  # fmt: skip
+    result["model"] = {"norm_type": BABY.norm_type, "batch_size": args.batch_size, "precision": "fp32"}
+    print_summary(result, names)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(result, out, indent=1)
+
+
+if __name__ == "__main__":
+    main()
