@@ -30,7 +30,7 @@ SETUPS = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("setups", nargs="*", choices=sorted(SETUPS), default=["adamw", "muon"])
+    parser.add_argument("setups", nargs="*", help=f"two of {', '.join(SETUPS)}; default: adamw muon")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=5)
@@ -44,8 +44,9 @@ def main() -> None:
     )
     parser.add_argument("--json", help="also write the result to this file")
     args = parser.parse_args()
-    if len(args.setups) != 2:
-        parser.error("name two setups")
+    args.setups = args.setups or ["adamw", "muon"]
+    if len(args.setups) != 2 or not set(args.setups) <= set(SETUPS):
+        parser.error(f"name two setups of {', '.join(SETUPS)}")
     torch.set_num_threads(args.threads)
     names = (args.setups[0], args.setups[1])
     autocast = torch.bfloat16 if args.precision == "bf16" else None
