@@ -1,5 +1,6 @@
 """Muon against AdamW: the baby model's optimizer step and whole training step with `optim=adamw` and
-`optim=muon`, paired and alternated (benchmarks/paired.py), fp32 forward and backward.
+`optim=muon`, paired and alternated (benchmarks/paired.py), fp32 forward and backward (`--precision bf16`:
+under CPU autocast, as `trainer.precision=bf16-mixed`).
 
     OMP_NUM_THREADS=1 python benchmarks/optim_speed.py [adamw muon] [--steps 60] [--repeats 5] [--clock thread]
 
@@ -15,7 +16,7 @@ import json
 
 import torch
 from norm_speed import BABY, batches, setup  # benchmarks/, beside this file
-from paired import compare, print_summary
+from paired import Setup, compare, print_summary
 
 from tinylm.training.settings import OptimConfig
 
@@ -29,7 +30,7 @@ SETUPS = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("setups", nargs="*", choices=sorted(SETUPS), default=["adamw", "muon"])
+    parser.add_argument("setups", nargs="*", help=f"two of {', '.join(SETUPS)}; default: adamw muon")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=5)
@@ -38,17 +39,32 @@ def main() -> None:
     parser.add_argument(
         "--clock", choices=("wall", "thread"), default="wall", help="thread: CPU time (a shared machine)"
     )
+    parser.add_argument(
+        "--precision", choices=("32", "bf16"), default="32", help="bf16: forward under CPU autocast"
+    )
     parser.add_argument("--json", help="also write the result to this file")
     args = parser.parse_args()
-    if len(args.setups) != 2:
-        parser.error("name two setups")
+    args.setups = args.setups or ["adamw", "muon"]
+    if len(args.setups) != 2 or not set(args.setups) <= set(SETUPS):
+        parser.error(f"name two setups of {', '.join(SETUPS)}")
     torch.set_num_threads(args.threads)
     names = (args.setups[0], args.setups[1])
+    autocast = torch.bfloat16 if args.precision == "bf16" else None
+
+    def make(name: str) -> Setup:
+        made = setup(name, BABY, SETUPS[name])
+        made.autocast = autocast
+        return made
+
     result = compare(
-        lambda name: setup(name, BABY, SETUPS[name]),
+        make,
         names, batches(BABY, args.batch_size), args.steps, args.warmup, args.repeats, args.clock,
     )  # fmt: skip
-    result["model"] = {"norm_type": BABY.norm_type, "batch_size": args.batch_size, "precision": "fp32"}
+    result["model"] = {
+        "norm_type": BABY.norm_type,
+        "batch_size": args.batch_size,
+        "precision": args.precision,
+    }
     print_summary(result, names)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:

@@ -32,12 +32,16 @@ class Setup:
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     clock: Callable[[], float] = time.perf_counter
+    autocast: torch.dtype | None = (
+        None  # bf16: the forward under CPU autocast, as trainer.precision=bf16-mixed
+    )
     forward_backward: list[float] = field(default_factory=list)
     optimizer_step: list[float] = field(default_factory=list)
 
     def step(self, inputs: torch.Tensor, targets: torch.Tensor, record: bool) -> None:
         start = self.clock()
-        _, loss = self.model(inputs, targets)
+        with torch.autocast("cpu", dtype=self.autocast or torch.bfloat16, enabled=self.autocast is not None):
+            _, loss = self.model(inputs, targets)
         loss.backward()
         middle = self.clock()
         self.optimizer.step()

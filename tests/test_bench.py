@@ -199,3 +199,23 @@ def test_health_overhead_composes_the_training_config_through_the_search_path():
         cfg = compose("health_overhead", overrides=["repeats=3", "model=small"])
     assert cfg.repeats == 3
     assert "health" in cfg.callbacks and "max_steps" in cfg.trainer  # conf/train.yaml's groups
+
+
+@pytest.mark.parametrize(
+    "script, setups", [("norm_speed.py", ("layer", "rms")), ("optim_speed.py", ("adamw", "muon"))]
+)
+def test_paired_step_benchmarks_report_both_setups_per_repetition(tmp_path, script, setups):
+    """norm_speed.py and optim_speed.py: two setups of the baby model timed turn by turn; a JSON with each
+    setup's medians and the ratios per repetition (their figures are in docs/performance.md, not asserted)."""
+    out = tmp_path / "result.json"
+    args = ("--steps", "3", "--warmup", "1", "--repeats", "2", "--batch-size", "2", "--clock", "thread")
+    result = run_benchmark(script, *args, "--json", str(out), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["repeats"] == len(report["repetitions"]) == 2 and report["clock"] == "thread"
+    assert report["cpu"] and report["threads"] >= 1
+    for rep in report["repetitions"]:
+        for key in ("step", "forward_backward", "optimizer_step"):
+            assert all(rep[name][key] > 0 for name in setups)
+            assert rep["ratio"][key] == pytest.approx(rep[setups[1]][key] / rep[setups[0]][key])
+    assert f"{setups[1]}/{setups[0]} median" in result.stdout
