@@ -82,7 +82,7 @@ def test_each_row_is_a_row_of_its_report_cell_for_cell(number):
 
 # The columns that name a setting in the reports the page cites (the report's own column names).
 CHOICE_COLUMNS = {"norm", "act", "norm_type", "optim.lr", "optim.warmup_steps", "model.n_layer", "model.qk_norm",
-                  "size", "seed", "data", "trainer.max_steps", "corpus"}  # fmt: skip
+                  "size", "seed", "data", "trainer.max_steps", "corpus", "optim"}  # fmt: skip
 
 
 @pytest.mark.parametrize("source", sorted({s for s, _, _ in page_tables() if s}))
