@@ -296,6 +296,12 @@ ROWS = [
         ["was trained with another model", "model.d_model=32 there, 64 here", "drop ckpt_path"],
     ),
     BadInput(
+        "ckpt-from-another-optimizer",
+        "train.py",
+        lambda t, e: [f"ckpt_path={e.run}", "optim=muon", "trainer.max_steps=9"],
+        ["was trained with optim=adamw", "optim=muon cannot load its optimizer state", "drop ckpt_path"],
+    ),
+    BadInput(
         "ckpt-from-another-vocabulary",
         "train.py",
         lambda t, e: [

@@ -107,7 +107,7 @@ def resume_checkpoint(ckpt_path: str | Path | None, run_dir: str | Path) -> Chec
     return read_checkpoint(ckpt_path)
 
 
-def check_resumable(checkpoint: Checkpoint, model: ModelConfig, max_steps: int) -> None:
+def check_resumable(checkpoint: Checkpoint, model: ModelConfig, max_steps: int, optimizer: str) -> None:
     """Refuse, with the reason, a resume that could not load the checkpoint or would not train at all."""
     trained = checkpoint.model_config()
     changed = [
@@ -119,6 +119,15 @@ def check_resumable(checkpoint: Checkpoint, model: ModelConfig, max_steps: int) 
         raise CheckpointError(
             f"checkpoint {str(checkpoint.path)!r} was trained with another model ({'; '.join(changed)}); "
             "resume with the settings it was trained with, or drop ckpt_path to train from scratch"
+        )
+    # Another optimizer's state cannot be loaded (AdamW's groups are not Muon's): refused before the run
+    # directory's record is touched. Checkpoints from before `optim.name` were AdamW's.
+    trained_with = (checkpoint.contents["hyper_parameters"].get("optim") or {}).get("name", "adamw")
+    if trained_with != optimizer:
+        raise CheckpointError(
+            f"checkpoint {str(checkpoint.path)!r} was trained with optim={trained_with}, and optim={optimizer} "
+            "cannot load its optimizer state; resume with the optimizer it was trained with, or drop ckpt_path "
+            "to train from scratch"
         )
     if checkpoint.step >= max_steps:
         raise CheckpointError(

@@ -204,7 +204,7 @@ def build_module(settings: RunSettings, datamodule: CharDataModule, resumed: Che
     model = settings.model
     model.vocab_size = tokenizer.vocab_size  # the corpus's, not a setting: set, not checked again
     if resumed is not None:
-        check_resumable(resumed, model, settings.trainer["max_steps"])
+        check_resumable(resumed, model, settings.trainer["max_steps"], settings.optim.name)
     module = CharLM(model, settings.optim, min(200, settings.sample.chars), settings.compile)
     module.tokenizer = tokenizer
     return module
