@@ -1,11 +1,12 @@
 """A sweep, compared: which setting is better, by how much, and how sure that is (docs/sweeps.md).
 
-`build_report` assembles a sweep's report in one pass: its runs (`tinylm.analysis.runs`), the settings that
-differ only in their seed (`tinylm.analysis.settings`), the family of comparisons with a baseline (and, when
-the learning rate varies, each setting at cross-fitted rates), the seeds a sequential design added, each
-run's diagnosis, and a scale ladder's verdicts (`tinylm.analysis.ladder`). Nothing is changed after: the
-report is rendered apart (`tinylm.analysis.render`, the figures in `tinylm.analysis.plots`). A diverged run
-counts as a result (+inf, the worst); a failed or unfinished one as none.
+`build_report` is the one pass, in the order the modules go: read the runs as typed records (runs.py), group
+the settings that differ only in their seed (settings.py), estimate and test (estimates.py), judge the family
+against its baseline or level by level (verdicts.py, ladder.py), judge a sequential design's added seeds apart
+(extension.py, sequential.py), diagnose each run and explain each setting (diagnosis.py, why.py), size what
+is still open (sizing.py); then the `SweepReport` is built once from those parts, and nothing changes it.
+report.md, report.json and the figures are rendered from it (render.py, report_json.py, plots.py). A diverged
+run counts as a result (+inf, the worst); a failed or unfinished one as none.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ class LossTargets(L.Callback):
 
     def __init__(self, levels: Sequence[float] = ()) -> None:
         self.levels = sorted(
-            (checks.number("callbacks.targets.levels", v, above=0) for v in levels), reverse=True
+            (checks.number(f"callbacks.targets.levels[{i}]", v, above=0) for i, v in enumerate(levels)),
+            reverse=True,
         )
         self.reached: dict[str, dict[str, float]] = {}  # f"{level:g}" -> {"step": ..., "time_s": ...}
         self._elapsed_before = 0.0  # training time of earlier segments
