@@ -13,7 +13,8 @@ from tinylm.analysis.formats import fmt_interval, fmt_number, fmt_p, fmt_wall_ti
 from tinylm.analysis.ladder import Ladder
 from tinylm.analysis.render_sections import added_section, cost_lines
 from tinylm.analysis.report import SweepReport
-from tinylm.analysis.settings import Setting, only, setting_label, varying
+from tinylm.analysis.settings import Setting, gain_over_unigram, only, setting_label, varying
+from tinylm.analysis.verdicts import family_size
 from tinylm.analysis.why import Shared
 from tinylm.overrides import shown
 
@@ -45,7 +46,7 @@ def _settings_rows(
         if gains is not None:
             scale, reference = 1.0 if gains == "nats" else 1 / math.log(2), s.reference
             finite = e is not None and math.isfinite(e.mean) and reference is not None
-            gain = (reference["unigram"] - e.mean) * scale if finite else None
+            gain = gain_over_unigram(e.mean, reference["unigram"]) * scale if finite else None
             rows[-1][-4:-4] = [fmt_number(gain, signed=True)]
             if gains == "bits":
                 rows[-1][-5:-5] = [fmt_number(e.mean * scale if finite else None)]
@@ -261,9 +262,7 @@ def _family_section(report: SweepReport) -> list[str]:
 
 def _family_notes(report: SweepReport) -> list[str]:
     comparisons = [s.comparison for s in report.family if s.comparison is not None]
-    tests = sum(c.p_value is not None for c in comparisons) + sum(
-        c.divergence is not None for c in comparisons
-    )
+    tests = family_size(comparisons)
     equivalence = sum(c.p_equivalence is not None for c in comparisons)
     delta = f"{report.min_effect:g}"
     test = (

@@ -12,7 +12,8 @@ from tinylm.analysis.ladder import Ladder, Rung
 from tinylm.analysis.plots import ForestRow, plot_ladder, plot_scale
 from tinylm.analysis.render import ladder_title, rates_cell
 from tinylm.analysis.report import SweepReport
-from tinylm.analysis.settings import Setting, setting_label
+from tinylm.analysis.settings import Setting, gain_over_unigram, setting_label
+from tinylm.analysis.verdicts import family_size
 
 SCALE_PNG = "scale.png"
 # Each design's difference from its level's baseline, a panel per level, with the verdicts.
@@ -32,7 +33,7 @@ def _mean_cell(mean: float, unigram: float | None) -> str:
     if unigram is None or not math.isfinite(mean):
         return fmt_number(mean)
     bits = 1 / math.log(2)
-    return f"{fmt_number(mean * bits)} ({fmt_number((unigram - mean) * bits, signed=True)})"
+    return f"{fmt_number(mean * bits)} ({fmt_number(gain_over_unigram(mean, unigram) * bits, signed=True)})"
 
 
 def _difference_cell(d: Estimate, base: Setting, unigram: float | None) -> str:
@@ -44,7 +45,7 @@ def _difference_cell(d: Estimate, base: Setting, unigram: float | None) -> str:
     e = base.estimate
     if unigram is None or e is None or not math.isfinite(e.mean) or not math.isfinite(d.mean):
         return text
-    gain = unigram - e.mean
+    gain = gain_over_unigram(e.mean, unigram)
     return text + (f" ({d.mean / gain:+.1%} of the baseline's gain)" if gain > 0 else "")
 
 
@@ -85,10 +86,7 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
             )
         differences.append([*(trend.design[c] for c in shown), *cells, trend.verdict])
     levels = [_level_label(ladder, rung) for rung in ladder.rungs]
-    family = sum(
-        (s.comparison.p_value is not None) + (s.comparison.divergence is not None)
-        for rung in ladder.rungs for s in rung.settings if s.comparison is not None
-    )  # fmt: skip
+    family = family_size([s.comparison for rung in ladder.rungs for s in rung.settings if s.comparison])
     axis = ", ".join(ladder.axis)
     loss = "Mean final loss" + (" in bits/char (gain over its corpus's unigram level)" if in_bits else "")
     if noun == "size":

@@ -70,6 +70,12 @@ class Setting:
         return tuple(self.choices.get(c, "—") for c in columns)
 
 
+def gain_over_unigram(mean: float, unigram: float) -> float:
+    """How far below its corpus's unigram level (the characters' frequencies, nothing of their context) a loss
+    got, in the loss's units: what the report reads a loss against, within and across corpora."""
+    return unigram - mean
+
+
 def setting_label(choices: dict[str, Any], columns: Sequence[str]) -> str:
     """`norm=pre act=gelu`: how a setting is named in tables, legends and figures."""
     return " ".join(f"{c}={shown(choices.get(c, '—'))}" for c in columns) or "all runs"

@@ -61,8 +61,7 @@ def judge(
     smallest p-value of m with α / (m - k + 1); a look of a sequential design with `level` of that share of α,
     the level its boundary gives (`sequential.Look.level`). The power of each row is computed at α / the
     number of tests of difference (`with_power=False` skips it: it is slow)."""
-    family = [(i, "loss", c.p_value) for i, c in enumerate(comparisons) if c.p_value is not None]
-    family += [(i, "divergence", c.divergence.p_value) for i, c in enumerate(comparisons) if c.divergence]
+    family = tests_of_difference(comparisons)
     equivalence = [(i, c.p_equivalence) for i, c in enumerate(comparisons) if c.p_equivalence is not None]
     keys, keys_eq = [(i, kind) for i, kind, _ in family], [i for i, _ in equivalence]
     rejects, adjusted = _holm([p for *_, p in family], alpha)
@@ -75,7 +74,7 @@ def judge(
         rejected_eq = step_down(dict(equivalence), alpha, level)
     adjusted = dict(zip(keys, adjusted, strict=True))
     adjusted_eq = dict(zip(keys_eq, adjusted_eq, strict=True))
-    size = max(1, len(family))
+    size = max(1, len(family))  # as `family_size` counts it
     judged = []
     for i, c in enumerate(comparisons):
         c = replace(
@@ -91,6 +90,19 @@ def judge(
             c = replace(c, power=power(c, min_effect, alpha / size))
         judged.append(replace(c, verdict=verdict(c, min_effect)))
     return judged
+
+
+def tests_of_difference(comparisons: Sequence[Comparison]) -> list[tuple[int, str, float]]:
+    """A family's tests of difference, Holm-adjusted together: each row's loss test and divergence test."""
+    family = [(i, "loss", c.p_value) for i, c in enumerate(comparisons) if c.p_value is not None]
+    return family + [
+        (i, "divergence", c.divergence.p_value) for i, c in enumerate(comparisons) if c.divergence
+    ]
+
+
+def family_size(comparisons: Sequence[Comparison]) -> int:
+    """The number of tests of difference in a family: what Holm divides α by, and what the report states."""
+    return len(tests_of_difference(comparisons))
 
 
 def step_down(
