@@ -86,8 +86,9 @@ DEAD_UNITS = "dead units"
 STILL_IMPROVING = "still improving"
 LOSS_SPIKE = "loss spike"
 VALIDATION_IN_TRAINING = "validation is training"
-# A setting that shows only these has not failed: its budget ended first.
-NOT_FAILURES = (STILL_IMPROVING,)
+# A setting that shows only these has not failed: its budget ended first, or it trained to the bigram level and
+# no further (it underfits, as a strongly regularised or small model does: it learned, it did not collapse).
+NOT_FAILURES = (STILL_IMPROVING, BIGRAM_STALL)
 
 Series = Sequence[tuple[int, float]]
 
@@ -126,9 +127,9 @@ def diagnose(run: RunSummary, reference: Mapping[str, float] | None = None) -> l
     improving = _improving_by(run, calm) if len(val) >= 2 else _improving_from_training(run, len(val))
     low_step, low = min(val, key=lambda point: point[1]) if val else (None, math.nan)
     rose = len(val) >= 2 and val[-1][1] - low > DESTABILISED_RISE
-    # A stall only once the curve has flattened, and not for a loss that rose back above a level: the rise
-    # is the cause then.
-    stalls = _stalls(run, reference) if improving is None and not rose else []
+    # A stall only once the validation curve has flattened: one point cannot show that (can't tell is not
+    # flat); and not for a loss that rose back above a level: the rise is the cause then.
+    stalls = _stalls(run, reference) if improving is None and not rose and len(val) >= 2 else []
     findings = [*stalls, *(_health(run) if context != 1 else [])]
     if spike is not None:
         findings.insert(0, spike[0])

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tinylm.analysis.diagnosis import NOT_FAILURES, Finding
+from tinylm.analysis.diagnosis import NOT_FAILURES, STILL_IMPROVING, Finding
 from tinylm.analysis.outcome import Outcome, Verdict
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary
 from tinylm.analysis.settings import LR, Setting
@@ -96,7 +96,7 @@ def why_rows(
         c = setting.comparison
         if not (c is not None and c.verdict.outcome is Outcome.WORSE) and not failed(found):
             continue
-        stated = tuple(f for f in found if not (f.kind in NOT_FAILURES and failed(found)))
+        stated = tuple(f for f in found if not (f.kind == STILL_IMPROVING and failed(found)))
         compared = c is not None and c.difference is not None
         rows.append(WhyRow(
             setting, {k: setting.choices.get(k, "—") for k in columns}, c.verdict if compared else None,
