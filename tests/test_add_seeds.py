@@ -84,8 +84,8 @@ def test_rounds_add_seeds_to_the_open_comparison_only_and_the_report_counts_them
     swiglu = rows["swiglu", "loss/val_full"]
     assert len(swiglu.comparison.seeds) == 2 and not swiglu.comparison.resolved
     # Whichever way the second look went, it judged SwiGLU on the two added seeds.
-    added = swiglu.added.verdict
-    assert added == "not resolved after 1 look of added seeds" or added.endswith("(look 2, 2 added seeds)")
+    added = str(swiglu.added.verdict)
+    assert added == "not resolved at look 2 (2 added seeds)" or added.endswith("(look 2, 2 added seeds)")
     assert sorted(swiglu.added.seeds) == ["3", "4"]
     assert len(list((sweep / ADDED_DIR).glob("*/*/metrics.json"))) == 3 * 2  # 3 settings, seeds 3 and 4
 
