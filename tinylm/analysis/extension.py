@@ -58,11 +58,15 @@ class Design:
     def added_seeds(self, look: int) -> list[str]:
         return [seed for seed in self.looks[look] if seed not in self.first_seeds]
 
+    @property
+    def horizon(self) -> int:
+        """The most seeds the design may add to the first look's."""
+        return self.max_seeds - len(self.first_seeds)
+
     def added_plan(self) -> list[Look | None]:
         """How each look after the first is judged (None: it has too few added seeds to judge anything)."""
-        horizon = self.max_seeds - len(self.first_seeds)
         counts = [len(self.added_seeds(look)) for look in range(1, len(self.looks))]
-        return sequential_plan(counts, horizon) if horizon >= 2 else [None] * len(counts)
+        return sequential_plan(counts, self.horizon) if self.horizon >= 2 else [None] * len(counts)
 
 
 def with_added_seeds(
@@ -76,17 +80,23 @@ def with_added_seeds(
 ) -> tuple[list[Setting], Ladder | None]:
     """The family's open rows with the sequential design's verdicts on the seeds added since its first look
     (`judge_added`), and a ladder's words across levels read again from them."""
-    bases = (
-        {s.key(columns): rung.baseline.key(columns) for rung in ladder.rungs for s in rung.settings}
-        if ladder is not None
-        else {s.key(columns): base.key(columns) for s in family if base is not None}
+    added = judge_added(
+        family, baseline_keys(family, base, ladder, columns), settings, columns, rules, design
     )
-    added = judge_added(family, bases, settings, columns, rules, design)
     family = [replace(s, added=added[s.key(columns)]) if s.key(columns) in added else s for s in family]
     if ladder is None:
         return family, None
     by_key = {s.key(columns): s for s in family if s.added is not None}
     return family, with_added(ladder, by_key, columns, rules.alpha)
+
+
+def baseline_keys(
+    family: list[Setting], base: Setting | None, ladder: Ladder | None, columns: list[str]
+) -> dict[tuple[Any, ...], tuple[Any, ...] | None]:
+    """Each family row's baseline, key to key (over the family's columns): its level's on a ladder."""
+    if ladder is not None:
+        return {s.key(columns): rung.baseline.key(columns) for rung in ladder.rungs for s in rung.settings}
+    return {s.key(columns): base.key(columns) if base is not None else None for s in family}
 
 
 def judge_added(

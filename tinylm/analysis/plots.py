@@ -20,7 +20,7 @@ from tinylm.analysis.outcome import Outcome
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.runs import HEALTH_PREFIX, runs_frame
 from tinylm.analysis.settings import LR, Setting, setting_label
-from tinylm.analysis.why import judged_runs, quantity, why_path
+from tinylm.analysis.why import judged_runs, quantity, why_figure
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -418,7 +418,7 @@ def draw_why(report: SweepReport) -> list[Path]:
     return [
         plot_health(
             curves,
-            why_path(report.sweep_dir, name),
+            report.sweep_dir / why_figure(name),
             f"{HEALTH_PREFIX}{name}",
             f"{report.sweep_dir.name}: {name}, the runs diagnosed and their baselines",
         )

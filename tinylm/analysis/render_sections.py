@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from tinylm.analysis.formats import fmt_duration, fmt_interval, fmt_number, fmt_p, md_table
 from tinylm.analysis.report import DESIGN_FILE, REPORT_PNG, SweepReport
 from tinylm.analysis.settings import setting_label
 from tinylm.analysis.sweep_probe import SHOWN
-from tinylm.analysis.why import quantity, why_path
+from tinylm.analysis.why import quantity, why_figure
 from tinylm.overrides import shown
 
 
@@ -45,7 +44,7 @@ def added_section(report: SweepReport) -> list[str]:
         f"The rows above are judged on the sweep's own {len(first)} seeds ({', '.join(first)}), as its report "
         f"judged them, and keep those verdicts. The seeds added since to the rows left open (and to the "
         f"baseline) are a second experiment, judged here on the added seeds alone{rate}: a group-sequential "
-        f"design declared before its first added seed ({DESIGN_FILE}), up to {design.max_seeds - len(first)} "
+        f"design declared before its first added seed ({DESIGN_FILE}), up to {design.horizon} "
         f"added seeds, α = {report.alpha:g} spent by Lan-DeMets' O'Brien-Fleming-type function with the "
         f"looks' correlation ({looks}: the level of a test given the whole α; Holm gives the k-th smallest "
         "of m p-values the level of α / (m − k + 1) at the same look). A verdict names the "
@@ -138,7 +137,7 @@ def why_section(report: SweepReport) -> list[str]:
             example = f.example
             began = f", from step {example.step}" if example.step is not None else ""
             name = quantity(example.tag)
-            where = f"`{example.tag}`" + (f", {why_path(Path(), name).name}" if name else "")
+            where = f"`{example.tag}`" + (f", {why_figure(name)}" if name else "")
             sentences.append(
                 f"{f.kind} in {f.count}/{f.of} runs (seed {f.seed}{began}: {example.evidence}; {where})"
             )

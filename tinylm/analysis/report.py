@@ -18,7 +18,7 @@ from typing import Any
 
 from tinylm.analysis.diagnosis import Finding, diagnose
 from tinylm.analysis.estimates import MIN_EFFECT
-from tinylm.analysis.extension import Design, read_design, with_added_seeds
+from tinylm.analysis.extension import Design, baseline_keys, read_design, with_added_seeds
 from tinylm.analysis.ladder import SCALE_KEY, Ladder, judge_ladder
 from tinylm.analysis.runs import (
     DESIGN_CHOICES,
@@ -111,17 +111,9 @@ class SweepReport:
         return [self.family_baseline] if self.family_baseline is not None else []
 
     @property
-    def baseline_keys(self) -> dict[tuple[str, ...], tuple[str, ...]]:
+    def baseline_keys(self) -> dict[tuple[Any, ...], tuple[Any, ...] | None]:
         """Each family row's baseline, key to key (over the family's columns): its level's on a ladder."""
-        columns = self.family_columns
-        if self.ladder is not None:
-            return {
-                s.key(columns): rung.baseline.key(columns)
-                for rung in self.ladder.rungs
-                for s in rung.settings
-            }
-        base = self.family_baseline.key(columns) if self.family_baseline is not None else None
-        return {s.key(columns): base for s in self.family}
+        return baseline_keys(self.family, self.family_baseline, self.ladder, self.family_columns)
 
     @property
     def own_seeds(self) -> tuple[str, ...] | None:
@@ -224,7 +216,7 @@ def build_report(
     findings = {run.path: diagnose(run, run.reference) for run in runs}
     baselines = [rung.baseline for rung in judged_ladder.rungs] if judged_ladder else [base] if base else []
     explained = (family, family_columns) if len(family) > 1 else (settings, setting_columns)
-    horizon = design.max_seeds - len(design.first_seeds) if design is not None else None
+    horizon = design.horizon if design is not None else None
     return SweepReport(
         sweep_dir, rank_runs(runs), columns, common, settings if lr_varies else family, setting_columns,
         None if lr_varies else base, family if lr_varies else [], base if lr_varies else None,

@@ -174,7 +174,7 @@ def from_json(data: Mapping[str, Any]) -> SweepReport:
         explained = (family, family_columns) if len(family) > 1 else (settings, setting_columns)
         setting_why = [tuple(shared(s.runs, findings)) for s in settings]
         design = report.design
-        horizon = design.max_seeds - len(design.first_seeds) if design is not None else None
+        horizon = design.horizon if design is not None else None
         sizing = None if ladder else size_open_rows(
             family, report.family_baseline, family_columns, report.min_effect, report.lr_varies, horizon
         )  # fmt: skip

@@ -51,21 +51,32 @@ def write_report(
     written = [report.sweep_dir / REPORT_MD, report.sweep_dir / REPORT_JSON, report.sweep_dir / figure]
     text = report_markdown(report)
     # Before anything is written: the old report goes aside with every figure it was written with.
-    drawn = [SENSITIVITY_PNG, SCALE_PNG, LADDER_PNG, "why_*.png", "report*.png"]
+    drawn = [*CURVELESS_FIGURES, "why_*.png", "report*.png"]
     keep_previous(
         report.sweep_dir, text, [*written, *(p for name in drawn for p in report.sweep_dir.glob(name))]
     )
     written[0].write_text(text, encoding="utf-8")
     write_json(written[1], to_json(report))
     plot_report(report, written[2], x_axis, band, curve)
-    if report.lr_varies:
-        written.append(plot_lr_sensitivity(report, report.sweep_dir / SENSITIVITY_PNG))
-    if report.ladder:
-        written.append(draw_ladder_verdicts(report, report.ladder, report.sweep_dir / LADDER_PNG))
-    if report.ladder and report.ladder.noun == "size":
-        written.append(draw_ladder(report, report.ladder, report.sweep_dir / SCALE_PNG))
+    written += draw_curveless(report, report.sweep_dir)
     written += draw_why(report)
     return text, written
+
+
+# The figures drawn from the report value alone, with no run's curves: what `--from-json` can draw again.
+CURVELESS_FIGURES = (SENSITIVITY_PNG, SCALE_PNG, LADDER_PNG)
+
+
+def draw_curveless(report: SweepReport, directory: Path) -> list[Path]:
+    """lr_sensitivity.png when the rate is tuned, ladder.png on a ladder, scale.png on the scale ladder."""
+    drawn = []
+    if report.lr_varies:
+        drawn.append(plot_lr_sensitivity(report, directory / SENSITIVITY_PNG))
+    if report.ladder:
+        drawn.append(draw_ladder_verdicts(report, report.ladder, directory / LADDER_PNG))
+    if report.ladder and report.ladder.noun == "size":
+        drawn.append(draw_ladder(report, report.ladder, directory / SCALE_PNG))
+    return drawn
 
 
 def report_markdown(report: SweepReport) -> str:
@@ -84,17 +95,9 @@ def write_from_json(path: str | Path) -> tuple[str, list[Path]]:
         raise ReportError(f"{path} is not a report.json that scripts/report.py wrote: {err!r}") from None
     directory = path.parent
     text = report_markdown(report)
-    drawn = [SENSITIVITY_PNG, SCALE_PNG, LADDER_PNG]
-    keep_previous(directory, text, [directory / REPORT_MD, *(directory / name for name in drawn)])
-    written = [directory / REPORT_MD]
-    written[0].write_text(text, encoding="utf-8")
-    if report.lr_varies:
-        written.append(plot_lr_sensitivity(report, directory / SENSITIVITY_PNG))
-    if report.ladder:
-        written.append(draw_ladder_verdicts(report, report.ladder, directory / LADDER_PNG))
-    if report.ladder and report.ladder.noun == "size":
-        written.append(draw_ladder(report, report.ladder, directory / SCALE_PNG))
-    return text, written
+    keep_previous(directory, text, [directory / REPORT_MD, *(directory / name for name in CURVELESS_FIGURES)])
+    (directory / REPORT_MD).write_text(text, encoding="utf-8")
+    return text, [directory / REPORT_MD, *draw_curveless(report, directory)]
 
 
 def keep_previous(sweep_dir: Path, text: str, files: list[Path]) -> Path | None:

@@ -110,5 +110,6 @@ def quantity(tag: str | None) -> str | None:
     return tag.split("/")[1] if tag and tag.startswith(HEALTH_PREFIX) else None
 
 
-def why_path(directory: Path, name: str) -> Path:
-    return directory / f"why_{name}.png"
+def why_figure(name: str) -> str:
+    """The file the health quantity `name`'s why figure is drawn to, in the sweep directory."""
+    return f"why_{name}.png"
