@@ -140,6 +140,40 @@ def rate_not_above(count: int, n: int, rate: float) -> bool:
     return binomtest(count, n, rate, alternative="greater").pvalue > 0.01
 
 
+def simulated_words(
+    means: tuple[float, ...], sd: float, seeds: int, replicates: int, axis: str = "size", seed: int = 34
+) -> dict:
+    """How often the ladder says each word (a `TrendWord` -> count) of one design at levels whose true
+    differences from their baselines are `means` (paired sd `sd`, `seeds` seeds a level): each replicate's
+    results through the report's own paired tests, `judge` (all levels one Holm family, as `judge_ladder`)
+    and `trends`. `axis`: `size` (ordered by parameters), `trainer.max_steps` (ordered by value) or `data`
+    (text: no order). Seeded by `seed`."""
+    import numpy as np
+
+    from tinylm.analysis.estimates import paired_tests
+    from tinylm.analysis.ladder import Rung, TrendWord, trends
+    from tinylm.analysis.settings import Setting
+    from tinylm.analysis.verdicts import judge
+
+    rng = np.random.default_rng(seed)
+    names = {"size": "s{}", "trainer.max_steps": "{}00", "data": "corpus_{}"}[axis]
+    counts = dict.fromkeys(TrendWord, 0)
+    for _ in range(replicates):
+        tested = []
+        for mean in means:
+            differences = rng.normal(mean, sd, seeds)
+            tested.append(paired_tests(dict(enumerate(2.0 + differences)), dict.fromkeys(range(seeds), 2.0)))
+        rungs = []
+        for number, comparison in enumerate(judge(tested, with_power=False)):
+            level = names.format(number + 1)
+            base = Setting({"norm": "pre", axis: level}, [])
+            other = Setting({"norm": "post", axis: level}, [], comparison=comparison)
+            rungs.append(Rung(level, 10**number, 100, base, [base, other]))
+        (trend,) = trends(rungs, ["norm"], alpha=0.05, axis=[axis])
+        counts[trend.word] += 1
+    return counts
+
+
 def table_rows(markdown: str, section: str = "## Runs") -> list[list[str]]:
     """The cells of the body of the first table under `section`."""
     lines = markdown.splitlines()

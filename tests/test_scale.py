@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 
 import matplotlib.image
-import numpy as np
 import pytest
-from conftest import SHRINK, rate_not_above, run_script, small_corpus
+from conftest import SHRINK, rate_not_above, run_script, simulated_words, small_corpus
 from hydra import compose, initialize_config_module
 
-from tinylm.analysis.estimates import Comparison, Estimate, paired_tests
+from tinylm.analysis.estimates import Comparison, Estimate
 from tinylm.analysis.ladder import SCALE_KEY, Rung, TrendWord, trends
 from tinylm.analysis.outcome import Outcome, Verdict
 from tinylm.analysis.report import REPORT_JSON, build_report
@@ -19,7 +18,6 @@ from tinylm.analysis.scale import LADDER_PNG, SCALE_PNG
 from tinylm.analysis.settings import Setting
 from tinylm.analysis.settings import tests_against as comparison_against
 from tinylm.analysis.sweep_report import write_report
-from tinylm.analysis.verdicts import judge
 
 
 @pytest.mark.parametrize(
@@ -141,46 +139,19 @@ def test_a_rung_outside_the_ladder_sets_the_same_shape():
     assert (cfg.model.n_layer, cfg.model.d_model, cfg.trainer.max_steps) == (6, 192, 1100)
 
 
-def _simulated_words(
-    means: tuple[float, ...], sd: float, seeds: int, replicates: int, axis: str = SCALE_KEY
-) -> dict[TrendWord, int]:
-    """How often the ladder says each word of one design at levels whose true differences from their
-    baselines are `means` (paired sd `sd`, `seeds` seeds a level): each replicate's results through the
-    report's own paired tests, `judge` (all levels one Holm family, as `judge_ladder`) and `trends`. `axis`:
-    `size` (ordered by parameters), `trainer.max_steps` (ordered by value) or `data` (text: no order).
-    Seeded."""
-    rng = np.random.default_rng(34)
-    names = {SCALE_KEY: "s{}", "trainer.max_steps": "{}00", "data": "corpus_{}"}[axis]
-    counts = dict.fromkeys(TrendWord, 0)
-    for _ in range(replicates):
-        tested = []
-        for mean in means:
-            differences = rng.normal(mean, sd, seeds)
-            tested.append(paired_tests(dict(enumerate(2.0 + differences)), dict.fromkeys(range(seeds), 2.0)))
-        rungs = []
-        for number, comparison in enumerate(judge(tested, with_power=False)):
-            level = names.format(number + 1)
-            base = Setting({"norm": "pre", axis: level}, [])
-            other = Setting({"norm": "post", axis: level}, [], comparison=comparison)
-            rungs.append(Rung(level, 10**number, 100, base, [base, other]))
-        (trend,) = trends(rungs, ["norm"], alpha=0.05, axis=[axis])
-        counts[trend.word] += 1
-    return counts
-
-
 def test_a_trend_word_is_false_at_most_alpha_of_the_time_under_a_constant_difference_or_a_sign_reversal():
     """Issue 34's ladder: 5 seeds a size, paired sd 0.1. Under a sign reversal of equal size (+0.1 -> -0.1)
     the old word from point estimates said grows or shrinks 85% of the time; now never (measured 0/300: 48
     flips, 248 `changes` (before issue 49: sign changes not resolved), 4 not resolved). Under a constant +0.1 it says grows or shrinks 3/300
     (1.0%); with every end resolved (sd 0.02) the magnitude test alone decides, at its level: 20/400 (5.0%),
     within binomial noise of α = 5% (docs/sweeps.md has the same at 10× the replicates)."""
-    reversal = _simulated_words((0.1, -0.1), 0.1, 5, 300)
+    reversal = simulated_words((0.1, -0.1), 0.1, 5, 300)
     assert reversal[TrendWord.GROWS] + reversal[TrendWord.SHRINKS] == 0
     assert reversal[TrendWord.FLIPS] > 0 and reversal[TrendWord.CHANGES] > reversal[TrendWord.FLIPS]
-    constant = _simulated_words((0.1, 0.1), 0.1, 5, 300)
+    constant = simulated_words((0.1, 0.1), 0.1, 5, 300)
     false = constant[TrendWord.GROWS] + constant[TrendWord.SHRINKS] + constant[TrendWord.FLIPS]
     assert false / 300 <= 0.05
-    resolved = _simulated_words((0.1, 0.1), 0.02, 5, 400)
+    resolved = simulated_words((0.1, 0.1), 0.02, 5, 400)
     false = resolved[TrendWord.GROWS] + resolved[TrendWord.SHRINKS] + resolved[TrendWord.FLIPS]
     assert resolved[TrendWord.HOLDS] > 0.9 * 400
     assert rate_not_above(false, 400, 0.05)  # not more often than α
@@ -199,7 +170,7 @@ def test_under_a_constant_difference_at_three_levels_a_change_is_said_at_most_al
     difference at every level, along an ordered axis (training length) and an unordered one (corpora).
     `flips`, `grows`, `shrinks` and `changes` are each a false call here; together at most α = 5%
     (docs/sweeps.md has the counts). `changes` rests on the change test alone, and claims no sign."""
-    counts = _simulated_words((difference,) * 3, 0.1, 3, 300, axis)
+    counts = simulated_words((difference,) * 3, 0.1, 3, 300, axis)
     false = sum(counts[word] for word in CHANGED)
     assert rate_not_above(false, 300, 0.05), counts
     if axis == "data":  # no order: no word compares ends
@@ -209,6 +180,6 @@ def test_under_a_constant_difference_at_three_levels_a_change_is_said_at_most_al
 def test_a_reversal_at_three_levels_is_said_to_change():
     """The counterpart: a difference that reverses along the axis (+0.15, 0, −0.15, 5 seeds) is called a flip
     or a sign change most of the time, never grows or shrinks."""
-    counts = _simulated_words((0.15, 0.0, -0.15), 0.1, 5, 200, "trainer.max_steps")
+    counts = simulated_words((0.15, 0.0, -0.15), 0.1, 5, 200, "trainer.max_steps")
     assert counts[TrendWord.GROWS] + counts[TrendWord.SHRINKS] == 0
     assert counts[TrendWord.FLIPS] + counts[TrendWord.CHANGES] > 0.5 * 200, counts

@@ -6,16 +6,10 @@ table at 2,000 replicates (the slow test), before and after the sign change need
 
 from __future__ import annotations
 
-from collections import Counter
-
-import numpy as np
 import pytest
-from conftest import rate_not_above
+from conftest import rate_not_above, simulated_words
 
-from tinylm.analysis.estimates import paired_tests
-from tinylm.analysis.ladder import Rung, TrendWord, trends
-from tinylm.analysis.settings import Setting
-from tinylm.analysis.verdicts import judge
+from tinylm.analysis.ladder import TrendWord
 
 AXIS = "trainer.max_steps"  # an ordered axis: the words that compare ends are all in play
 SD, SEEDS, ALPHA = 0.03, 3, 0.05
@@ -41,25 +35,10 @@ SCENARIOS: list[tuple[str, tuple[float, float, float], frozenset[TrendWord]]] = 
 ]
 
 
-def simulate(means: tuple[float, ...], replicates: int, seed: int = 49) -> Counter[TrendWord]:
+def simulate(means: tuple[float, ...], replicates: int, seed: int = 49) -> dict[TrendWord, int]:
     """How often the ladder says each word of one design whose true differences from the baselines of its
     levels are `means` (paired sd SD, SEEDS seeds a level). Seeded."""
-    rng = np.random.default_rng(seed)
-    counts: Counter[TrendWord] = Counter()
-    for _ in range(replicates):
-        tested = []
-        for mean in means:
-            differences = rng.normal(mean, SD, SEEDS)
-            tested.append(paired_tests(dict(enumerate(2.0 + differences)), dict.fromkeys(range(SEEDS), 2.0)))
-        rungs = []
-        for number, comparison in enumerate(judge(tested, with_power=False)):
-            level = f"{number + 1}00"
-            base = Setting({"norm": "pre", AXIS: level}, [])
-            other = Setting({"norm": "post", AXIS: level}, [], comparison=comparison)
-            rungs.append(Rung(level, 10**number, 100, base, [base, other]))
-        (trend,) = trends(rungs, ["norm"], alpha=ALPHA, axis=[AXIS])
-        counts[trend.word] += 1
-    return counts
+    return simulated_words(means, SD, SEEDS, replicates, AXIS, seed)
 
 
 def table(replicates: int) -> list[str]:
