@@ -10,7 +10,6 @@ Prints each norm's median step time, and per repetition the ratio rms / layer (d
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
 
 import torch
@@ -66,10 +65,7 @@ def main() -> None:
     )  # fmt: skip
     result["model"] = {"norm": model.norm, "fused_norms": model.fused_norms, "batch_size": args.batch_size}
     result["rms_kernel"] = args.rms_kernel
-    print_summary(result, names)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as out:
-            json.dump(result, out, indent=1)
+    print_summary(result, names, args.json)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ The two setups are `adamw`, `muon` (Newton–Schulz in the dtype `optim.muon_ns_
 from __future__ import annotations
 
 import argparse
-import json
 
 import torch
 from norm_speed import BABY, batches, setup  # benchmarks/, beside this file
@@ -65,10 +64,7 @@ def main() -> None:
         "batch_size": args.batch_size,
         "precision": args.precision,
     }
-    print_summary(result, names)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as out:
-            json.dump(result, out, indent=1)
+    print_summary(result, names, args.json)
 
 
 if __name__ == "__main__":

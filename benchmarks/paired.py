@@ -15,6 +15,7 @@ traffic still counts). Use it on a machine others are using, and say so beside t
 
 from __future__ import annotations
 
+import json
 import platform
 import statistics
 import time
@@ -123,7 +124,8 @@ def compare(
     }
 
 
-def print_summary(result: dict[str, object], names: tuple[str, str]) -> None:
+def print_summary(result: dict[str, object], names: tuple[str, str], json_path: str | None = None) -> None:
+    """The result's summary on stdout, and the whole result as JSON into `json_path` when given."""
     print(
         f"{result['cpu']}, {result['threads']} thread(s), torch {result['torch']}, {result['clock']} clock; "
         f"{result['repeats']} repetitions of {result['steps']} alternated steps after {result['warmup']} warm-up"
@@ -133,3 +135,6 @@ def print_summary(result: dict[str, object], names: tuple[str, str]) -> None:
             f"{key:17s} {names[0]} {row[f'{names[0]}_ms']:7.2f} ms  {names[1]} {row[f'{names[1]}_ms']:7.2f} ms  "
             f"{names[1]}/{names[0]} median {row['median_ratio']:.3f} [{row['min']:.3f}, {row['max']:.3f}]"
         )
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as out:
+            json.dump(result, out, indent=1)
