@@ -129,8 +129,8 @@ def decided_family() -> list:
 D, E, N = (True, False, False), (False, True, False), (False, False, False)
 DECISIONS_TODAY = {
     None: [D, D, D, N, E, E, N, D, D, D],
-    (0.5,): [D, D, N, N, N, N, N, D, D, D],
-    (0.25, 0.5, 1.0): [D, D, D, N, E, E, N, D, D, D],
+    ((4,), 8): [D, D, N, N, N, N, N, D, D, D],
+    ((2, 4, 8), 8): [D, D, D, N, E, E, N, D, D, D],
 }
 
 
@@ -169,12 +169,12 @@ def test_a_family_is_adjusted_and_worded_as_today():
     assert [str(c.verdict) for c in judged] == VERDICTS_TODAY
 
 
-@pytest.mark.parametrize("fractions", list(DECISIONS_TODAY))
-def test_a_familys_decisions_are_todays_in_fixed_and_sequential_designs(fractions):
-    level = None if fractions is None else Look(fractions).level
+@pytest.mark.parametrize("look", list(DECISIONS_TODAY))
+def test_a_familys_decisions_are_todays_in_fixed_and_sequential_designs(look):
+    level = None if look is None else Look(*look).level
     judged = judge(decided_family(), 0.01, 0.05, level, with_power=False)
     found = [(c.differs, c.within_min_effect, c.diverges_differently) for c in judged]
-    assert found == DECISIONS_TODAY[fractions]
+    assert found == DECISIONS_TODAY[look]
 
 
 def test_mcnemars_exact_test_is_the_binomial_test_on_the_discordant_seeds():

@@ -6,7 +6,7 @@ of each level and that level's baseline), until every comparison is
 The sweep's own seeds were judged by its report at α: those verdicts stand, and the seeds added are a second
 experiment, a group-sequential design written to SWEEP_DIR/sequential.json before its first run starts. Its
 first look is the sweep as it was (it judges nothing); every later look judges the added seeds alone, at
-the level the design's boundary gives it (`sequential.group_sequential_levels`), so its family-wise error over
+the level the design's boundary gives it (`sequential.t_levels`), so its family-wise error over
 all the looks stays at α. The report, reading that file, judges the added seeds by the same looks.
 
 This module decides: the design, each look, which settings get which seeds into which directory under
