@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO, run_script, run_sweep
 
 from tinylm.analysis.add_seeds import ADDED_DIR, Budget
-from tinylm.analysis.estimates import Divergence
+from tinylm.analysis.estimates import Failures
 from tinylm.analysis.report import DESIGN_FILE, PREVIOUS_REPORTS, build_report
 from tinylm.analysis.runs import ReportError
 from tinylm.analysis.sweep_report import write_report
@@ -184,7 +184,7 @@ def test_a_comparison_whose_sides_diverge_unequally_stays_open_and_gets_seeds(tw
     row = next(
         s for s in family if s.choices["act"] == "gelu" and s.choices["optimized_metric"] == "loss/val"
     )
-    assert row.comparison.divergence == Divergence(1, 0, 3, 1.0) and not row.comparison.resolved
+    assert row.comparison.failures == Failures(1, 0, 3, 1.0) and not row.comparison.resolved
     said = []
     with pytest.raises(ReportError, match="the last round added no result"):
         add_seeds(

@@ -42,7 +42,9 @@ from tinylm.analysis.diagnosis import (
     STARVED_RATIO,
     STILL_IMPROVING,
     VALIDATION_IN_TRAINING,
+    Finding,
     diagnose,
+    run_failure,
     since,
 )
 from tinylm.analysis.report import REPORT_MD, shared_reference
@@ -511,9 +513,12 @@ def test_one_validation_point_cannot_show_a_stall():
     run.train_curve = [(step, flat + 0.01) for step in range(0, 30, 5)]
     found = diagnose(run, LEVELS)
     assert IGNORES_CONTEXT not in {f.kind for f in found}
-    assert not failed(shared([run], {run.path: found}))
+    assert not failed(shared([run], {run.path: found})) and run_failure(found) is None
     longer = constructed([4.2, 4.0, 3.8, 3.6, flat, flat, flat])
     assert IGNORES_CONTEXT in kinds(longer)  # the same level, flat over its last validations: a stall
+    assert (
+        run_failure(diagnose(longer, LEVELS)).kind == IGNORES_CONTEXT
+    )  # back at the unigram level: it fails
 
 
 def test_the_issues_undertrained_runs_are_still_improving_and_not_failed():
@@ -523,7 +528,7 @@ def test_the_issues_undertrained_runs_are_still_improving_and_not_failed():
         run = constructed([4.3, 4.0, 3.9, 3.8, 3.7, final + per_tenth / 0.6, final], HEALTHY)
         found = diagnose(run, LEVELS)
         assert [f.kind for f in found] == [STILL_IMPROVING]
-        assert not failed(shared([run], {run.path: found}))
+        assert not failed(shared([run], {run.path: found})) and run_failure(found) is None
 
 
 @pytest.mark.parametrize(("fraction", "fires"), [(DEAD_FRACTION * 2, True), (DEAD_FRACTION / 2, False)])
@@ -551,11 +556,11 @@ def test_a_collapse_that_recovers_is_named_as_an_episode_and_is_not_a_failure():
     assert "recovered to 0.047" in collapse.evidence
     findings = {run.path: found}
     assert why_cell([run], findings) == "tokens collapsed (1/1, from step 100 to 200, recovered)"
-    assert not failed(shared([run], findings))
+    assert not failed(shared([run], findings)) and run_failure(found) is None
     # Collapsed again at the end: the episode to the end is the one named, and it is a failure.
     again = with_health(token_spread__block_4=[0.98, 1e-7, 1e-7, 0.047, 0.05, 1e-7, 1e-7])
     (collapse,) = diagnose(constructed(CONVERGED, again), LEVELS)
-    assert (collapse.step, collapse.until) == (500, None)
+    assert (collapse.step, collapse.until) == (500, None) and run_failure([collapse]) is collapse
     assert "collapsed before, from step 100 to 200, and recovered to 0.047 in between" in collapse.evidence
 
 
@@ -656,3 +661,17 @@ def test_validation_that_is_training_is_named_first_and_is_a_failure():
     assert failed(shared([run], {run.path: found}))
     run.val_in_training = 0.03  # what Python source repeats of itself: below the threshold
     assert VALIDATION_IN_TRAINING not in kinds(run)
+
+
+def test_a_run_fails_when_it_diverged_or_stopped_learning_and_not_for_findings_it_trained_through():
+    """Issue 48: what `fails` counts. Health episodes a run trained through, overfitting, a bigram-level
+    underfit and a budget that ended are findings, not failures; an episode it recovered from is neither."""
+
+    def finding(kind: str, until: int | None = None) -> Finding:
+        return Finding(kind, "evidence", 100, "loss/val", until)
+
+    for kind in (DIVERGED, IGNORES_CONTEXT, COLLAPSED, DESTABILISED):
+        assert run_failure([finding(STILL_IMPROVING), finding(kind)]).kind == kind
+        assert run_failure([finding(kind, until=300)]) is None
+    for kind in (STILL_IMPROVING, BIGRAM_STALL, OVERFITTING, SATURATED, STARVED, DEAD_UNITS, LOSS_SPIKE):
+        assert run_failure([finding(kind)]) is None

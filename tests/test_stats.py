@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,13 +15,12 @@ from conftest import table_header, table_rows
 from scipy.stats import t as student_t
 
 from tinylm.analysis.add_seeds import ADDED_DIR, Budget, round_settings, start_design
-from tinylm.analysis.estimates import Divergence, best_key, cross_fit, estimate, paired_tests
+from tinylm.analysis.estimates import Failures, estimate, paired_tests
 from tinylm.analysis.extension import read_design, write_design
 from tinylm.analysis.formats import fmt_interval
 from tinylm.analysis.ladder import TrendWord
 from tinylm.analysis.outcome import (
     BETTER,
-    DIVERGENCE_OPEN,
     IDENTICAL_VERDICT,
     ONE_SEED,
     UNRESOLVED,
@@ -37,7 +33,7 @@ from tinylm.analysis.report import PREVIOUS_REPORTS, REPORT_MD, build_report
 from tinylm.analysis.report_json import to_json
 from tinylm.analysis.runs import ReportError, RunSummary, runs_frame
 from tinylm.analysis.scale import ladder_section
-from tinylm.analysis.settings import group_settings
+from tinylm.analysis.settings import LR, Setting, chosen_rate, group_settings, tuned_settings
 from tinylm.analysis.sweep_report import keep_previous, write_report
 from tinylm.analysis.verdicts import compare, judge
 from tinylm.layout import REFERENCE_LEVELS, SWEEP_RECORD, write_run_record
@@ -133,81 +129,68 @@ def test_only_seeds_both_sides_have_are_paired_and_the_others_are_named():
     assert compare({"1": 1.0}, {"2": 1.0}).verdict == "no seeds in common with the baseline"
 
 
-def test_divergence_is_a_rate_with_an_exact_test_beside_the_finished_seeds_difference():
+def test_failures_are_counted_apart_with_an_exact_test_beside_the_trained_seeds_difference():
     baseline = {"1": 2.0, "2": 2.0, "3": 2.0}
     once = compare({"1": 1.5, "2": math.inf, "3": 1.52}, baseline)
-    # One seed of three diverged, none of the baseline's: McNemar's exact p = 1. The finished seeds' gain is
-    # measured, but a setting that diverges more often is not `better` while that difference is open.
-    assert once.divergence == Divergence(mine=1, theirs=0, n=3, p_value=1.0)
+    # One seed of three failed, none of the baseline's: McNemar's exact p = 1. The losses are judged over the
+    # two seeds both sides trained, and the failures said beside them.
+    assert once.failures == Failures(mine=1, theirs=0, n=3, p_value=1.0)
     assert once.difference.mean == pytest.approx(-0.49) and once.difference.n == 2
-    assert str(once.verdict).startswith(UNRESOLVED) and "1/3 vs 0/3 (exact p = 1)" in str(once.verdict)
-    assert not once.resolved
-    # Both sides diverged, on different seeds: two discordant seeds, one each way.
+    assert once.verdict == "better when trained; fails 1/3 vs 0/3 (exact p = 1)"
+    assert once.verdict.outcome is Outcome.BETTER
+    # Both sides failed, on different seeds: two discordant seeds, one each way.
     crossed = compare({"1": math.inf, "2": 2.1, "3": 2.2}, {"1": 2.0, "2": math.inf, "3": 2.1})
-    assert crossed.divergence == Divergence(1, 1, 3, 1.0) and crossed.difference.n == 1
+    assert crossed.failures == Failures(1, 1, 3, 1.0) and crossed.difference.n == 1
     assert str(crossed.verdict).startswith(ONE_SEED)
     both = compare({"1": math.inf, "2": math.inf}, {"1": math.inf, "2": math.inf})
-    assert both.divergence.mine == both.divergence.theirs == 2 and both.difference is None
-    assert str(both.verdict).startswith("not resolved: every seed diverged")
+    assert both.failures.mine == both.failures.theirs == 2 and both.difference is None
+    assert str(both.verdict).startswith("not resolved: every seed failed")
 
 
-def test_a_baseline_that_diverged_on_every_seed_is_beaten_only_when_the_rate_is_clear():
+def test_a_baseline_that_failed_on_every_seed_is_beaten_only_when_the_rate_is_clear():
     finite = {str(s): 2.0 for s in range(1, 8)}
     dead = {str(s): math.inf for s in range(1, 8)}
     c = compare(finite, dead)
     # 7 of 7 against 0 of 7: exact p = 2 * 0.5^7 = 0.0156
-    assert c.divergence.p_value == pytest.approx(2 * 0.5**7) and c.verdict == "better: diverges less often"
+    assert c.failures.p_value == pytest.approx(2 * 0.5**7)
+    assert c.verdict == "better: fails less often, 0/7 vs 7/7 (exact p = 0.016)"
     three = compare({"1": 2.0, "2": 2.0, "3": 2.0}, {"1": math.inf, "2": math.inf, "3": math.inf})
-    assert three.divergence.p_value == pytest.approx(0.25) and str(three.verdict).startswith("not resolved")
+    assert three.failures.p_value == pytest.approx(0.25) and str(three.verdict).startswith("not resolved")
 
 
-def test_the_best_learning_rate_is_the_lowest_mean_and_never_one_that_diverged():
-    by_lr = {
-        "0.001": [2.10, 2.12, 2.08],
-        "0.003": [1.95, 1.97, 1.99],
-        "0.01": [1.80, math.inf, 1.79],  # best seeds, but one diverged
-        "0.03": [math.inf, math.inf, math.inf],
+def test_the_rate_is_the_one_where_fewest_tuning_seeds_failed_then_the_lowest_mean_of_those_that_trained():
+    by_rate = {
+        0.001: {"1": 2.10, "2": 2.12, "3": 2.08},
+        0.003: {"1": 1.95, "2": 1.97, "3": 1.99},
+        0.01: {"1": 1.80, "2": math.inf, "3": 1.79},  # best seeds, but one failed
+        0.03: {"1": math.inf, "2": math.inf, "3": math.inf},
     }
-    assert best_key(by_lr) == "0.003"
-    assert best_key({"a": [math.inf], "b": [math.inf, 1.0]}) in ("a", "b")  # nothing finite: any
-
-
-def test_cross_fitting_takes_each_seed_at_the_rate_the_other_seeds_chose():
-    fit = cross_fit({
-        "0.001": {"1": 2.10, "2": 2.20, "3": 2.00},
-        "0.003": {"1": 1.70, "2": math.inf, "3": 1.70},  # diverged once: chosen only where seed 2 is left out
-    })  # fmt: skip
-    assert fit.rates == {"1": "0.001", "2": "0.003", "3": "0.001"}
-    assert fit.values == {"1": 2.10, "2": math.inf, "3": 2.00}
-    assert cross_fit({"0.001": {"1": 2.0}}) is None  # one seed cannot be left out
-    sparse = cross_fit({"0.001": {"1": 2.0, "2": 2.1}, "0.003": {"1": 1.5, "3": 1.6}})
-    # Leaving seed 2 out, 0.003 (mean 1.55 over seeds 1, 3) beats 0.001 (2.0, seed 1): seed 2 has no run there.
-    assert sparse.missing == ("2",) and sparse.values == {"1": 1.5, "3": 1.6}
-
-
-# Made-up cross-fitted comparisons over seeds named as the runs name them (text), printed to full precision.
-TUNED_CASES = """
-import random
-from tinylm.analysis.estimates import tuned_tests
-for case in range(40):
-    rng = random.Random(case)
-    seeds = [str(s) for s in range(1, 4 + case % 7)]
-    mine, theirs = ({r: {s: rng.gauss(2.0, 0.1) for s in seeds} for r in ("0.001", "0.003")} for _ in "ab")
-    c = tuned_tests(mine, theirs)
-    print(repr((c.p_value, c.p_equivalence, c.difference.sd)))
-"""
-
-
-def test_a_tuned_comparison_does_not_depend_on_the_process_hash_seed(capsys):
-    """Seeds are text, whose set order changes with each process's hash seed; the jackknife must not sum in
-    that order, or report.json changes in its last digits from one rendering of the same runs to the next."""
-    exec(TUNED_CASES, {})  # this process's hash seed: random, as pytest leaves it
-    here = capsys.readouterr().out
-    env = {**os.environ, "PYTHONHASHSEED": "1"}
-    there = subprocess.run(
-        [sys.executable, "-c", TUNED_CASES], env=env, capture_output=True, text=True, check=True
+    assert chosen_rate(by_rate, {"1", "2", "3"}) == 0.003
+    assert chosen_rate(by_rate, {"1", "3"}) == 0.01  # the seed that failed there is not a tuning seed
+    assert (
+        chosen_rate({0.01: {"1": math.inf, "2": 1.9}, 0.03: {"1": math.inf, "2": math.inf}}, {"1", "2"})
+        == 0.01
     )
-    assert here.count("\n") == 40 and here == there.stdout
+    assert chosen_rate(by_rate, {"9"}) is None
+
+
+def test_a_tuned_setting_is_judged_only_on_seeds_that_did_not_choose_its_rate():
+    def setting(rate: float, results: dict[str, float]) -> Setting:
+        return Setting({"act": "gelu", LR: rate}, [], results)
+
+    settings = [
+        setting(0.001, {"1": 2.10, "2": 2.20, "3": 2.00}),
+        setting(0.003, {"1": 1.70, "2": 1.75, "3": 1.72, "5": 1.80, "6": 1.78}),  # 5, 6: judging seeds
+    ]
+    [before] = tuned_settings([settings[0], setting(0.003, {"1": 1.70, "2": 1.75, "3": 1.72})], ["act"], 0.95)
+    assert before.rate == 0.003 and before.tuned_on == ("1", "2", "3") and before.results == {}
+    [tuned] = tuned_settings(settings, ["act"], 0.95, tuned_on=("1", "2", "3"))
+    assert tuned.rate == 0.003 and tuned.judged_on == ("5", "6") and tuned.results == {"5": 1.80, "6": 1.78}
+    assert tuned.estimate.mean == pytest.approx(1.79) and tuned.tuning_mean == pytest.approx(
+        (1.70 + 1.75 + 1.72) / 3
+    )
+    [first_look] = tuned_settings(settings, ["act"], 0.95, tuned_on=("1", "2", "3"), judged_on={"5"})
+    assert first_look.results == {"5": 1.80}
 
 
 # --- the report from made-up run records ---------------------------------------------------------------------
@@ -259,7 +242,7 @@ def lr_sweep(tmp_path) -> Path:
     return sweep
 
 
-def test_report_on_made_up_records_has_the_known_means_intervals_and_cross_fitted_verdicts(lr_sweep):
+def test_report_on_made_up_records_has_the_known_means_intervals_and_tuned_rates(lr_sweep):
     report = build_report(lr_sweep, baseline="norm=pre")
     assert report.setting_columns == ["norm", "norm_type", "act", "optim.lr"]
     # Hydra's override parser reads 3e-3 as the float 0.003: the setting keeps it as that float.
@@ -269,35 +252,37 @@ def test_report_on_made_up_records_has_the_known_means_intervals_and_cross_fitte
     assert pre_best.estimate.high - pre_best.estimate.mean == pytest.approx(
         4.302653 * 0.1 / math.sqrt(3), abs=1e-6
     )
-    assert by_choice[("post", 0.003)].diverged == 1 and by_choice[("post", 0.003)].estimate.mean == math.inf
+    # The diverged run fails: counted apart, with the exact interval of the rate; the mean is the others'.
+    post_high = by_choice[("post", 0.003)]
+    assert post_high.fails == 1 and post_high.estimate.mean == pytest.approx(1.70)
+    assert post_high.fail_interval == pytest.approx((0.0084, 0.9057), abs=1e-4)
     assert by_choice[("pre", 0.001)].without_result == 1  # the failed seed-4 run
-    assert report.settings[0] is pre_best  # ranked by mean; the diverged setting last
+    assert report.settings[0] is pre_best  # fewest failures first, then by mean: 1.70 with 1/3 failed after
 
-    # Cross-fitted: pre takes 3e-3 on every seed. Post's other seeds choose 1e-3 for seeds 1 and 3 (3e-3
-    # diverged on seed 2), and 3e-3 for seed 2, which diverged there: counted, not hidden by the choice.
+    # Tuned on the sweep's seeds: pre takes 3e-3; post 1e-3, where none of its seeds failed (at 3e-3, seed 2
+    # diverged). No seed is judged at a rate it chose: nothing is judged until add_seeds adds seeds.
     tuned = {s.choices["norm"]: s for s in report.tuned}
-    assert tuned["pre"].rates == {"1": 0.003, "2": 0.003, "3": 0.003}
-    assert tuned["post"].rates == {"1": 0.001, "2": 0.003, "3": 0.001}
-    assert tuned["post"].results == {"1": 2.20, "2": math.inf, "3": 2.05}
+    assert (tuned["pre"].rate, tuned["post"].rate) == (0.003, 0.001)
+    assert tuned["post"].tuned_on == ("1", "2", "3") and tuned["post"].results == {}
     assert report.tuned_baseline is tuned["pre"] and report.baseline is None
-    c = tuned["post"].comparison  # finished seeds' differences +0.30, +0.25; diverged 1 of 3
-    assert c.difference.mean == pytest.approx(0.275) and c.divergence.describe() == "1/3 vs 0/3 (exact p = 1)"
-    # Two finished pairs cannot both choose a rate (leave one out) and estimate its error (the jackknife).
-    assert (
-        c.verdict
-        == "two finished seeds: too few to both choose a rate and test; diverged 1/3 vs 0/3 (exact p = 1)"
-    )
+    c = tuned["post"].comparison
+    assert c.seeds == () and c.verdict.outcome is Outcome.NOT_RESOLVED
+    assert c.verdict == "not yet judged (rates 0.001 against 0.003, chosen on seeds 1, 2, 3)"
 
     text = markdown(report)
-    assert "## Each setting at a cross-fitted learning rate" in text
+    assert "## Each setting at the rate its tuning seeds chose" in text
     assert "| 1 | pre | 0.003 | 3 | 1.9000 |" in text  # only the columns that vary: norm and the rate
-    assert "| pre | 0.003 ×3 | 1.9000 | 3 | baseline |" in text
+    assert "| pre | 0.003 | 1, 2, 3 | — | 0 | baseline |" in text
+    assert "- `norm=post` against `norm=pre`: **not yet judged (rates 0.001 against 0.003" in text
     record = json.loads(json.dumps(to_json(report)))  # plain JSON, no NaN or infinity
     assert record["tuned_baseline"]["norm"] == "pre" and record["baseline_source"] == "--baseline"
-    diverged = next(
+    assert record["rule"] == "tuned then judged"
+    post = next(s for s in record["tuned"] if s["choices"]["norm"] == "post")
+    assert post["rate"] == 0.001 and post["tuned_on"] == ["1", "2", "3"] and post["judged_on"] == []
+    failed = next(
         s for s in record["settings"] if s["choices"]["optim.lr"] == 0.003 and s["choices"]["norm"] == "post"
     )
-    assert diverged["final_val_loss"]["mean"] == "inf" and diverged["results"]["2"] == "inf"
+    assert failed["fails"] == 1 and failed["results"]["2"] == "inf"
 
 
 def test_without_a_named_baseline_there_are_estimates_and_no_verdicts(lr_sweep):
@@ -307,10 +292,12 @@ def test_without_a_named_baseline_there_are_estimates_and_no_verdicts(lr_sweep):
 
 
 def test_a_named_baseline_is_compared_against_and_a_bad_one_is_refused(lr_sweep):
-    report = build_report(lr_sweep, baseline="norm=post,optim.lr=1e-3")  # the rate is cross-fitted anyway
+    report = build_report(lr_sweep, baseline="norm=post,optim.lr=1e-3")  # the rate is tuned anyway
     assert report.tuned_baseline.choices["norm"] == "post"
     pre_tuned = next(s for s in report.tuned if s.choices["norm"] == "pre")
-    assert pre_tuned.comparison.difference.mean == pytest.approx(-0.275)
+    assert (
+        pre_tuned.comparison.verdict == "not yet judged (rates 0.003 against 0.001, chosen on seeds 1, 2, 3)"
+    )
     with pytest.raises(ReportError, match="do not vary in this sweep"):
         build_report(lr_sweep, baseline="dropout=0.1")
     with pytest.raises(ReportError, match="matches no setting"):
@@ -338,7 +325,7 @@ def test_one_seed_per_setting_says_so_instead_of_an_interval(tmp_path):
     assert "| gelu | 1 | +0.1000 | — | — | — | one seed: no interval |" in markdown(report)
 
 
-def test_added_seeds_are_judged_apart_at_the_rate_the_sweeps_own_seeds_chose_which_keep_their_verdicts(
+def test_added_seeds_are_judged_at_the_rate_the_sweeps_own_seeds_chose_which_are_judged_on_nothing(
     tmp_path,
 ):
     sweep = tmp_path / "sweep"
@@ -361,10 +348,11 @@ def test_added_seeds_are_judged_apart_at_the_rate_the_sweeps_own_seeds_chose_whi
     (sweep / "sequential.json").write_text(json.dumps(design), encoding="utf-8")
     report = build_report(sweep)
     tuned = {s.choices["act"]: s for s in report.tuned}
-    # The sweep's own seeds 1-2 are judged as its own report judged them (cross-fitted), verdicts unchanged.
-    assert sorted(tuned["gelu"].results) == ["1", "2"]
+    # The sweep's own seeds 1-2 chose the rates and are judged on nothing, with the design as without it.
+    assert tuned["gelu"].tuned_on == ("1", "2") and sorted(tuned["gelu"].judged_on) == ["3", "4", "5", "6"]
     before = {s.choices["act"]: s.comparison.verdict for s in fixed.tuned if s.comparison}
     assert {a: s.comparison.verdict for a, s in tuned.items() if s.comparison} == before
+    assert all(s.comparison.verdict.outcome is Outcome.NOT_RESOLVED for s in fixed.tuned if s.comparison)
     # The added seeds 3-6 at the rate seeds 1-2 chose: GELU at 1e-3 (though 1e-2 is better later), SwiGLU at 1e-2.
     c = tuned["swiglu"].added
     assert sorted(c.seeds) == ["3", "4", "5", "6"] and tuned["swiglu"].answer is c
@@ -390,8 +378,8 @@ def test_the_report_opens_with_the_answer_a_sentence_per_comparison_and_what_is_
     swiglu = next(s for s in report.family if s.choices["act"] == "swiglu").comparison
     # Only the column that varies names a setting; the verdict, difference and interval are the table's.
     assert answer[0] == (
-        f"- `act=swiglu` against `act=gelu`: **{swiglu.verdict}**; difference -0.1000 nats/char, "
-        f"95% CI {fmt_interval(swiglu.difference, signed=True)}, 3 seeds"
+        f"- `act=swiglu` against `act=gelu`: **{swiglu.verdict}**; -0.1000 nats/char when trained, "
+        f"95% CI {fmt_interval(swiglu.difference, signed=True)}, 3 seeds; fails 0/3 vs 0/3"
     )
     assert answer[1].startswith("- `act=relu` against `act=gelu`: **not resolved**")
     opening = "\n".join(lines[: lines.index("## Settings")])
@@ -425,10 +413,10 @@ def test_the_reference_levels_runs_share_are_stated_and_each_setting_gets_its_ga
     assert report.reference == levels
     text = markdown(report)
     assert "unigram 3.3473, bigram 2.4872" in text
-    assert "| 1 | gelu | 1 | 2.1000 | — | — | +1.2473 | 0 | 0 | — |  |" in text
+    assert "| 1 | gelu | 1 | 2.1000 | — | — | +1.2473 | 0/1 [0.00, 0.97] | 0 | — |  |" in text
     # At the unigram level: its gain says so; with no validation curve (a record only) no stall can be shown
     # (issue 48: can't tell is not flat), so the `why` column names none.
-    assert "| 2 | swiglu | 1 | 3.3473 | — | — | +0.0000 | 0 | 0 | — |  |" in text
+    assert "| 2 | swiglu | 1 | 3.3473 | — | — | +0.0000 | 0/1 [0.00, 0.97] | 0 | — |  |" in text
     # Runs on another split share no levels: none are shown rather than the wrong ones.
     other = fake_run(sweep, 2, "completed", 2.0, act="geglu")
     record = json.loads((other / "metrics.json").read_text())
@@ -437,38 +425,42 @@ def test_the_reference_levels_runs_share_are_stated_and_each_setting_gets_its_ga
     assert build_report(sweep).reference is None
 
 
-def test_a_setting_that_diverges_more_often_is_never_better():
-    """Issue 34: `better; diverged 3/5 vs 0/5 (exact p = 0.25)` was resolved. The finished seeds' gain is
-    far beyond any doubt (0.5 nats, sd 0.01), yet the verdict is open while the divergence is."""
+def test_a_setting_that_fails_more_often_is_better_only_when_trained_and_says_both():
+    """Issue 48: instability is a finding of its own. The trained seeds' gain is far beyond doubt (0.5 nats,
+    sd 0.01): `better when trained`, with how often each side failed beside it (issue 34's `better` alone hid
+    that 3 of 5 failed; its answer, an open verdict, hid the gain)."""
     baseline = {str(s): 2.0 + 0.01 * s for s in range(1, 6)}
     mine = {"1": math.inf, "2": math.inf, "3": math.inf, "4": 1.54, "5": 1.55}
     c = compare(mine, baseline)
-    assert c.divergence == Divergence(3, 0, 5, 0.25) and c.difference.mean < -0.4
-    assert c.verdict == f"{UNRESOLVED}: {DIVERGENCE_OPEN}, 3/5 vs 0/5 (exact p = 0.25)" and not c.resolved
+    assert c.failures == Failures(3, 0, 5, 0.25) and c.difference.mean < -0.4
+    assert (
+        c.verdict
+        == "better (the same difference on every seed) when trained; fails 3/5 vs 0/5 (exact p = 0.25)"
+    )
 
 
-@pytest.mark.parametrize("shift", [-0.5, +0.5, 0.0])
-def test_unequal_divergence_that_is_not_resolved_leaves_every_loss_verdict_open(shift):
-    """Better, worse or equivalent on the finished seeds: open while one side diverged more (1/8 vs 0/8)."""
+@pytest.mark.parametrize(("shift", "outcome"), [(-0.5, Outcome.BETTER), (+0.5, Outcome.WORSE)])
+def test_unequal_failures_that_are_not_resolved_are_said_beside_the_loss_verdict(shift, outcome):
     baseline = {str(s): 2.0 + 0.01 * (s % 3) for s in range(1, 9)}
     mine = {s: v + shift for s, v in baseline.items()} | {"1": math.inf}
     (c,) = judge([paired_tests(mine, baseline)])
-    assert str(c.verdict).startswith(f"{UNRESOLVED}: {DIVERGENCE_OPEN}") and not c.resolved
+    assert c.verdict.outcome is outcome
+    assert str(c.verdict).endswith(" when trained; fails 1/8 vs 0/8 (exact p = 1)")
 
 
-def test_equal_divergence_on_both_sides_leaves_the_loss_verdict_to_the_finished_seeds():
+def test_equal_failures_on_both_sides_leave_the_loss_verdict_to_the_trained_seeds():
     baseline = {str(s): 2.0 + 0.01 * (s % 3) for s in range(1, 9)} | {"1": math.inf}
     mine = {s: v - 0.5 for s, v in baseline.items()}
     (c,) = judge([paired_tests(mine, baseline)])
-    assert c.divergence == Divergence(1, 1, 8, 1.0)
-    assert c.verdict.outcome is Outcome.BETTER and "diverged 1/8 vs 1/8" in str(c.verdict)
+    assert c.failures == Failures(1, 1, 8, 1.0)
+    assert c.verdict.outcome is Outcome.BETTER and "when trained; fails 1/8 vs 1/8" in str(c.verdict)
 
 
-def test_a_resolved_divergence_decides_and_more_divergence_is_worse_whatever_the_losses():
+def test_resolved_failures_decide_a_row_its_losses_leave_open():
     baseline = {str(s): 2.0 + 0.01 * (s % 3) for s in range(1, 9)}
     mine = {s: (math.inf if int(s) <= 7 else v - 1.0) for s, v in baseline.items()}  # 7/8 vs 0/8: p = 0.016
     (c,) = judge([paired_tests(mine, baseline)])
-    assert c.verdict == "worse: diverges more often"
+    assert c.verdict == "worse: fails more often, 7/8 vs 0/8 (exact p = 0.016)"
 
 
 def test_runs_are_a_tidy_table_that_groups_into_settings_by_every_choice_but_the_seed():
@@ -485,7 +477,7 @@ def test_runs_are_a_tidy_table_that_groups_into_settings_by_every_choice_but_the
     pre, post = group_settings(runs, ["norm"], 0.95)  # ranked by mean: post's diverged seed is the worst
     assert pre.choices == {"norm": "pre"} and [r.seed for r in pre.runs] == ["1", "2", "3"]
     assert pre.results == {"1": 2.0, "3": 2.2} and pre.estimate.mean == pytest.approx(2.1)
-    assert post.results == {"1": 2.5, "2": math.inf} and post.diverged == 1
+    assert post.results == {"1": 2.5, "2": math.inf} and post.fails == 1
 
 
 def test_a_ladder_over_the_rate_judges_each_rate_against_its_own_baseline_with_no_tuning(lr_sweep):
@@ -503,9 +495,9 @@ def test_a_ladder_over_the_rate_judges_each_rate_against_its_own_baseline_with_n
         }
         diverged = "1/3 vs 0/3 (exact p = 1)" if rung.level == "0.003" else None  # post at 3e-3, seed 2
         assert (
-            post.comparison.divergence is None
+            post.comparison.failures is None
             if diverged is None
-            else post.comparison.divergence.describe() == diverged
+            else post.comparison.failures.describe() == diverged
         )
     low = next(s for s in ladder.rungs[0].settings if s.choices["norm"] == "post")
     assert low.comparison.difference.mean == pytest.approx((0.10 + 0.15 + 0.05) / 3)  # post − pre at 1e-3

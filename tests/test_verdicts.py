@@ -15,9 +15,11 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import ttost_paired
 
-from tinylm.analysis.estimates import cross_fit, estimate, paired_tests, seeds_needed, tuned_tests
+from tinylm.analysis.estimates import estimate, paired_tests, seeds_needed
 from tinylm.analysis.outcome import Outcome
 from tinylm.analysis.sequential import T_PATHS, Look, first_verdicts, sequential_plan, spent, t_levels
+from tinylm.analysis.settings import LR, Rules, Setting, tuned_settings
+from tinylm.analysis.settings import tests_against as row_tests
 from tinylm.analysis.verdicts import judge
 
 # The outcomes a false claim states; counted by outcome, so `better, but by less than δ` and the divergence
@@ -108,39 +110,35 @@ def test_eight_identical_settings_give_a_false_verdict_in_at_most_5_percent_of_s
     assert unadjusted_false / sweeps > 0.15
 
 
-@pytest.mark.parametrize("sweeps", [1000, pytest.param(2000, marks=pytest.mark.slow)])
-def test_cross_fitted_tuning_is_unbiased_between_a_broad_and_a_sharp_optimum_of_equal_best_loss(sweeps):
-    """Five rates, three seeds, sd 0.05 per run: a setting whose optimum is broad (three rates at the best
-    loss) against one with a single best rate (its neighbours 3σ worse), both reaching 2.0 at best. The
-    truth is no difference."""
+@pytest.mark.parametrize("sweeps", [300, pytest.param(2000, marks=pytest.mark.slow)])
+def test_tuning_on_some_seeds_and_judging_on_others_is_unbiased_between_a_broad_and_a_sharp_optimum(sweeps):
+    """Five rates, sd 0.05 per run: a setting whose optimum is broad (three rates at the best loss) against one
+    with a single best rate (its neighbours 3σ worse), both reaching 2.0 at best; each rate chosen on 3 tuning
+    seeds, the difference judged on 4 fresh seeds at the chosen rates (`tuned_settings`, as the report does).
+    The truth is no difference."""
     rng = np.random.default_rng(3)
-    broad = [2.3, 2.0, 2.0, 2.0, 2.3]
-    sharp = [2.3, 2.15, 2.0, 2.15, 2.3]
-    seeds, sigma = 3, 0.05
-    differences, naive, false_better, loo_t_false_better = [], [], 0, 0
+    curves = {"broad": [2.3, 2.0, 2.0, 2.0, 2.3], "sharp": [2.3, 2.15, 2.0, 2.15, 2.3]}
+    tuning, judging, sigma = ["1", "2", "3"], ["4", "5", "6", "7"], 0.05
+    rules = Rules(0.95, 0.05, 0.01, lr_varies=True)
+    differences, naive, false_claims = [], [], 0
     for _ in range(sweeps):
-        seed_effect = rng.normal(0, 0.1, seeds)
-
-        def runs(means: list[float], shared: np.ndarray) -> dict:
-            return {
-                str(r): {str(s): m + shared[s] + rng.normal(0, sigma) for s in range(seeds)}
-                for r, m in enumerate(means)
-            }
-
-        mine, theirs = runs(broad, seed_effect), runs(sharp, seed_effect)
-        c = judge([tuned_tests(mine, theirs)], with_power=False)[0]
+        seed_effect = {s: rng.normal(0, 0.1) for s in tuning + judging}
+        settings = [
+            Setting({"act": name, LR: rate}, [], {s: mean + seed_effect[s] + rng.normal(0, sigma) for s in tuning + judging})
+            for name, curve in curves.items()
+            for rate, mean in enumerate(curve)
+        ]  # fmt: skip
+        broad, sharp = sorted(tuned_settings(settings, ["act"], 0.95, tuning), key=lambda t: t.choices["act"])
+        [c] = judge([row_tests(broad, sharp, rules, judging=True)], with_power=False)
         differences.append(c.difference.mean)
-        false_better += c.verdict.outcome is Outcome.BETTER
-        # The same cross-fitted values under a plain paired t test: too liberal, the jackknife is why.
-        plain = paired_tests(cross_fit(mine).values, cross_fit(theirs).values)
-        loo_t_false_better += plain.p_value <= 0.05 and plain.difference.mean < 0
-        best = [min(np.mean(list(r.values())) for r in side.values()) for side in (mine, theirs)]
+        false_claims += c.verdict.outcome in CLAIMS
+        best = [min(np.mean([v for k, v in t.results.items() if k in tuning]) for t in settings if t.choices["act"] == name)
+                for name in curves]  # fmt: skip
         naive.append(best[0] - best[1])  # the best mean over seeds, chosen on the seeds it is judged on
-    assert abs(np.mean(differences)) < 0.005
-    assert false_better / sweeps <= 0.03
-    assert false_better < loo_t_false_better  # the plain t test on the same values claims more
+    assert abs(np.mean(differences)) < 0.01
+    assert rate_not_above(false_claims, sweeps, 0.05)
     # Choosing on the judged seeds flatters the broad optimum by about 0.85 σ/√3 (the expected best of three
-    # equally good rates): the bias cross-fitting removes.
+    # equally good rates): the bias judging on other seeds removes.
     assert np.mean(naive) < -0.015
 
 

@@ -36,7 +36,7 @@ from tinylm.analysis.report import (
     parse_choices,
 )
 from tinylm.analysis.runs import RunSummary, natural_key, read_runs
-from tinylm.analysis.settings import LR, Setting, chosen_rate
+from tinylm.analysis.settings import LR, Setting
 from tinylm.layout import HYDRA_DIR
 
 ADDED_DIR = "added"
@@ -167,15 +167,12 @@ def next_seeds(runs: Sequence[RunSummary], count: int) -> list[str]:
 
 def runs_of(report: SweepReport, setting: Setting) -> list[Setting]:
     """The settings a family row stands for: itself, or with the learning rate varying, the one at the rate
-    the design's first look chose (before the first look: each of its rates)."""
+    its tuning seeds chose (where its judging seeds run)."""
     key = setting.key(report.family_columns)
     group = [s for s in report.settings if s.key(report.family_columns) == key]  # every seed's result
     if not report.lr_varies:
         return group
-    if report.own_seeds is not None:  # the rate is chosen: new seeds are judged at it
-        rate = chosen_rate(setting.by_rate, report.own_seeds)
-        return [s for s in group if s.choices[LR] == rate]
-    return group
+    return [s for s in group if s.choices[LR] == setting.rate]
 
 
 def round_minutes(report: SweepReport, settings: Sequence[Setting], seeds: int) -> float:

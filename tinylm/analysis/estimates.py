@@ -1,10 +1,9 @@
 """The tests of one comparison (docs/sweeps.md): a mean over seeds with its Student-t interval; a setting
-against a baseline, paired seed by seed, with a test of difference, a test of equivalence within ±δ and
-McNemar's exact test of how often each side diverged; the power its seeds have; and a learning rate chosen on
-other seeds than those it is judged on (cross-fitting), with the jackknife over the whole procedure.
+against a baseline, paired seed by seed, with a test of difference and a test of equivalence within ±δ over
+the seeds both sides trained, and McNemar's exact test of how often each side failed; the power its seeds have.
 
-Lower is better (validation losses); a diverged run counts as +inf. The tests come from scipy and
-statsmodels; a family's verdicts are tinylm/analysis/verdicts.py's.
+Lower is better (validation losses); a failed run (diverged or collapsed) counts as +inf. The tests come from
+scipy and statsmodels; a family's verdicts are tinylm/analysis/verdicts.py's.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import ttost_paired
 
-from tinylm.analysis.outcome import NO_SEEDS, NOT_YET_JUDGED, ONE_SEED, TWO_SEEDS_TUNED, Outcome, Verdict
+from tinylm.analysis.outcome import NO_SEEDS, NOT_YET_JUDGED, ONE_SEED, Outcome, Verdict
 
 MIN_EFFECT = 0.01  # nats/char: δ, the smallest difference worth a claim (report.py --min-effect)
 POWER = 0.8  # the power the "resolves" and "seeds for ±δ" columns are computed at
@@ -68,9 +67,9 @@ def estimate(values: Sequence[float], confidence: float = 0.95) -> Estimate:
 
 
 @dataclass(frozen=True)
-class Divergence:
-    """How many of the `n` seeds both sides ran diverged on each side, and McNemar's exact test of the
-    difference (a binomial test on the seeds where exactly one side diverged)."""
+class Failures:
+    """How many of the `n` seeds both sides ran failed on each side, and McNemar's exact test of the
+    difference (a binomial test on the seeds where exactly one side failed)."""
 
     mine: int
     theirs: int
@@ -106,15 +105,15 @@ class Comparison:
     p_equivalence: float | None = None
     constant: bool = False  # the same difference on every seed: no test needed, none possible
     untested: str | None = None  # why there is no test (one seed, ...)
-    divergence: Divergence | None = None
+    failures: Failures | None = None
     eval_se: float | None = None  # the evaluation set's standard error of `difference.mean`
     p_adjusted: float | None = None
     p_equivalence_adjusted: float | None = None
-    p_divergence_adjusted: float | None = None
+    p_failures_adjusted: float | None = None
     # The family's decisions (`judge`): Holm's step-down at the levels of the look that judged it.
     differs: bool = False
     within_min_effect: bool = False
-    diverges_differently: bool = False
+    fails_differently: bool = False
     power: Power | None = None
     verdict: Verdict = NOT_YET_JUDGED
 
@@ -139,17 +138,17 @@ def paired_tests(
     if not seeds:
         return Comparison(seeds, unmatched, verdict=Verdict(NO_SEEDS, Outcome.NOT_RESOLVED))
     finished = [s for s in seeds if math.isfinite(values[s]) and math.isfinite(baseline[s])]
-    divergence = None
+    failures = None
     if len(finished) < len(seeds):
         mine = sum(not math.isfinite(values[s]) for s in seeds)
         theirs = sum(not math.isfinite(baseline[s]) for s in seeds)
         only_mine = sum(not math.isfinite(values[s]) and math.isfinite(baseline[s]) for s in seeds)
         only_theirs = sum(math.isfinite(values[s]) and not math.isfinite(baseline[s]) for s in seeds)
         both = len(seeds) - len(finished) - only_mine - only_theirs
-        # McNemar's table (rows: mine finished, diverged; columns: theirs); only its discordant cells count.
+        # McNemar's table (rows: mine trained, failed; columns: theirs); only its discordant cells count.
         table = [[len(finished), only_theirs], [only_mine, both]]
-        divergence = Divergence(mine, theirs, len(seeds), float(mcnemar(table, exact=True).pvalue))
-    comparison = Comparison(seeds, unmatched, divergence=divergence)
+        failures = Failures(mine, theirs, len(seeds), float(mcnemar(table, exact=True).pvalue))
+    comparison = Comparison(seeds, unmatched, failures=failures)
     if not finished:
         return comparison
     mine_values = np.array([values[s] for s in finished])
@@ -213,112 +212,3 @@ def seeds_needed(effect_size: float, level: float, power: float = POWER) -> int 
             return None
     n = float(np.asarray(n).reshape(-1)[0])
     return max(2, math.ceil(n)) if math.isfinite(n) else None
-
-
-@dataclass(frozen=True)
-class CrossFit:
-    """A setting at a learning rate chosen on other seeds than each one it is judged on: for every seed, its
-    result at the rate whose mean over the *other* seeds is lowest (leave one seed out)."""
-
-    values: dict[Hashable, float]
-    rates: dict[Hashable, Hashable]  # seed -> the rate chosen for it
-    missing: tuple[Hashable, ...] = ()  # seeds with no run at the rate the other seeds chose
-
-
-def cross_fit(by_rate: Mapping[Hashable, Mapping[Hashable, float]]) -> CrossFit | None:
-    """Leave-one-seed-out tuning over `by_rate` (rate -> seed -> result); None with fewer than two seeds."""
-    seeds = sorted({s for runs in by_rate.values() for s in runs}, key=str)
-    if len(seeds) < 2:
-        return None
-    values, rates, missing = {}, {}, []
-    for seed in seeds:
-        means = {
-            rate: mean_or_inf([v for s, v in runs.items() if s != seed])
-            for rate, runs in by_rate.items()
-            if any(s != seed for s in runs)
-        }
-        rate = min(means, key=lambda r: means[r])
-        if seed in by_rate[rate]:
-            values[seed], rates[seed] = by_rate[rate][seed], rate
-        else:
-            missing.append(seed)
-    return CrossFit(values, rates, tuple(missing))
-
-
-def tuned_tests(
-    mine: Mapping[Hashable, Mapping[Hashable, float]],
-    theirs: Mapping[Hashable, Mapping[Hashable, float]],
-    min_effect: float = MIN_EFFECT,
-    confidence: float = 0.95,
-    window_losses: WindowLosses | None = None,
-) -> Comparison:
-    """Two settings, each at a rate chosen by cross-fitting (rate -> seed -> result), compared over the seeds
-    both have: the mean paired difference of the cross-fitted results, and its standard error from the
-    jackknife over seeds of the whole choose-then-compare procedure. A plain paired t test would be too
-    liberal: a seed that helps choose the others' rates is not independent of their results. The
-    jackknife errs the other way (the Efron-Stein inequality), so the tests keep their level."""
-    common = set(_seeds(mine)) & set(_seeds(theirs))
-    unmatched = tuple(sorted(set(_seeds(mine)) ^ set(_seeds(theirs)), key=str))
-
-    def fitted(keep: set[Hashable]) -> tuple[CrossFit, CrossFit] | None:
-        a, b = cross_fit(_only(mine, keep)), cross_fit(_only(theirs, keep))
-        return (a, b) if a is not None and b is not None else None
-
-    fit = fitted(common)
-    if fit is None:
-        return Comparison(
-            tuple(sorted(common, key=str)), unmatched,
-            verdict=Verdict(NO_SEEDS if not common else ONE_SEED, Outcome.NOT_RESOLVED),
-            untested=None if not common else ONE_SEED,
-        )  # fmt: skip
-    c = replace(
-        paired_tests(fit[0].values, fit[1].values, min_effect, confidence, window_losses), unmatched=unmatched
-    )
-    if c.difference is None or c.constant or c.p_value is None:
-        return c
-    n = c.difference.n
-    if n < 3:
-        return replace(c, p_value=None, p_equivalence=None, untested=TWO_SEEDS_TUNED)
-    leave_one_out = []
-    for seed in sorted(common, key=str):  # a set of strings: its order, and so the sums', varies by process
-        sub = fitted(common - {seed})
-        pairs = (
-            [sub[0].values[s] - sub[1].values[s] for s in sub[0].values if s in sub[1].values] if sub else []
-        )
-        pairs = [d for d in pairs if math.isfinite(d)]
-        if not pairs:
-            return replace(c, p_value=None, p_equivalence=None, untested="too few finished seeds to test")
-        leave_one_out.append(statistics.fmean(pairs))
-    k = len(leave_one_out)
-    se = math.sqrt((k - 1) / k * sum((d - statistics.fmean(leave_one_out)) ** 2 for d in leave_one_out))
-    mean, df = c.difference.mean, n - 1
-    if se <= IDENTICAL:
-        return replace(c, constant=True, p_value=None, p_equivalence=None)
-    low, high = student_t.interval(confidence, df, loc=mean, scale=se)
-    difference = Estimate(mean, n, se * math.sqrt(n), float(low), float(high), confidence)
-    # The t tests from a mean and a jackknife standard error: scipy's take data, not a standard error.
-    p = float(2 * student_t.sf(abs(mean) / se, df))
-    p_equivalence = float(
-        max(student_t.sf((mean + min_effect) / se, df), student_t.cdf((mean - min_effect) / se, df))
-    )
-    return replace(c, difference=difference, p_value=p, p_equivalence=p_equivalence)
-
-
-def _seeds(by_rate: Mapping[Hashable, Mapping[Hashable, float]]) -> list[Hashable]:
-    return sorted({s for runs in by_rate.values() for s in runs}, key=str)
-
-
-def _only(
-    by_rate: Mapping[Hashable, Mapping[Hashable, float]], keep: set[Hashable]
-) -> dict[Hashable, dict[Hashable, float]]:
-    return {rate: {s: v for s, v in runs.items() if s in keep} for rate, runs in by_rate.items()}
-
-
-def best_key(groups: Mapping[Hashable, Sequence[float]]) -> Hashable:
-    """The key whose values have the lowest mean; a group with a diverged (+inf) value never wins unless
-    every group has one."""
-    return min(groups, key=lambda key: mean_or_inf(groups[key]))
-
-
-def mean_or_inf(values: Sequence[float]) -> float:
-    return statistics.fmean(values) if values and all(math.isfinite(v) for v in values) else math.inf

@@ -116,7 +116,7 @@ def judge_added(
     for look in range(1, len(design.looks)):
         at_look = {s.key(columns): s for s in added_family(settings, columns, rules, design, look)}
         looks.append([
-            tests_against(at_look[key], at_look[bases[key]], rules, cross_fitted=False) for key in rows
+            tests_against(at_look[key], at_look[bases[key]], rules, judging=True) for key in rows
         ])  # fmt: skip
     plan = design.added_plan()
     first = first_verdicts(looks, plan, rules.min_effect, rules.alpha)
@@ -141,9 +141,7 @@ def added_family(
     setting's first-look seeds chose)."""
     added = set(design.added_seeds(look))
     if rules.lr_varies:
-        return tuned_settings(
-            settings, columns, rules.confidence, added | set(design.first_seeds), choose_on=design.first_seeds
-        )
+        return tuned_settings(settings, columns, rules.confidence, design.first_seeds, added)
     return [only(s, added) for s in settings]
 
 

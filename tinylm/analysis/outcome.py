@@ -13,9 +13,10 @@ WORSE = "worse"
 UNRESOLVED = "not resolved"
 IDENTICAL_VERDICT = "identical on every seed"
 ONE_SEED = "one seed: no interval"
-DIVERGENCE_OPEN = "the sides diverge unequally"
 NO_SEEDS = "no seeds in common with the baseline"
-TWO_SEEDS_TUNED = "two finished seeds: too few to both choose a rate and test"
+NOT_YET_JUDGED_TUNED = (
+    "not yet judged"  # a tuned row: its sweep's seeds chose its rate, and none is judged at it
+)
 
 
 def equivalent(min_effect: float) -> str:

@@ -13,7 +13,15 @@ from tinylm.analysis.formats import fmt_interval, fmt_number, fmt_p, fmt_wall_ti
 from tinylm.analysis.ladder import Ladder
 from tinylm.analysis.render_sections import added_section, cost_lines
 from tinylm.analysis.report import SweepReport
-from tinylm.analysis.settings import Setting, gain_over_unigram, only, setting_label, varying
+from tinylm.analysis.settings import (
+    CROSS_FITTED,
+    TUNED_THEN_JUDGED,
+    Setting,
+    gain_over_unigram,
+    only,
+    setting_label,
+    varying,
+)
 from tinylm.analysis.verdicts import family_size
 from tinylm.analysis.why import Shared
 from tinylm.overrides import shown
@@ -25,6 +33,7 @@ def _settings_rows(
     baseline: Setting | None,
     gains: str | None = None,
     why: Sequence[Sequence[Shared]] = (),
+    rule: str = TUNED_THEN_JUDGED,
 ) -> list[list]:
     """`gains`: "nats" adds each setting's gain over the unigram level its runs share; "bits" adds its mean
     and that gain in bits/char, for settings on different corpora (their nats are not comparable)."""
@@ -38,7 +47,7 @@ def _settings_rows(
             fmt_number(e.mean if e else None),
             fmt_number(e.sd if e else None),
             fmt_interval(e),
-            s.diverged,
+            s.fails if rule == CROSS_FITTED else fails_cell(s),
             s.without_result,
             "; ".join(f.describe() for f in found) or "—",
             "baseline" if s is baseline else "",
@@ -51,6 +60,12 @@ def _settings_rows(
             if gains == "bits":
                 rows[-1][-5:-5] = [fmt_number(e.mean * scale if finite else None)]
     return rows
+
+
+def fails_cell(s: Setting) -> str:
+    """`1/4 [0.01, 0.81]`: its runs that failed, of those with a result, and the exact interval of the rate."""
+    interval = s.fail_interval
+    return f"{s.fails}/{len(s.results)}" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
 
 
 def gains_in(report: SweepReport) -> str | None:
@@ -123,26 +138,36 @@ def rates_cell(s: Setting) -> str:
     return ", ".join(f"{shown(rate)} ×{n}" for rate, n in sorted(counts.items())) or "—"
 
 
+def tuned_then_judged(report: SweepReport) -> bool:
+    """Rates tuned on the sweep's seeds and judged on others (the rule since 2026-12-04)."""
+    return report.lr_varies and report.rule != CROSS_FITTED
+
+
 def _family_rows(report: SweepReport) -> list[list]:
     rows = []
     base, columns = report.family_baseline, report.shown_family_columns
+    judged_apart = tuned_then_judged(report)
     for s in report.family:
         choices = [shown(s.choices.get(col, "—")) for col in columns]
+        mean = fmt_number(s.estimate.mean if s.estimate else None)
         tuned = (
-            [rates_cell(s), fmt_number(s.estimate.mean if s.estimate else None)] if report.lr_varies else []
+            ([shown(s.rate), ", ".join(s.tuned_on) or "—", mean] if judged_apart else [rates_cell(s), mean])
+            if report.lr_varies
+            else []
         )
         if s is base:
-            judged = len(only(s, report.own_seeds).results)  # the seeds the rows are judged on
+            judged = len(s.results) if judged_apart else len(only(s, report.own_seeds).results)
             rows.append([*choices, *tuned, judged, "baseline", *[""] * 9])
             continue
-        c = s.comparison
+        c = s.answer if judged_apart else s.comparison
         if c is None:
             continue
-        d, pw, dv = c.difference, c.power, c.divergence
+        d, pw, dv = c.difference, c.power, c.failures
         rows.append([
             *choices, *tuned, _seeds_cell(s, c), fmt_number(d.mean if d else None, signed=True),
             fmt_interval(d, signed=True), fmt_p(c.p_adjusted), fmt_p(c.p_equivalence_adjusted), c.verdict,
-            dv.describe() if dv else f"0/{len(c.seeds)} vs 0/{len(c.seeds)}", fmt_number(pw.sd if pw else None),
+            dv.describe() if dv else f"0/{len(c.seeds)} vs 0/{len(c.seeds)}" if c.seeds else "—",
+            fmt_number(pw.sd if pw else None),
             fmt_number(pw.resolvable if pw else None, 3), pw.seeds_for_min_effect if pw else "—",
             fmt_number(c.eval_se, 4) if c.eval_se is not None else "—",
         ])  # fmt: skip
@@ -159,36 +184,71 @@ def _answer_section(report: SweepReport) -> list[str]:
         return []
     named = report.shown_family_columns
     rows = [s for s in report.family if s is not base and s.answer is not None]
-    pct = f"{report.confidence:.0%}"
     lines = ["## Answer", ""]
     for s in rows:
         c = s.answer
-        d = c.difference
-        source = "added " if c is s.added else ""
-        numbers = (
-            f"difference {fmt_number(d.mean, signed=True)} nats/char, {pct} CI {fmt_interval(d, signed=True)}"
-            if d is not None
-            else "no difference measured"
-        )
         lines.append(
-            f"- `{s.label(named)}` against `{base.label(named)}`: **{c.verdict}**; {numbers}, "
-            f"{len(c.seeds)} {source}seed{'s' if len(c.seeds) != 1 else ''}"
+            f"- `{s.label(named)}` against `{base.label(named)}`: " + _answer_words(report, s, base, c)
         )
     added = any(s.added is not None for s in rows)
+    judged_apart = tuned_then_judged(report)
+    both = (
+        ": the sweep's seeds chose the rates and are judged on nothing, so this is the whole procedure's"
+        if judged_apart
+        else " for the sweep's own seeds and α for the added seeds'"
+    )
     lines += [
         "",
         f"Lower is better. Family-wise (Holm): the chance of any false `better`/`worse` among these is at most "
         f"α = {report.alpha:g}"
-        + (" for the sweep's own seeds and α for the added seeds'" if added else "")
+        + (both if added or judged_apart else "")
         + ". The tables and the methods are below.",
     ]
     still_open = [s for s in rows if not s.answer.resolved]
     if still_open:
         lines.append(
             f"Still open: {len(still_open)} of {len(rows)}. `python scripts/add_seeds.py {report.sweep_dir}` adds "
-            "seeds to them in rounds until each is resolved (*What resolving … would take*, below, sizes it)."
+            + (
+                "judging seeds at the chosen rates, in rounds, until each is resolved."
+                if judged_apart
+                else "seeds to them in rounds until each is resolved (*What resolving … would take*, below, sizes it)."
+            )
         )
     return [*lines, ""]
+
+
+def _answer_words(report: SweepReport, s: Setting, base: Setting, c: Comparison) -> str:
+    """One comparison's answer: its verdict, difference, interval and seeds; under the rule since 2026-12-04,
+    over the runs that trained, with how often each side failed, and why it disagrees with the settings table
+    where it does."""
+    pct = f"{report.confidence:.0%}"
+    d = c.difference
+    if report.rule == CROSS_FITTED:
+        source = "added " if c is s.added else ""
+        numbers = (
+            f"difference {fmt_number(d.mean, signed=True)} nats/char, {pct} CI {fmt_interval(d, signed=True)}"
+            if d is not None
+            else "no difference measured"
+        )
+        return f"**{c.verdict}**; {numbers}, {len(c.seeds)} {source}seed{'s' if len(c.seeds) != 1 else ''}"
+    if not c.seeds:
+        return f"**{c.verdict}**: no seed is judged at a rate it chose"
+    seeds = f"{len(c.seeds)} {'judging' if report.lr_varies else 'added' if c is s.added else ''} seeds"
+    seeds = seeds.replace("  ", " ")
+    failures = c.failures.describe() if c.failures else f"0/{len(c.seeds)} vs 0/{len(c.seeds)}"
+    numbers = (
+        f"{fmt_number(d.mean, signed=True)} nats/char when trained, {pct} CI {fmt_interval(d, signed=True)}"
+        if d is not None
+        else "no difference measured"
+    )
+    line = f"**{c.verdict}**; {numbers}, {seeds}; fails {failures}"
+    mine, theirs = s.tuning_mean, base.tuning_mean
+    if d is not None and mine is not None and theirs is not None and (mine - theirs) * d.mean < 0:
+        line += (
+            "; the settings table orders them the other way: its means at the chosen rates are the tuning "
+            "seeds', flattered by having chosen them"
+        )
+    return line
 
 
 def ladder_title(ladder: Ladder) -> str:
@@ -218,7 +278,18 @@ def _family_section(report: SweepReport) -> list[str]:
     pct = f"{report.confidence:.0%}"
     columns, base = report.shown_family_columns, report.family_baseline
     text = []
-    if report.lr_varies:
+    if tuned_then_judged(report):
+        text += [
+            "## Each setting at the rate its tuning seeds chose",
+            "",
+            "Each setting's rate is chosen on its tuning seeds, the sweep's own: of the rates where the fewest of "
+            "them failed, the one with the lowest mean over those that trained (`tuned on`: the seeds). It is "
+            "judged only on other seeds run at that rate, which `scripts/add_seeds.py` adds: no seed both "
+            "chooses a rate and is judged at it, which would flatter a setting whose optimum is broad. `mean`: "
+            "over the judging seeds that trained.",
+            "",
+        ]
+    elif report.lr_varies:
         text += [
             "## Each setting at a cross-fitted learning rate",
             "",
@@ -249,10 +320,15 @@ def _family_section(report: SweepReport) -> list[str]:
         f"of (setting − baseline) over the seeds both finished, with its {pct} interval; < 0 is a lower loss.",
         "",
     ]
-    tuned = ["rates chosen", "mean"] if report.lr_varies else []
+    judged_apart = tuned_then_judged(report)
+    tuned = (
+        (["rate", "tuned on", "mean"] if judged_apart else ["rates chosen", "mean"])
+        if report.lr_varies
+        else []
+    )
     header = [*columns, *tuned, "seeds", "difference", f"{pct} CI", "p (Holm)", "equivalence p (Holm)",
-              "verdict", "diverged", "paired sd", "resolves (80%)", f"seeds for ±{report.min_effect:g}",
-              "eval SE"]  # fmt: skip
+              "verdict", "diverged" if report.rule == CROSS_FITTED else "fails", "paired sd", "resolves (80%)",
+              f"seeds for ±{report.min_effect:g}", "eval SE"]  # fmt: skip
     text += [*md_table(header, _family_rows(report)), ""]
     text += [*_family_notes(report), ""]
     if report.design is not None and len(report.design.looks) > 1:
@@ -261,18 +337,23 @@ def _family_section(report: SweepReport) -> list[str]:
 
 
 def _family_notes(report: SweepReport) -> list[str]:
-    comparisons = [s.comparison for s in report.family if s.comparison is not None]
+    shown_rows = [s.answer if tuned_then_judged(report) else s.comparison for s in report.family]
+    comparisons = [c for c in shown_rows if c is not None]
     tests = family_size(comparisons)
     equivalence = sum(c.p_equivalence is not None for c in comparisons)
     delta = f"{report.min_effect:g}"
+    cross_fitted = report.rule == CROSS_FITTED
     test = (
         "t on the cross-fitted differences, with the standard error of the jackknife over seeds of the whole "
         "choose-then-compare procedure; `paired sd` is √n times it"
-        if report.lr_varies
+        if report.lr_varies and cross_fitted
+        else "paired t over the seeds both sides trained"
+        if not cross_fitted
         else "paired t"
     )
+    failed = "diverged" if cross_fitted else "failed"
     notes = [
-        f"One family: {tests} test{'s' if tests != 1 else ''} of difference ({test}; for diverged seeds, "
+        f"One family: {tests} test{'s' if tests != 1 else ''} of difference ({test}; for {failed} seeds, "
         f"McNemar's exact test), Holm-adjusted so that the chance of any false `better`/`worse` in the table "
         f"is at most α = {report.alpha:g}; {equivalence} test{'s' if equivalence != 1 else ''} of equivalence "
         f"(two one-sided tests within ±δ, δ = {delta} nats/char, `--min-effect`), Holm-adjusted apart. `better, but by "
@@ -297,8 +378,14 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
         f"up to {n_seeds} seed{'s' if n_seeds != 1 else ''} each: the mean over the final evaluation's windows "
         "(every validation window, or up to 4 per window a short run trained on; the runs table says how many), "
         "or the last validation for a run without one. "
-        f"Intervals are {pct} confidence intervals for the mean (Student t over seeds); a diverged run counts "
-        "as the worst result, a failed or unfinished one as none.",
+        f"Intervals are {pct} confidence intervals for the mean (Student t over seeds); "
+        + (
+            "a diverged run counts as the worst result, a failed or unfinished one as none."
+            if report.rule == CROSS_FITTED
+            else "a run that diverged or collapsed fails (docs/sweeps.md): `fails` counts it, with the exact "
+            f"{pct} interval of the rate, and the means are over the runs that trained; a crashed or unfinished "
+            "run has no result."
+        ),
         "",
     ]
     shared = {c: report.runs[0].choices.get(c, "—") for c in report.columns if c not in _run_columns(report)}
@@ -307,14 +394,18 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
         text += ["Shared by every run: " + " ".join(f"`{k}={shown(v)}`" for k, v in shared.items()), ""]
 
     text += ["## Settings", ""]
-    header = ["rank", *cols, "seeds", "mean", "sd", f"{pct} CI", "diverged", "no result", "why", "note"]
+    fails = "diverged" if report.rule == CROSS_FITTED else "fails"
+    header = ["rank", *cols, "seeds", "mean", "sd", f"{pct} CI", fails, "no result", "why", "note"]
     gains = gains_in(report)
     if gains == "bits":
         header[-4:-4] = ["bits/char", "gain over unigram (bits/char)"]
     elif gains == "nats":
         header[-4:-4] = ["gain over unigram"]
     text += [
-        *md_table(header, _settings_rows(report.settings, cols, report.baseline, gains, report.setting_why)),
+        *md_table(
+            header,
+            _settings_rows(report.settings, cols, report.baseline, gains, report.setting_why, report.rule),
+        ),
         "",
         *(_reference_lines(report, cols) if gains else []),
         "`why`: what the runs' curves show, with how many runs showed it and the step it began "

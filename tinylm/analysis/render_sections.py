@@ -10,7 +10,7 @@ from typing import Any
 
 from tinylm.analysis.formats import fmt_duration, fmt_interval, fmt_number, fmt_p, md_table
 from tinylm.analysis.report import DESIGN_FILE, REPORT_PNG, SweepReport
-from tinylm.analysis.settings import setting_label
+from tinylm.analysis.settings import CROSS_FITTED, setting_label
 from tinylm.analysis.sweep_probe import SHOWN
 from tinylm.analysis.why import quantity, why_figure
 from tinylm.overrides import shown
@@ -38,32 +38,49 @@ def added_section(report: SweepReport) -> list[str]:
             c.verdict,
         ])  # fmt: skip
     rate = " at the rate its sweep seeds chose" if report.lr_varies else ""
+    judged_apart = report.lr_varies and report.rule != CROSS_FITTED
+    first_words = (
+        f"The sweep's own {len(first)} seeds ({', '.join(first)}) chose each setting's rate and are judged on "
+        "nothing; the rows above are the seeds added since, at those rates. They are judged by a "
+        "group-sequential "
+        if judged_apart
+        else f"The rows above are judged on the sweep's own {len(first)} seeds ({', '.join(first)}), as its "
+        f"report judged them, and keep those verdicts. The seeds added since to the rows left open (and to the "
+        f"baseline) are a second experiment, judged here on the added seeds alone{rate}: a group-sequential "
+    )
+    over_both = (
+        "The chance of any false `better`/`worse` over the whole procedure is at most α. "
+        if judged_apart
+        else "Each experiment's chance of any false `better`/`worse` is at most α, so a row's answer (the "
+        "sweep's verdict, or where it was open the added seeds') errs with chance at most "
+        f"2α = {2 * report.alpha:g} over both. "
+    )
     return [
         "## Seeds added to the open rows (scripts/add_seeds.py)",
         "",
-        f"The rows above are judged on the sweep's own {len(first)} seeds ({', '.join(first)}), as its report "
-        f"judged them, and keep those verdicts. The seeds added since to the rows left open (and to the "
-        f"baseline) are a second experiment, judged here on the added seeds alone{rate}: a group-sequential "
-        f"design declared before its first added seed ({DESIGN_FILE}), up to {design.horizon} "
-        f"added seeds, α = {report.alpha:g} spent by Lan-DeMets' O'Brien-Fleming-type function with the "
-        f"looks' correlation ({looks}: the level of a test given the whole α; Holm gives the k-th smallest "
+        first_words + f"design declared before its first added seed ({DESIGN_FILE}), up to {design.horizon} "
+        f"added seeds, α = {report.alpha:g} spent by Lan-DeMets' O'Brien-Fleming-type function with "
+        f"boundaries for the looks' t statistics ({looks}: the level of a test given the whole α; Holm gives the k-th smallest "
         "of m p-values the level of α / (m − k + 1) at the same look). A verdict names the "
-        "look that gave it. Each experiment's chance of any false `better`/`worse` is at most α, so a row's "
-        f"answer (the sweep's verdict, or where it was open the added seeds') errs with chance at most "
-        f"2α = {2 * report.alpha:g} over both. Intervals are {pct}, over the added seeds, not adjusted for "
-        "the looks.",
+        "look that gave it. "
+        + over_both
+        + f"Intervals are {pct}, over the added seeds, not adjusted for the looks.",
         "",
-        *md_table(
-            [
-                *columns,
-                "sweep's verdict",
-                "added seeds",
-                "difference",
-                f"{pct} CI",
-                "p",
-                "verdict on added seeds",
-            ],
-            rows,
+        *(
+            []
+            if judged_apart  # the family table above is these seeds' already
+            else md_table(
+                [
+                    *columns,
+                    "sweep's verdict",
+                    "added seeds",
+                    "difference",
+                    f"{pct} CI",
+                    "p",
+                    "verdict on added seeds",
+                ],
+                rows,
+            )
         ),
         "",
     ]

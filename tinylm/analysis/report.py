@@ -5,8 +5,8 @@ the settings that differ only in their seed (settings.py), estimate and test (es
 against its baseline or level by level (verdicts.py, ladder.py), judge a sequential design's added seeds apart
 (extension.py, sequential.py), diagnose each run and explain each setting (diagnosis.py, why.py), size what
 is still open (sizing.py); then the `SweepReport` is built once from those parts, and nothing changes it.
-report.md, report.json and the figures are rendered from it (render.py, report_json.py, plots.py). A diverged
-run counts as a result (+inf, the worst); a failed or unfinished one as none.
+report.md, report.json and the figures are rendered from it (render.py, report_json.py, plots.py). A run that
+diverged or collapsed fails: a result (+inf, the worst) counted apart; a crashed or unfinished one is none.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tinylm.analysis.diagnosis import Finding, diagnose
+from tinylm.analysis.diagnosis import Finding, diagnose, run_failure
 from tinylm.analysis.estimates import MIN_EFFECT
 from tinylm.analysis.extension import Design, baseline_keys, read_design, with_added_seeds
 from tinylm.analysis.ladder import SCALE_KEY, Ladder, judge_ladder
@@ -29,6 +29,7 @@ from tinylm.analysis.runs import (
 )
 from tinylm.analysis.settings import (
     LR,
+    TUNED_THEN_JUDGED,
     Rules,
     Setting,
     group_settings,
@@ -63,7 +64,7 @@ class SweepReport:
     settings: list[Setting]  # ranked by mean
     setting_columns: list[str]  # the columns that tell settings apart (all but seed)
     baseline: Setting | None  # among `settings`, when the learning rate does not vary
-    tuned: list[Setting] = field(default_factory=list)  # each setting at cross-fitted rates (lr varies)
+    tuned: list[Setting] = field(default_factory=list)  # each setting at its tuned rate (lr varies)
     tuned_baseline: Setting | None = None
     confidence: float = 0.95
     alpha: float = ALPHA
@@ -83,6 +84,7 @@ class SweepReport:
     )  # each setting that lost or failed, and what its runs show
     sizing: Sizing | None = None  # what resolving the open rows would take
     probe: list[dict[str, Any]] = field(default_factory=list)  # the depth probe at each of the runs' shapes
+    rule: str = TUNED_THEN_JUDGED  # how rates were tuned and failures counted (settings.CROSS_FITTED: before)
 
     @property
     def lr_varies(self) -> bool:
@@ -200,9 +202,11 @@ def build_report(
         design.min_effect if design else (MIN_EFFECT if min_effect is None else min_effect), lr_varies,
     )  # fmt: skip
     own_seeds = design.first_seeds if design is not None and design.looks else None
-    settings = group_settings(runs, setting_columns, confidence)
-    # Each setting tuned on the sweep's own seeds (a sequential design's added seeds are judged apart).
-    family = tuned_settings(settings, family_columns, confidence, seeds=own_seeds) if lr_varies else settings
+    findings = {run.path: diagnose(run, run.reference) for run in runs}
+    failed = {path for path, found in findings.items() if run_failure(found) is not None}
+    settings = group_settings(runs, setting_columns, confidence, failed)
+    # Each setting's rate chosen on the sweep's own seeds, judged on the seeds added since (none before).
+    family = tuned_settings(settings, family_columns, confidence, own_seeds) if lr_varies else settings
     base, judged_ladder = None, None
     if wanted is not None:
         family, base, judged_ladder = judge_family(
@@ -213,7 +217,6 @@ def build_report(
             family, judged_ladder = with_added_seeds(
                 family, base, judged_ladder, settings, family_columns, rules, design
             )
-    findings = {run.path: diagnose(run, run.reference) for run in runs}
     baselines = [rung.baseline for rung in judged_ladder.rungs] if judged_ladder else [base] if base else []
     explained = (family, family_columns) if len(family) > 1 else (settings, setting_columns)
     horizon = design.horizon if design is not None else None
@@ -225,7 +228,7 @@ def build_report(
         setting_why=[tuple(shared(s.runs, findings)) for s in (settings if lr_varies else family)],
         why=why_rows(*explained, findings, baselines),
         sizing=None if judged_ladder else size_open_rows(
-            family, base, family_columns, rules.min_effect, lr_varies, horizon
+            family, base, family_columns, rules.min_effect, False, horizon, rules.alpha
         ),
         probe=probe_rows(runs) if probe else [],
     )  # fmt: skip

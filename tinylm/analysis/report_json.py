@@ -2,7 +2,8 @@
 rebuilds the report from it alone (`python scripts/report.py --from-json PATH/report.json`), so that the same
 renderer writes the same report.md. Non-finite floats are the strings "inf"/"nan" (JSON has no such numbers).
 
-A report.json written before `format` 2 lacks what it can be derived from: which runs make each setting (their
+A report.json written before `format` 3 was judged by the rule before (`settings.CROSS_FITTED`), and is read
+as such. One written before `format` 2 lacks what it can be derived from: which runs make each setting (their
 choices), each level of a ladder (the family's settings by level; its baseline is the row with no comparison),
 the *Why* rows (the runs' stored findings and the verdicts) and the depth probe's rows (recomputed from the
 runs' model sections: torch, seconds). Reading such a file derives them the way `build_report` does.
@@ -15,21 +16,21 @@ from pathlib import Path
 from typing import Any
 
 from tinylm.analysis.diagnosis import Finding
-from tinylm.analysis.estimates import Comparison, Divergence, Estimate, Power
+from tinylm.analysis.estimates import Comparison, Estimate, Failures, Power
 from tinylm.analysis.extension import design_from
 from tinylm.analysis.ladder import Ladder, Rung, Trend, TrendWord, ladder_levels
 from tinylm.analysis.ladder import trends as judge_trends
 from tinylm.analysis.outcome import Outcome, Verdict
 from tinylm.analysis.report import SweepReport, run_columns
 from tinylm.analysis.runs import RunSummary, natural_key
-from tinylm.analysis.settings import LR, Setting
+from tinylm.analysis.settings import CROSS_FITTED, LR, Setting
 from tinylm.analysis.sizing import RowSize, Sizing, size_open_rows
 from tinylm.analysis.sweep_probe import probe_rows
 from tinylm.analysis.why import Shared, WhyRow, shared, why_rows
 from tinylm.files import plain
 from tinylm.overrides import typed_choice as _typed
 
-FORMAT = 2
+FORMAT = 3  # 3: `rule`, and each tuned setting's rate, tuned_on and judged_on; 2: everything report.md shows
 # Too long for report.json, and read only by the figures: a report rebuilt from it draws none of them.
 _CURVES = ("val_curve", "train_curve", "curve", "health", "window_losses")
 
@@ -40,6 +41,7 @@ def to_json(report: SweepReport) -> dict[str, Any]:
     return plain(
         {
             "format": FORMAT,
+            "rule": report.rule,
             "sweep_dir": report.sweep_dir,
             "confidence": report.confidence,
             "alpha": report.alpha,
@@ -109,8 +111,12 @@ def _setting(s: Setting) -> dict[str, Any]:
         "runs": [run.name for run in s.runs],
         "results": dict(sorted(s.results.items(), key=lambda kv: natural_key(kv[0]))),
         "final_val_loss": s.estimate,
-        "diverged": s.diverged,
+        "fails": s.fails,
+        "fail_interval": s.fail_interval,
         "without_result": s.without_result,
+        "rate": s.rate,
+        "tuned_on": s.tuned_on,
+        "judged_on": s.judged_on,
         "rates": s.rates,
         "by_rate": s.by_rate,
         "missing": s.missing,
@@ -123,9 +129,9 @@ def _comparison(c: Comparison) -> dict[str, Any]:
     return {
         "seeds": list(c.seeds), "unmatched": list(c.unmatched), "difference": c.difference, "p": c.p_value,
         "p_holm": c.p_adjusted, "p_equivalence": c.p_equivalence, "p_equivalence_holm": c.p_equivalence_adjusted,
-        "divergence": c.divergence, "p_divergence_holm": c.p_divergence_adjusted, "power": c.power,
+        "failures": c.failures, "p_failures_holm": c.p_failures_adjusted, "power": c.power,
         "eval_se": c.eval_se, "constant": c.constant, "untested": c.untested, "differs": c.differs,
-        "within_min_effect": c.within_min_effect, "diverges_differently": c.diverges_differently,
+        "within_min_effect": c.within_min_effect, "fails_differently": c.fails_differently,
         "verdict": c.verdict, "outcome": c.verdict.outcome,
     }  # fmt: skip
 
@@ -135,7 +141,7 @@ def from_json(data: Mapping[str, Any]) -> SweepReport:
     runs = [_run(r) for r in data["runs"]]
     by_name = {run.name: run for run in runs}
     in_job_order = sorted(runs, key=lambda run: natural_key(str(run.path)))  # as the sweep's runs were read
-    derived = data.get("format") != FORMAT
+    derived = int(data.get("format", 1)) < 2
     columns, common = run_columns(runs) if derived else (list(data["columns"]), _choices(data["common"]))
     setting_columns = list(data["setting_columns"])
     tuned_columns = [c for c in setting_columns if c != LR]
@@ -169,6 +175,7 @@ def from_json(data: Mapping[str, Any]) -> SweepReport:
         baseline_source=data.get("baseline_source"),
         design=design_from(data["design"]) if data.get("design") else None,
         reference=_levels(data.get("reference_levels")), axis=axis, ladder=ladder, findings=findings,
+        rule=str(data.get("rule", CROSS_FITTED)),
     )  # fmt: skip
     if derived:
         explained = (family, family_columns) if len(family) > 1 else (settings, setting_columns)
@@ -176,7 +183,8 @@ def from_json(data: Mapping[str, Any]) -> SweepReport:
         design = report.design
         horizon = design.horizon if design is not None else None
         sizing = None if ladder else size_open_rows(
-            family, report.family_baseline, family_columns, report.min_effect, report.lr_varies, horizon
+            family, report.family_baseline, family_columns, report.min_effect, report.lr_varies, horizon,
+            report.alpha,
         )  # fmt: skip
         return SweepReport(
             **{
@@ -247,15 +255,17 @@ def _verdict(text: str, outcome: str) -> Verdict:
 def _comparison_from(data: Mapping[str, Any] | None) -> Comparison | None:
     if data is None:
         return None
-    divergence, power = data.get("divergence"), data.get("power")
+    # Before format 3 the failures were the diverged runs, under the keys that named them.
+    failures, power = data.get("failures", data.get("divergence")), data.get("power")
     return Comparison(
         tuple(data["seeds"]), tuple(data.get("unmatched") or ()), _estimate(data.get("difference")),
         _number(data.get("p")), _number(data.get("p_equivalence")), bool(data.get("constant", False)),
         data.get("untested"),
-        Divergence(**{**divergence, "p_value": float(divergence["p_value"])}) if divergence else None,
+        Failures(**{**failures, "p_value": float(failures["p_value"])}) if failures else None,
         _number(data.get("eval_se")), _number(data.get("p_holm")), _number(data.get("p_equivalence_holm")),
-        _number(data.get("p_divergence_holm")), bool(data.get("differs", False)),
-        bool(data.get("within_min_effect", False)), bool(data.get("diverges_differently", False)),
+        _number(data.get("p_failures_holm", data.get("p_divergence_holm"))), bool(data.get("differs", False)),
+        bool(data.get("within_min_effect", False)),
+        bool(data.get("fails_differently", data.get("diverges_differently", False))),
         Power(float(power["sd"]), float(power["level"]), _number(power.get("resolvable")),
               power.get("seeds_for_min_effect")) if power else None,
         _verdict(data["verdict"], data["outcome"]),
@@ -272,6 +282,7 @@ def _setting_from(
     return Setting(
         choices, members, {k: float(v) for k, v in row["results"].items()}, {}, _estimate(row["final_val_loss"]),
         _comparison_from(row.get("vs_baseline")), rates={k: _typed(v) for k, v in (row.get("rates") or {}).items()},
+        rate=_typed(row["rate"]) if row.get("rate") is not None else None, tuned_on=tuple(row.get("tuned_on") or ()),
         by_rate=by_rate, missing=tuple(row.get("missing") or ()), added=_comparison_from(row.get("added_seeds_vs_baseline")),
     )  # fmt: skip
 

@@ -1,44 +1,51 @@
 """Settings and families: the runs that differ only in their seed, grouped and estimated, and a family of them
 compared with one baseline (docs/sweeps.md). Each is built once, with its results: judging a family returns
-new settings that carry their comparisons, and changes none."""
+new settings that carry their comparisons, and changes none.
+
+A run that diverged or collapsed (`diagnosis.run_failure`) fails: its result is +inf, the worst, so that it is
+counted apart from the losses of the runs that trained (`Setting.fails`); an estimate is over those."""
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
-from tinylm.analysis.estimates import (
-    Comparison,
-    Estimate,
-    cross_fit,
-    estimate,
-    mean_or_inf,
-    paired_tests,
-    tuned_tests,
-)
-from tinylm.analysis.runs import ReportError, RunSummary, runs_frame, shared_reference
+from scipy.stats import binomtest
+
+from tinylm.analysis.estimates import Comparison, Estimate, estimate, paired_tests
+from tinylm.analysis.outcome import NOT_YET_JUDGED_TUNED, Outcome, Verdict
+from tinylm.analysis.runs import ReportError, RunSummary, natural_key, runs_frame, shared_reference
 from tinylm.analysis.verdicts import judge
 from tinylm.overrides import shown
 
 LR = "optim.lr"
+# How a report tuned rates and what it counted as a failure. Reports built before 2026-12-04 (report.json
+# format 2 and earlier) took each seed at the rate the others chose (cross-fitting) and counted only diverged
+# runs apart; they are read, and rendered, as they were judged.
+CROSS_FITTED = "cross-fitted"
+TUNED_THEN_JUDGED = "tuned then judged"
 
 
 @dataclass(frozen=True)
 class Setting:
-    """The runs that differ only in their seed; in the tuned table, the runs of every learning rate, each
-    seed's result taken at the rate the other seeds chose (`rates`)."""
+    """The runs that differ only in their seed; in the tuned table, the runs of every learning rate, judged at
+    the `rate` chosen on its `tuned_on` seeds, on the other seeds run at that rate (`results`)."""
 
     choices: dict[str, Any]
     runs: list[RunSummary]
-    results: dict[str, float] = field(default_factory=dict)  # seed -> final val loss (+inf: diverged)
+    results: dict[str, float] = field(default_factory=dict)  # seed -> final val loss (+inf: failed)
     windows: dict[str, list[float]] = field(default_factory=dict)  # seed -> final per-window losses
-    estimate: Estimate | None = None
+    estimate: Estimate | None = None  # over the runs that trained (finite results)
     comparison: Comparison | None = None
-    rates: dict[str, float] = field(default_factory=dict)  # tuned: seed -> the rate chosen on the other seeds
+    rate: Any = None  # tuned: the rate chosen on `tuned_on`
+    tuned_on: tuple[str, ...] = ()  # tuned: the seeds that chose the rate, none of them judged
+    rates: dict[str, float] = field(default_factory=dict)  # tuned: seed -> the rate it is judged at
     by_rate: dict[float, dict[str, float]] = field(default_factory=dict)  # tuned: rate -> seed -> result
-    missing: tuple[str, ...] = ()  # tuned: seeds with no run at the rate the other seeds chose
+    missing: tuple[str, ...] = ()  # cross-fitted: seeds with no run at the rate the other seeds chose
     # A sequential extension's comparison (scripts/add_seeds.py): over the seeds added after the first look
     # only, with the verdict of the first look that resolved it.
     added: Comparison | None = None
@@ -51,8 +58,29 @@ class Setting:
         return self.comparison
 
     @property
-    def diverged(self) -> int:
+    def fails(self) -> int:
+        """Its runs that failed (diverged or collapsed; under the cross-fitted rule, diverged only)."""
         return sum(not math.isfinite(v) for v in self.results.values())
+
+    @property
+    def fail_interval(self) -> tuple[float, float] | None:
+        """The exact (Clopper-Pearson) 95% interval of the rate at which its runs fail; None without results."""
+        if not self.results:
+            return None
+        ci = binomtest(self.fails, len(self.results)).proportion_ci(0.95, method="exact")
+        return float(ci.low), float(ci.high)
+
+    @property
+    def tuning_mean(self) -> float | None:
+        """Tuned: the mean at its rate over the tuning seeds that trained (what the settings table ranks)."""
+        values = [v for seed, v in self.by_rate.get(self.rate, {}).items() if seed in self.tuned_on]
+        finite = [v for v in values if math.isfinite(v)]
+        return statistics.fmean(finite) if finite else None
+
+    @property
+    def judged_on(self) -> tuple[str, ...]:
+        """The seeds its results, and so its comparison, come from."""
+        return tuple(self.results)
 
     @property
     def reference(self) -> dict[str, float] | None:
@@ -89,7 +117,7 @@ def varying(columns: Sequence[str], choices: Sequence[dict[str, Any]]) -> list[s
 @dataclass(frozen=True)
 class Rules:
     """How a family is judged: the interval's confidence, the family-wise α, the equivalence margin δ, and
-    whether the rate varies (then each setting is compared at cross-fitted rates)."""
+    whether the rate varies (then each setting is judged at the rate its tuning seeds chose, on other seeds)."""
 
     confidence: float
     alpha: float
@@ -97,70 +125,85 @@ class Rules:
     lr_varies: bool
 
 
-def group_settings(runs: Sequence[RunSummary], columns: Sequence[str], confidence: float) -> list[Setting]:
-    """Runs grouped by every column but the seed, ranked by their mean result (settings without one last)."""
+def group_settings(
+    runs: Sequence[RunSummary], columns: Sequence[str], confidence: float, failed: Collection[Path] = ()
+) -> list[Setting]:
+    """Runs grouped by every column but the seed, ranked by their mean result (settings without one last);
+    the runs at `failed` (paths) and those that diverged count as failures (+inf)."""
     settings = []
     for key, rows in runs_frame(runs, columns).groupby(list(columns), sort=False, dropna=False):
         members = [runs[i] for i in rows.index]
         finished = [run for run in members if run.result is not None]
-        results = {run.seed: run.result for run in finished}
+        results = {run.seed: math.inf if run.path in failed else run.result for run in finished}
         windows = {run.seed: run.window_losses for run in finished if run.window_losses}
-        fit = estimate(list(results.values()), confidence) if results else None
-        settings.append(Setting(dict(zip(columns, key, strict=True)), members, results, windows, fit))
-    return sorted(settings, key=by_mean)
+        settings.append(
+            Setting(
+                dict(zip(columns, key, strict=True)), members, results, windows, trained(results, confidence)
+            )
+        )
+    return sorted(settings, key=ranking)
+
+
+def trained(results: dict[str, float], confidence: float) -> Estimate | None:
+    """The estimate over the runs that trained (None when none did)."""
+    values = [v for v in results.values() if math.isfinite(v)]
+    return estimate(values, confidence) if values else None
 
 
 def tuned_settings(
     settings: Sequence[Setting],
     columns: Sequence[str],
     confidence: float,
-    seeds: Collection[str] | None = None,
-    choose_on: Collection[str] | None = None,
+    tuned_on: Collection[str] | None = None,
+    judged_on: Collection[str] | None = None,
 ) -> list[Setting]:
-    """Each group of settings that differ only in their learning rate, at a rate chosen on other seeds than
-    those judged: by cross-fitting (every seed at the rate with the lowest mean over the group's other
-    seeds), or, with `choose_on` (a sequential design's first look), at the rate those seeds chose, judged
-    on the seeds added since. `seeds`: only these."""
+    """Each group of settings that differ only in their learning rate, at the rate its tuning seeds chose
+    (`chosen_rate`), judged on the other seeds run at that rate only: no seed both chooses and is judged.
+    `tuned_on`: the tuning seeds (None: every seed the group has, a sweep before any judging seed is added);
+    `judged_on`: only these of the others."""
     tuned = []
     for key, group in groups_of(settings, columns).items():
-        by_rate = {
-            s.choices[LR]: {seed: v for seed, v in s.results.items() if seeds is None or seed in seeds}
-            for s in group
+        by_rate = {s.choices[LR]: dict(s.results) for s in group}
+        seen = {seed for results in by_rate.values() for seed in results}
+        tuning = seen if tuned_on is None else seen & set(tuned_on)
+        rate = chosen_rate(by_rate, tuning)
+        results = {
+            seed: v
+            for seed, v in by_rate.get(rate, {}).items()
+            if seed not in tuning and (judged_on is None or seed in judged_on)
         }
-        results: dict[str, float] = {}
-        rates: dict[str, Any] = {}
-        missing: tuple[str, ...] = ()
-        if choose_on is not None:
-            rate = chosen_rate(by_rate, choose_on)
-            results = {seed: v for seed, v in by_rate[rate].items() if seed not in choose_on}
-            rates = dict.fromkeys(results, rate)
-        else:
-            fit = cross_fit(by_rate)
-            if fit is not None:
-                results = {str(seed): v for seed, v in fit.values.items()}
-                rates = {str(seed): rate for seed, rate in fit.rates.items()}
-                missing = tuple(str(seed) for seed in fit.missing)
-        at_rate = {s.choices[LR]: s for s in group}
-        windows = {
-            seed: at_rate[rate].windows[seed] for seed, rate in rates.items() if seed in at_rate[rate].windows
-        }
+        chosen = next((s for s in group if s.choices[LR] == rate), group[0])
         tuned.append(
             Setting(
-                dict(zip(columns, key, strict=True)), [run for s in group for run in s.runs], results, windows,
-                estimate(list(results.values()), confidence) if results else None, rates=rates,
-                by_rate={rate: dict(runs) for rate, runs in by_rate.items()}, missing=missing,
+                dict(zip(columns, key, strict=True)), [run for s in group for run in s.runs], results,
+                {seed: chosen.windows[seed] for seed in results if seed in chosen.windows},
+                trained(results, confidence), rate=rate, tuned_on=tuple(sorted(tuning, key=natural_key)),
+                rates=dict.fromkeys(results, rate), by_rate=by_rate,
             )
         )  # fmt: skip
-    return sorted(tuned, key=by_mean)
+    return sorted(tuned, key=ranking)
 
 
-def chosen_rate(by_rate: dict[float, dict[str, float]], choose_on: Collection[str]) -> float:
-    """The rate with the lowest mean over the `choose_on` seeds (one that diverged on any never wins)."""
-    return min(by_rate, key=lambda rate: mean_or_inf([v for s, v in by_rate[rate].items() if s in choose_on]))
+def chosen_rate(by_rate: dict[Any, dict[str, float]], tuning: Collection[str]) -> Any:
+    """The rate the `tuning` seeds choose: of the rates where the fewest of them failed (docs/sweeps.md: a
+    rate at the edge of stability is not chosen while another has fewer failures), the one with the lowest
+    mean over those that trained; None without a tuning seed."""
+
+    def rank(rate: Any) -> tuple[int, float]:
+        values = [v for seed, v in by_rate[rate].items() if seed in tuning]
+        finite = [v for v in values if math.isfinite(v)]
+        return len(values) - len(finite), statistics.fmean(finite) if finite else math.inf
+
+    candidates = [rate for rate in by_rate if any(seed in tuning for seed in by_rate[rate])]
+    return min(candidates, key=rank) if candidates else None
 
 
-def by_mean(setting: Setting) -> float:
-    return setting.estimate.mean if setting.estimate and not math.isnan(setting.estimate.mean) else math.inf
+def ranking(setting: Setting) -> tuple[float, float]:
+    """Ranked as rates are chosen: the share of its runs that failed first, then the mean of those that trained."""
+    share = setting.fails / len(setting.results) if setting.results else 0.0
+    return share, setting.estimate.mean if setting.estimate and not math.isnan(
+        setting.estimate.mean
+    ) else math.inf
 
 
 def groups_of(settings: Sequence[Setting], columns: Sequence[str]) -> dict[tuple[Any, ...], list[Setting]]:
@@ -184,7 +227,7 @@ def pick_baseline(settings: Sequence[Setting], wanted: dict[str, Any], columns: 
         raise ReportError(
             f"the baseline {described} matches {len(matching)} settings; name its {', '.join(unnamed)} too"
         )
-    if not matching or not matching[0].results:
+    if not matching or not (matching[0].results or any(matching[0].by_rate.values())):  # tuned: any rate's
         raise ReportError(f"the baseline {described} matches no setting with a result in this sweep")
     return matching[0]
 
@@ -207,20 +250,29 @@ def judge_families(
 
 
 def only(setting: Setting, seeds: Collection[str] | None) -> Setting:
-    """`setting` with the results of `seeds` only (the tuned ones are already cut to them)."""
-    if seeds is None or setting.by_rate:
+    """`setting` with the results of `seeds` only."""
+    if seeds is None:
         return setting
+    results = {k: v for k, v in setting.results.items() if k in seeds}
     return replace(
         setting,
-        results={k: v for k, v in setting.results.items() if k in seeds},
+        results=results,
         windows={k: v for k, v in setting.windows.items() if k in seeds},
+        rates={k: v for k, v in setting.rates.items() if k in seeds},
+        estimate=trained(results, setting.estimate.confidence if setting.estimate else 0.95),
     )
 
 
-def tests_against(setting: Setting, base: Setting, rules: Rules, cross_fitted: bool = True) -> Comparison:
-    """The tests of one row: paired over seeds, or, when the rate varies, between cross-fitted settings (the
-    seeds added to a sequential design are judged at the rate the first look chose, plainly paired)."""
+def tests_against(setting: Setting, base: Setting, rules: Rules, judging: bool = False) -> Comparison:
+    """The tests of one row, paired over seeds. When the rate varies, the sweep's own seeds chose it and are
+    judged on nothing (`not_yet_judged`); `judging`: the seeds added since, at the rates those chose."""
+    if rules.lr_varies and not judging:
+        return not_yet_judged(setting, base)
     windows = (setting.windows, base.windows)
-    if rules.lr_varies and cross_fitted:
-        return tuned_tests(setting.by_rate, base.by_rate, rules.min_effect, rules.confidence, windows)
     return paired_tests(setting.results, base.results, rules.min_effect, rules.confidence, windows)
+
+
+def not_yet_judged(setting: Setting, base: Setting) -> Comparison:
+    """A tuned row before any judging seed: its rate, and its baseline's, chosen on the sweep's seeds."""
+    chosen = f"{shown(setting.rate)} against {shown(base.rate)}, chosen on seed{'s' if len(setting.tuned_on) != 1 else ''} {', '.join(setting.tuned_on)}"
+    return Comparison((), verdict=Verdict(f"{NOT_YET_JUDGED_TUNED} (rates {chosen})", Outcome.NOT_RESOLVED))

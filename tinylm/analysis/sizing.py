@@ -49,9 +49,17 @@ def size_open_rows(
     min_effect: float,
     every_rate: bool,
     horizon: int | None,
+    alpha: float,
 ) -> Sizing | None:
-    """`horizon`: the most added seeds of the report's sequential design (None without one)."""
-    open_rows = [s for s in family if s is not baseline and s.answer is not None and not s.answer.resolved]
+    """`horizon`: the most added seeds of the report's sequential design (None without one); `every_rate`:
+    each new seed is run at every rate (cross-fitting), else once; a row judged only on added seeds is sized
+    at α / the open rows."""
+    # A tuned row not yet judged has no spread to size it by: its first judging seeds give one.
+    open_rows = [
+        s
+        for s in family
+        if s is not baseline and s.answer is not None and not s.answer.resolved and s.answer.seeds
+    ]
     if not open_rows or baseline is None:
         return None
     rows, baseline_more = [], 0
@@ -61,10 +69,11 @@ def size_open_rows(
         # The added seeds are an experiment of their own: sized on their spread once they have one.
         measured = s.added.difference if added and s.added.difference is not None else c.difference
         sd = measured.sd if measured is not None and measured.sd else (c.power.sd if c.power else None)
-        if sd is None or measured is None or c.power is None:
+        if sd is None or measured is None:
             rows.append(RowSize(design, None, 0, 0, 0, 0.0, added, horizon))
             continue
-        needed = seeds_needed(max(abs(measured.mean), min_effect) / sd, c.power.level)
+        level = c.power.level if c.power else alpha / len(open_rows)
+        needed = seeds_needed(max(abs(measured.mean), min_effect) / sd, level)
         if needed is None:
             continue
         has = len(s.added.seeds) if added else len(c.seeds)
@@ -72,17 +81,17 @@ def size_open_rows(
         if added and horizon is not None:  # the design stops at its horizon, resolved or not
             more = min(more, max(0, horizon - has))
         baseline_more = max(baseline_more, more)
-        runs, seconds = run_cost(s, more)
+        runs, seconds = run_cost(s, more, every_rate)
         rows.append(RowSize(design, needed, has, more, runs, seconds, added, horizon))
-    runs, seconds = run_cost(baseline, baseline_more)
+    runs, seconds = run_cost(baseline, baseline_more, every_rate)
     total_runs = runs + sum(row.runs for row in rows)
     total_seconds = seconds + sum(row.seconds for row in rows)
     return Sizing(tuple(rows), total_runs, total_seconds, every_rate, len(open_rows))
 
 
-def run_cost(s: Setting, seeds: int) -> tuple[int, float]:
-    """The runs `seeds` more seeds of `s` take (one per rate it was run at), and their run time at its runs'
-    median wall time."""
+def run_cost(s: Setting, seeds: int, every_rate: bool) -> tuple[int, float]:
+    """The runs `seeds` more seeds of `s` take (`every_rate`: one per rate it was run at), and their run time
+    at its runs' median wall time."""
     times = [run.wall_time_s for run in s.runs if run.wall_time_s is not None]
-    runs = seeds * max(1, len({run.choices.get(LR) for run in s.runs}))
+    runs = seeds * (max(1, len({run.choices.get(LR) for run in s.runs})) if every_rate else 1)
     return runs, runs * (statistics.median(times) if times else 0.0)

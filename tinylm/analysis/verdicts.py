@@ -1,9 +1,9 @@
 """A family's verdicts (docs/sweeps.md): a table of comparisons is one family, its tests of difference (the
-loss tests and the divergence tests) and its tests of equivalence each Holm-adjusted so that the family-wise
+loss tests and the failure tests) and its tests of equivalence each Holm-adjusted so that the family-wise
 error stays at α; each row's verdict follows from the family's decisions.
 
-A comparison whose sides diverge on unequal numbers of seeds is resolved only once that difference is (never
-`better` for the side that diverges more, whatever its finished seeds reach).
+The losses are compared over the seeds both sides trained; how often each side failed (diverged or collapsed)
+is tested apart, in the same family, and said beside them.
 """
 
 from __future__ import annotations
@@ -23,12 +23,9 @@ from tinylm.analysis.estimates import (
     power,
 )
 from tinylm.analysis.outcome import (
-    BETTER,
-    DIVERGENCE_OPEN,
     IDENTICAL_VERDICT,
     ONE_SEED,
     UNRESOLVED,
-    WORSE,
     Outcome,
     Verdict,
     equivalent,
@@ -57,7 +54,7 @@ def judge(
     with_power: bool = True,
 ) -> list[Comparison]:
     """Verdicts for one table, a family: Holm's step-down over its tests of difference (the loss tests and the
-    divergence tests), and separately over its tests of equivalence. A fixed design compares the k-th
+    failure tests), and separately over its tests of equivalence. A fixed design compares the k-th
     smallest p-value of m with α / (m - k + 1); a look of a sequential design with `level` of that share of α,
     the level its boundary gives (`sequential.Look.level`). The power of each row is computed at α / the
     number of tests of difference (`with_power=False` skips it: it is slow)."""
@@ -81,10 +78,10 @@ def judge(
             c,
             p_adjusted=adjusted.get((i, "loss")),
             p_equivalence_adjusted=adjusted_eq.get(i),
-            p_divergence_adjusted=adjusted.get((i, "divergence")),
+            p_failures_adjusted=adjusted.get((i, "failures")),
             differs=(i, "loss") in rejected,
             within_min_effect=i in rejected_eq,
-            diverges_differently=(i, "divergence") in rejected,
+            fails_differently=(i, "failures") in rejected,
         )
         if with_power:
             c = replace(c, power=power(c, min_effect, alpha / size))
@@ -93,11 +90,9 @@ def judge(
 
 
 def tests_of_difference(comparisons: Sequence[Comparison]) -> list[tuple[int, str, float]]:
-    """A family's tests of difference, Holm-adjusted together: each row's loss test and divergence test."""
+    """A family's tests of difference, Holm-adjusted together: each row's loss test and failure test."""
     family = [(i, "loss", c.p_value) for i, c in enumerate(comparisons) if c.p_value is not None]
-    return family + [
-        (i, "divergence", c.divergence.p_value) for i, c in enumerate(comparisons) if c.divergence
-    ]
+    return family + [(i, "failures", c.failures.p_value) for i, c in enumerate(comparisons) if c.failures]
 
 
 def family_size(comparisons: Sequence[Comparison]) -> int:
@@ -139,27 +134,35 @@ def _holm(p_values: Sequence[float], alpha: float) -> tuple[list[bool], list[flo
 
 
 def verdict(c: Comparison, min_effect: float) -> Verdict:
-    """The words of a judged comparison: the family's decisions and the comparison's own tests."""
+    """The words of a judged comparison: the family's decisions and the comparison's own tests. The losses are
+    judged over the seeds both sides trained; how often each side failed is a finding of its own, said
+    beside them, and the verdict where the losses leave the row open."""
     if not c.seeds:
         return c.verdict
+    failures = c.failures
+    losses = loss_verdict(c, min_effect, "")
+    if failures is None:
+        return losses
+    trained = " when trained" if losses.outcome.resolved else ""
+    if c.fails_differently:
+        found = Outcome.WORSE if failures.mine > failures.theirs else Outcome.BETTER
+        words = f"fails {'more' if found is Outcome.WORSE else 'less'} often, {failures.describe()}"
+        if losses.outcome.resolved:
+            return Verdict(f"{losses}{trained}; {words}", losses.outcome)
+        return Verdict(f"{found}: {words}", found)
+    return Verdict(f"{losses}{trained}; fails {failures.describe()}", losses.outcome)
+
+
+def loss_verdict(c: Comparison, min_effect: float, note: str) -> Verdict:
+    """The verdict on the losses of the seeds both sides trained, `note` after its words."""
     d = c.difference
-    divergence = c.divergence
     better, worse, open_ = Outcome.BETTER, Outcome.WORSE, Outcome.NOT_RESOLVED
-    if divergence is not None and c.diverges_differently:
-        if divergence.mine > divergence.theirs:
-            return Verdict(f"{WORSE}: diverges more often", worse)
-        return Verdict(f"{BETTER}: diverges less often", better)
-    note = f"; diverged {divergence.describe()}" if divergence else ""
     if d is None and c.untested:
         return Verdict(c.untested + note, open_)
     if d is None:
-        return Verdict(f"{UNRESOLVED}: every seed diverged on one side or both{note}", open_)
+        return Verdict(f"{UNRESOLVED}: every seed failed on one side or both{note}", open_)
     if c.p_adjusted is None and not c.constant:
         return Verdict((c.untested or ONE_SEED) + note, open_)
-    if divergence is not None and divergence.mine != divergence.theirs:
-        # A diverged run is the worst result: while how often each side diverges is open, the finished seeds'
-        # losses cannot settle the comparison (a setting that diverges more is never `better`).
-        return Verdict(f"{UNRESOLVED}: {DIVERGENCE_OPEN}, {divergence.describe()}", open_)
     if c.constant:
         if abs(d.mean) <= IDENTICAL:
             return Verdict(IDENTICAL_VERDICT + note, Outcome.IDENTICAL)
