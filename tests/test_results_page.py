@@ -136,5 +136,22 @@ def test_every_stored_report_renders_again_from_its_json_alone(report):
 
     folder = DOCS / "results" / report
     record = json.loads((folder / "report.json").read_text(encoding="utf-8"))
-    assert record["format"] == 2 and "why" in record and "probe" in record
+    assert record["format"] >= 2 and "why" in record and "probe" in record
     assert report_markdown(from_json(record)) == (folder / "report.md").read_text(encoding="utf-8")
+
+
+def test_no_stored_seed_both_chose_a_rate_and_was_judged_at_it():
+    """Issue 48: a report judged by the rule since 2026-12-04 records, per tuned setting, the seeds that chose
+    its rate and the seeds it is judged on; they never overlap, and a resolved row was judged on some."""
+    judged = 0
+    for path in sorted((DOCS / "results").glob("*/report.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if record.get("rule") != "tuned then judged":
+            continue
+        for setting in record["tuned"]:
+            assert setting["tuned_on"] and not set(setting["tuned_on"]) & set(setting["judged_on"]), path
+            answer = setting["added_seeds_vs_baseline"] or setting["vs_baseline"]
+            if answer and answer["outcome"] != "not resolved":
+                assert set(answer["seeds"]) <= set(setting["judged_on"]), path
+                judged += 1
+    assert judged >= 1  # swiglu_vs_gelu at least
