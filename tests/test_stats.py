@@ -186,9 +186,8 @@ def test_a_tuned_setting_is_judged_only_on_seeds_that_did_not_choose_its_rate():
     assert before.rate == 0.003 and before.tuned_on == ("1", "2", "3") and before.results == {}
     [tuned] = tuned_settings(settings, ["act"], 0.95, tuned_on=("1", "2", "3"))
     assert tuned.rate == 0.003 and tuned.judged_on == ("5", "6") and tuned.results == {"5": 1.80, "6": 1.78}
-    assert tuned.estimate.mean == pytest.approx(1.79) and tuned.tuning_mean == pytest.approx(
-        (1.70 + 1.75 + 1.72) / 3
-    )
+    assert tuned.estimate.mean == pytest.approx(1.79)
+    assert tuned.mean_at_rate == pytest.approx((1.70 + 1.75 + 1.72 + 1.80 + 1.78) / 5)
     [first_look] = tuned_settings(settings, ["act"], 0.95, tuned_on=("1", "2", "3"), judged_on={"5"})
     assert first_look.results == {"5": 1.80}
 
@@ -360,7 +359,36 @@ def test_added_seeds_are_judged_at_the_rate_the_sweeps_own_seeds_chose_which_are
         ((2.00 - 2.10) + (2.03 - 2.11) + (2.01 - 2.12) + (2.00 - 2.10)) / 4
     )
     assert str(c.verdict).endswith("(look 3, 4 added seeds)") and c.verdict.outcome is Outcome.BETTER
-    assert "## Seeds added to the open rows (scripts/add_seeds.py)" in markdown(report)
+    text = markdown(report)
+    assert "## Seeds added to the open rows (scripts/add_seeds.py)" in text
+    assert "the settings table orders them the other way" not in text  # its rows at the rates agree
+
+
+def test_an_answer_that_disagrees_with_the_settings_table_says_why_in_the_same_line(tmp_path):
+    sweep = tmp_path / "sweep"
+    # Seeds 1-2 choose 1e-3 for both and put GELU far ahead there; the judging seeds 3-4 put SwiGLU ahead.
+    losses = {
+        ("gelu", "1e-3"): [1.80, 1.80, 2.10, 2.12],
+        ("gelu", "1e-2"): [2.50, 2.50],
+        ("swiglu", "1e-3"): [2.30, 2.30, 2.05, 2.07],
+        ("swiglu", "1e-2"): [2.50, 2.50],
+    }
+    number = 0
+    for (act, lr), values in losses.items():
+        for seed, loss in enumerate(values, start=1):
+            fake_run(sweep, number, "completed", loss, act=act, **{"optim.lr": lr}, seed=str(seed))
+            number += 1
+    design = {"alpha": 0.05, "min_effect": 0.01, "max_seeds": 4, "baseline": "act=gelu",
+              "looks": [["1", "2"], ["1", "2", "3", "4"]], "round": None}  # fmt: skip
+    (sweep / "sequential.json").write_text(json.dumps(design), encoding="utf-8")
+    text = markdown(build_report(sweep))
+    answer = next(line for line in text.splitlines() if line.startswith("- `act=swiglu` against `act=gelu`"))
+    assert "**better (the same difference on every seed) (look 2, 2 added seeds)**; -0.0500" in answer
+    assert answer.endswith(
+        "; the settings table orders them the other way at the chosen rates: its means there include the "
+        "tuning seeds, which chose those rates and so flatter them, and this pairs the judging seeds only"
+    )
+    assert text.index("| 1 | gelu | 0.001 |") < text.index("| 2 | swiglu | 0.001 |")
 
 
 def test_the_report_opens_with_the_answer_a_sentence_per_comparison_and_what_is_still_open(tmp_path):

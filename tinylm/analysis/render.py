@@ -167,7 +167,7 @@ def _family_rows(report: SweepReport) -> list[list]:
             *choices, *tuned, _seeds_cell(s, c), fmt_number(d.mean if d else None, signed=True),
             fmt_interval(d, signed=True), fmt_p(c.p_adjusted), fmt_p(c.p_equivalence_adjusted), c.verdict,
             dv.describe() if dv else f"0/{len(c.seeds)} vs 0/{len(c.seeds)}" if c.seeds else "—",
-            fmt_number(pw.sd if pw else None),
+            fmt_number(pw.sd if pw else d.sd if judged_apart and d else None),
             fmt_number(pw.resolvable if pw else None, 3), pw.seeds_for_min_effect if pw else "—",
             fmt_number(c.eval_se, 4) if c.eval_se is not None else "—",
         ])  # fmt: skip
@@ -242,11 +242,11 @@ def _answer_words(report: SweepReport, s: Setting, base: Setting, c: Comparison)
         else "no difference measured"
     )
     line = f"**{c.verdict}**; {numbers}, {seeds}; fails {failures}"
-    mine, theirs = s.tuning_mean, base.tuning_mean
+    mine, theirs = s.mean_at_rate, base.mean_at_rate
     if d is not None and mine is not None and theirs is not None and (mine - theirs) * d.mean < 0:
         line += (
-            "; the settings table orders them the other way: its means at the chosen rates are the tuning "
-            "seeds', flattered by having chosen them"
+            "; the settings table orders them the other way at the chosen rates: its means there include the "
+            "tuning seeds, which chose those rates and so flatter them, and this pairs the judging seeds only"
         )
     return line
 

@@ -71,10 +71,10 @@ class Setting:
         return float(ci.low), float(ci.high)
 
     @property
-    def tuning_mean(self) -> float | None:
-        """Tuned: the mean at its rate over the tuning seeds that trained (what the settings table ranks)."""
-        values = [v for seed, v in self.by_rate.get(self.rate, {}).items() if seed in self.tuned_on]
-        finite = [v for v in values if math.isfinite(v)]
+    def mean_at_rate(self) -> float | None:
+        """Tuned: the mean at its rate over every seed that trained there, tuning seeds too (the settings
+        table's row for that rate)."""
+        finite = [v for v in self.by_rate.get(self.rate, {}).values() if math.isfinite(v)]
         return statistics.fmean(finite) if finite else None
 
     @property
