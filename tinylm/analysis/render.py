@@ -233,8 +233,8 @@ def _answer_words(report: SweepReport, s: Setting, base: Setting, c: Comparison)
         return f"**{c.verdict}**; {numbers}, {len(c.seeds)} {source}seed{'s' if len(c.seeds) != 1 else ''}"
     if not c.seeds:
         return f"**{c.verdict}**: no seed is judged at a rate it chose"
-    seeds = f"{len(c.seeds)} {'judging' if report.lr_varies else 'added' if c is s.added else ''} seeds"
-    seeds = seeds.replace("  ", " ")
+    kind = "judging " if report.lr_varies else "added " if c is s.added else ""
+    seeds = f"{len(c.seeds)} {kind}seed{'s' if len(c.seeds) != 1 else ''}"
     failures = c.failures.describe() if c.failures else f"0/{len(c.seeds)} vs 0/{len(c.seeds)}"
     numbers = (
         f"{fmt_number(d.mean, signed=True)} nats/char when trained, {pct} CI {fmt_interval(d, signed=True)}"
