@@ -1,5 +1,5 @@
 """Compare a sweep's settings: `python scripts/report.py SWEEP_DIR [--baseline norm=pre,act=gelu] [--ladder KEY]
-[--min-effect 0.01]`.
+[--metric steps_to=1.88] [--min-effect 0.01]`.
 
 Writes SWEEP_DIR/report.md (also printed), report.json, report.png and, when the learning rate varies,
 lr_sensitivity.png (docs/sweeps.md). `python scripts/report.py --from-json PATH/report.json` writes report.md
@@ -31,9 +31,16 @@ def main() -> None:
         "designs against the baseline of that level (default: the experiment preset's `ladder:`)",
     )
     parser.add_argument(
+        "--metric",
+        help="what each run's result is: loss (default: the final validation loss), steps_to=LEVEL or "
+        "time_to=LEVEL (the optimizer steps or training seconds at which its validation loss first reached "
+        "LEVEL nats/char; a run that never did fails), e.g. steps_to=1.88",
+    )
+    parser.add_argument(
         "--min-effect",
         type=float,
-        help="δ, the smallest difference worth a claim, in nats/char (default 0.01): within ±δ is equivalent",
+        help="δ, the smallest difference worth a claim, in the metric's units (default 0.01 nats/char; "
+        "50 steps for steps_to, 10 s for time_to): within ±δ is equivalent",
     )
     parser.add_argument(
         "--x", choices=("step", "chars", "time"), default="step", help="the curves' x axis (default: step)"
@@ -47,7 +54,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.min_effect is not None and not args.min_effect > 0:
-        parser.error("--min-effect must be a positive number of nats/char")
+        parser.error("--min-effect must be a positive number, in the metric's units")
     if (args.sweep_dir is None) == (args.from_json is None):
         parser.error("pass a sweep directory, or --from-json PATH/report.json (one of them)")
 
@@ -60,8 +67,9 @@ def main() -> None:
             text, written = write_from_json(args.from_json)
         else:
             text, written = write_report(
-                args.sweep_dir, args.baseline, args.x, args.band, args.curve, args.min_effect, args.ladder
-            )
+                args.sweep_dir, args.baseline, args.x, args.band, args.curve, args.min_effect, args.ladder,
+                args.metric,
+            )  # fmt: skip
     except UserError as error:
         exit_with(str(error), USAGE_EXIT_CODE)
     except OSError as error:

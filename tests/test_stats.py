@@ -13,6 +13,7 @@ import pytest
 import yaml
 from conftest import table_header, table_rows
 from scipy.stats import t as student_t
+from script_runner import run_script_in_process
 
 from tinylm.analysis.add_seeds import ADDED_DIR, Budget, round_settings, start_design
 from tinylm.analysis.estimates import Failures, estimate, paired_tests
@@ -30,13 +31,13 @@ from tinylm.analysis.outcome import (
 from tinylm.analysis.plots import forest_rows
 from tinylm.analysis.render import markdown
 from tinylm.analysis.report import PREVIOUS_REPORTS, REPORT_MD, build_report
-from tinylm.analysis.report_json import to_json
+from tinylm.analysis.report_json import from_json, to_json
 from tinylm.analysis.runs import ReportError, RunSummary, runs_frame
 from tinylm.analysis.scale import ladder_section
 from tinylm.analysis.settings import LR, Setting, chosen_rate, group_settings, tuned_settings
 from tinylm.analysis.sweep_report import keep_previous, write_report
 from tinylm.analysis.verdicts import compare, judge
-from tinylm.layout import REFERENCE_LEVELS, SWEEP_RECORD, write_run_record
+from tinylm.layout import REFERENCE_LEVELS, SWEEP_RECORD, target_tags, write_run_record
 
 # --- estimate -----------------------------------------------------------------------------------------------
 
@@ -196,10 +197,17 @@ def test_a_tuned_setting_is_judged_only_on_seeds_that_did_not_choose_its_rate():
 
 
 def fake_run(
-    sweep: Path, number: int, status: str, loss: float | None, reference: dict | None = None, **choices: str
+    sweep: Path,
+    number: int,
+    status: str,
+    loss: float | None,
+    reference: dict | None = None,
+    targets: dict[float, tuple[int, float]] | None = None,
+    **choices: str,
 ) -> Path:
     """A run directory as train.py -m leaves it (Hydra's record, metrics.json), without TensorBoard events;
-    `reference`: its validation split's reference levels."""
+    `reference`: its validation split's reference levels; `targets`: level -> (step, seconds) at which its
+    validation loss first reached it (a level not there was never reached)."""
     seed = choices.pop("seed", "1337")
     overrides = [f"{k}={v}" for k, v in choices.items()] + [f"seed={seed}"]
     run = sweep / f"{number}_{','.join(overrides)}"
@@ -216,6 +224,9 @@ def fake_run(
     fields = {"loss/val": loss, "step": 600, "params": 801_664} if loss is not None else {"error": "boom"}
     if reference is not None:
         fields[REFERENCE_LEVELS] = reference
+    for level, (step, seconds) in (targets or {}).items():
+        step_tag, time_tag = target_tags(level)
+        fields |= {step_tag: float(step), time_tag: seconds}
     write_run_record(run, status, **fields)
     return run
 
@@ -412,6 +423,102 @@ def test_the_report_opens_with_the_answer_a_sentence_per_comparison_and_what_is_
     assert answer[1].startswith("- `act=relu` against `act=gelu`: **not resolved**")
     opening = "\n".join(lines[: lines.index("## Settings")])
     assert "Still open: 1 of 2. `python scripts/add_seeds.py" in opening and "None" not in opening
+
+
+# --- steps and seconds to a level (report.py --metric) ---------------------------------------------------------
+
+
+@pytest.fixture
+def target_sweep(tmp_path) -> Path:
+    """gelu, swiglu and relu × seeds 1-4, each run with the step (and seconds, a tenth of it plus the seed) at
+    which it reached 2.0 and 1.88: swiglu reaches 1.88 250-500 steps before gelu on every seed, yet ends
+    0.04-0.06 nats higher; relu's seed 3 never reaches 1.88."""
+    sweep = tmp_path / "sweep"
+    steps = {
+        "gelu": [1250, 1500, 1250, 1500],
+        "swiglu": [750, 1000, 750, 1250],
+        "relu": [1500, 1500, None, 1750],
+    }
+    losses = {
+        "gelu": [1.80, 1.82, 1.79, 1.81],
+        "swiglu": [1.85, 1.86, 1.84, 1.87],
+        "relu": [1.81, 1.83, 1.90, 1.80],
+    }
+    levels = {"uniform": 4.174, "unigram": 3.347, "bigram": 2.487}
+    number = 0
+    for act in steps:
+        for seed, (step, loss) in enumerate(zip(steps[act], losses[act], strict=True), start=1):
+            reached = {2.0: (500, 50.0 + seed)} | ({1.88: (step, step / 10 + seed)} if step else {})
+            fake_run(sweep, number, "completed", loss, levels, reached, act=act, seed=str(seed))
+            number += 1
+    return sweep
+
+
+def test_steps_to_a_level_judges_the_runs_that_reached_it_and_counts_the_others_as_failures(target_sweep):
+    text, written = write_report(target_sweep, "act=gelu", metric="steps_to=1.88")
+    report = build_report(target_sweep, "act=gelu", metric="steps_to=1.88")
+    assert report.metric.flag == "steps_to=1.88" and report.min_effect == 50  # δ in steps by default
+    by_act = {s.choices["act"]: s for s in report.family}
+    swiglu, relu = by_act["swiglu"].comparison, by_act["relu"]
+    # Each run's result is its step at 1.88: swiglu's are 500, 500, 500 and 250 fewer, paired seed by seed.
+    assert by_act["swiglu"].results == {"1": 750.0, "2": 1000.0, "3": 750.0, "4": 1250.0}
+    assert swiglu.difference.mean == pytest.approx(-437.5) and swiglu.eval_se is None  # no windows to steps
+    assert swiglu.verdict == BETTER and swiglu.verdict.outcome is Outcome.BETTER
+    # relu's seed 3 never reached 1.88: a failure, counted apart; its steps are over the three that did.
+    assert relu.results["3"] == math.inf and relu.fails == 1 and relu.estimate.n == 3
+    assert relu.estimate.mean == pytest.approx(1583.333, abs=1e-3)
+    assert relu.comparison.failures == Failures(mine=1, theirs=0, n=4, p_value=1.0)
+
+    # The report says what it compares, in its units, and reads no loss against the reference levels.
+    assert text.startswith(f"# Sweep report: {target_sweep}, steps to 1.88\n")
+    assert "Steps to 1.88 (lower is better) of 12 runs in 3 settings" in text
+    assert "never reached 1.88 fails" in text and "δ = 50 steps, `--min-effect`" in text
+    assert "gain over unigram" not in text and "Reference levels" not in text and "nats/char when" not in text
+    d = swiglu.difference
+    assert (
+        f"- `act=swiglu` against `act=gelu`: **better**; -437.5 steps when trained, 95% CI "
+        f"{fmt_interval(d, signed=True, digits=1)}, 4 seeds; fails 0/4 vs 0/4"
+    ) in text
+    header = table_header(text, "## Settings")
+    settings = {
+        row[header.index("act")]: dict(zip(header, row, strict=True))
+        for row in table_rows(text, "## Settings")
+    }
+    assert settings["relu"]["fails"].startswith("1/4 [") and settings["relu"]["mean"] == "1583.3"
+    header = table_header(text)
+    runs = {(row[header.index("act")], row[header.index("seed")]): dict(zip(header, row, strict=True))
+            for row in table_rows(text)}  # fmt: skip
+    assert (
+        runs["relu", "3"]["steps to 1.88"] == "not reached" and runs["gelu", "2"]["steps to 1.88"] == "1500.0"
+    )
+    # report.json records the metric, and renders the same report.md again.
+    record = json.loads(written[1].read_text(encoding="utf-8"))
+    assert record["metric"] == "steps_to=1.88"
+    assert markdown(from_json(record)) == markdown(report)
+
+    seconds = build_report(target_sweep, "act=gelu", metric="time_to=1.88")
+    assert seconds.min_effect == 10 and seconds.family[0].results["1"] in (76.0, 126.0, 151.0)
+    assert "δ = 10 s, `--min-effect`" in markdown(seconds)
+    # By default the final loss, as ever: there swiglu, which got to 1.88 first, ends worse.
+    default = build_report(target_sweep, "act=gelu")
+    assert next(s for s in default.family if s.choices["act"] == "swiglu").comparison.verdict == WORSE
+    assert default.metric.is_loss and "gain over unigram" in markdown(default)
+
+
+@pytest.mark.parametrize(
+    ("flag", "says"),
+    [
+        ("steps", "write loss (the default), steps_to=LEVEL or time_to=LEVEL"),
+        ("speed=1.88", "write loss (the default)"),
+        ("steps_to=fast", "the level 'fast' is not a positive number"),
+        ("time_to=1.5", "no run of this sweep reached 1.5; the runs recorded 2, 1.88"),
+    ],
+)
+def test_a_bad_metric_exits_in_one_line_naming_the_flag(target_sweep, flag, says):
+    result = run_script_in_process("report.py", str(target_sweep), "--metric", flag)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: --metric ") and says in result.stderr
+    assert not (target_sweep / REPORT_MD).exists()
 
 
 def test_a_report_that_would_read_differently_moves_the_old_one_and_its_files_aside_first(tmp_path):

@@ -44,10 +44,13 @@ VAL_IN_TRAINING = "val_windows_in_training"
 METRICS = (VAL_LOSS, TRAIN_LOSS, VAL_BPC, BEST_VAL_LOSS, LEARNING_RATE, FINAL_VAL_LOSS)
 
 
+TARGET_PREFIX = "target/"
+
+
 def target_tags(level: float) -> tuple[str, str]:
     """The tags (TensorBoard and metrics.json) of the optimizer step and the training wall time, in seconds,
     at which loss/val first reached `level` (tinylm/training/callbacks/targets.py), e.g. `target/1.88/step`."""
-    return f"target/{level:g}/step", f"target/{level:g}/time_s"
+    return f"{TARGET_PREFIX}{level:g}/step", f"{TARGET_PREFIX}{level:g}/time_s"
 
 
 CONFIG_FILE = "config.yaml"

@@ -17,10 +17,10 @@ def fmt_number(value: float | None, digits: int = 4, signed: bool = False) -> st
     return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
 
 
-def fmt_interval(e: Estimate | None, signed: bool = False) -> str:
+def fmt_interval(e: Estimate | None, signed: bool = False, digits: int = 4) -> str:
     if e is None or not e.has_interval:
         return "—"
-    return f"[{fmt_number(e.low, 4, signed)}, {fmt_number(e.high, 4, signed)}]"
+    return f"[{fmt_number(e.low, digits, signed)}, {fmt_number(e.high, digits, signed)}]"
 
 
 def fmt_wall_time(seconds: float | None) -> str:

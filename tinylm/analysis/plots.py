@@ -153,7 +153,7 @@ def report_title(report: SweepReport) -> str:
     baseline = report.family_baseline
     against = f"against {baseline.label(report.family_columns)}" if baseline else "(no baseline named)"
     experiment = report.common.get("experiment")
-    return f"{f'experiment={experiment}: ' if experiment else ''}{compared}, final validation loss {against}"
+    return f"{f'experiment={experiment}: ' if experiment else ''}{compared}, {report.metric.noun} {against}"
 
 
 def plot_verdicts(
@@ -163,6 +163,8 @@ def plot_verdicts(
     the ±δ band within which no difference is worth a claim, and the table's verdict at the right.
     `differences`: whether the rows are differences (default: the report has a baseline)."""
     differences = report.family_baseline is not None if differences is None else differences
+    metric = report.metric
+    measured = "final validation loss (loss/val_full)" if metric.is_loss else f"{metric.noun} ({metric.tag})"
     ys = list(range(len(rows)))[::-1]  # the first row at the top
     colours = [_verdict_colour(row) for row in rows]
     for y, row, colour in zip(ys, rows, colours, strict=True):
@@ -184,15 +186,15 @@ def plot_verdicts(
         axes.axvline(0.0, color="black", linewidth=0.8)
         delta = report.min_effect
         axes.axvspan(-delta, delta, color="grey", alpha=0.15, linewidth=0)
-        axes.annotate(f"±δ = {delta:g}: no difference worth a claim", (0.0, 1.0), xycoords=("data", "axes fraction"),
+        axes.annotate(f"±δ = {delta:g}{'' if metric.is_loss else ' ' + metric.units}: no difference worth a claim", (0.0, 1.0), xycoords=("data", "axes fraction"),
                       xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize="x-small",
                       color="grey")  # fmt: skip
         axes.set_xlabel(
-            "final validation loss (loss/val_full) minus the baseline's, nats/char: lower is better\n"
+            f"{measured} minus the baseline's, {metric.units}: lower is better\n"
             f"(mean over paired seeds, {report.confidence:.0%} CI)"
         )
     else:
-        axes.set_xlabel("final validation loss (loss/val_full), nats/char: lower is better\n"
+        axes.set_xlabel(f"{measured}, {metric.units}: lower is better\n"
                         f"(mean over seeds, {report.confidence:.0%} CI)")  # fmt: skip
     axes.grid(alpha=0.3, axis="x")
 
@@ -240,6 +242,8 @@ def plot_curves(
     axes.set_xlabel(X_AXES[x_axis])
     if curve is None:
         _reference_lines(axes, report, ("uniform", "unigram", "bigram"))
+    if curve is None and report.metric.level is not None:  # the level the report counts steps or seconds to
+        axes.axhline(report.metric.level, color="black", linestyle=":", linewidth=1)
     axes.set_ylabel(curve or "validation loss (nats / char)")
     axes.set_title(f"{curve or 'validation loss'} during training: mean over seeds, band {band_name}",
                    fontsize="medium")  # fmt: skip
@@ -284,12 +288,16 @@ def plot_lr_sensitivity(report: SweepReport, path: Path) -> Path:
         if len(dead):
             axes.plot(dead.index, [top] * len(dead), linestyle="none", marker="x", markersize=9, color=colour,
                       label=None if len(alive) else label)  # fmt: skip
-    axes.plot([], [], linestyle="none", marker="x", color="black", label="a seed diverged (drawn at the top)")
+    failed = "diverged" if report.metric.is_loss else "failed"
+    axes.plot(
+        [], [], linestyle="none", marker="x", color="black", label=f"a seed {failed} (drawn at the top)"
+    )
     axes.set_xscale("log")
     axes.set_ylim(top=top * 1.01)
     axes.set_xlabel("peak learning rate (optim.lr)")
-    _reference_lines(axes, report, ("unigram", "bigram"))
-    axes.set_ylabel("final validation loss (nats / char)")
+    if report.metric.is_loss:
+        _reference_lines(axes, report, ("unigram", "bigram"))
+    axes.set_ylabel(f"{report.metric.noun} ({report.metric.units})".replace("nats/char", "nats / char"))
     axes.set_title(f"{report.sweep_dir.name}: learning-rate sensitivity, mean and min-max over seeds")
     axes.grid(alpha=0.3, which="both")
     figure.legend(fontsize="small", loc="outside lower center", ncols=legend_columns, frameon=False)
@@ -341,8 +349,9 @@ def plot_scale(
                       label=label)  # fmt: skip
     axes.set_xscale("log")
     axes.set_xlabel("parameters (without position embeddings)")
-    axes.set_ylabel("final validation loss (nats / char)")
-    _reference_lines(axes, report, ("bigram",))
+    axes.set_ylabel(f"{report.metric.noun} ({report.metric.units})".replace("nats/char", "nats / char"))
+    if report.metric.is_loss:
+        _reference_lines(axes, report, ("bigram",))
     axes.set_title(title)
     axes.grid(alpha=0.3, which="both")
     figure.legend(fontsize="small", loc="outside lower center", ncols=legend_columns, frameon=False)

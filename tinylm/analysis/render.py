@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from tinylm.analysis.estimates import Comparison
 from tinylm.analysis.formats import fmt_interval, fmt_number, fmt_p, fmt_wall_time, md_table
 from tinylm.analysis.ladder import Ladder
+from tinylm.analysis.metric import STEPS_TO
 from tinylm.analysis.render_sections import added_section, cost_lines
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.settings import (
@@ -34,9 +35,11 @@ def _settings_rows(
     gains: str | None = None,
     why: Sequence[Sequence[Shared]] = (),
     rule: str = TUNED_THEN_JUDGED,
+    digits: int = 4,
 ) -> list[list]:
     """`gains`: "nats" adds each setting's gain over the unigram level its runs share; "bits" adds its mean
-    and that gain in bits/char, for settings on different corpora (their nats are not comparable)."""
+    and that gain in bits/char, for settings on different corpora (their nats are not comparable); `digits`:
+    the decimals of its mean, sd and interval (the metric's)."""
     rows = []
     for rank, (s, found) in enumerate(zip(settings, why or [()] * len(settings), strict=True), start=1):
         e = s.estimate
@@ -44,9 +47,9 @@ def _settings_rows(
             rank if e is not None else "—",
             *(shown(s.choices.get(c, "—")) for c in columns),
             len(s.results),
-            fmt_number(e.mean if e else None),
-            fmt_number(e.sd if e else None),
-            fmt_interval(e),
+            fmt_number(e.mean if e else None, digits),
+            fmt_number(e.sd if e else None, digits),
+            fmt_interval(e, digits=digits),
             s.fails if rule == CROSS_FITTED else fails_cell(s),
             s.without_result,
             "; ".join(f.describe() for f in found) or "—",
@@ -70,7 +73,10 @@ def fails_cell(s: Setting) -> str:
 
 def gains_in(report: SweepReport) -> str | None:
     """How the report reads losses against the reference levels: "nats" when every run shares them, "bits"
-    when its settings are on corpora of their own (nats are not comparable between vocabularies), else None."""
+    when its settings are on corpora of their own (nats are not comparable between vocabularies), else None
+    (and None when it compares steps or seconds to a level, not losses)."""
+    if not report.metric.is_loss:
+        return None
     if report.reference is not None:
         return "nats"
     references = [s.reference for s in report.settings]
@@ -147,9 +153,10 @@ def _family_rows(report: SweepReport) -> list[list]:
     rows = []
     base, columns = report.family_baseline, report.shown_family_columns
     judged_apart = tuned_then_judged(report)
+    digits = report.metric.digits
     for s in report.family:
         choices = [shown(s.choices.get(col, "—")) for col in columns]
-        mean = fmt_number(s.estimate.mean if s.estimate else None)
+        mean = fmt_number(s.estimate.mean if s.estimate else None, digits)
         tuned = (
             ([shown(s.rate), ", ".join(s.tuned_on) or "—", mean] if judged_apart else [rates_cell(s), mean])
             if report.lr_varies
@@ -164,11 +171,11 @@ def _family_rows(report: SweepReport) -> list[list]:
             continue
         d, pw, dv = c.difference, c.power, c.failures
         rows.append([
-            *choices, *tuned, _seeds_cell(s, c), fmt_number(d.mean if d else None, signed=True),
-            fmt_interval(d, signed=True), fmt_p(c.p_adjusted), fmt_p(c.p_equivalence_adjusted), c.verdict,
-            dv.describe() if dv else f"0/{len(c.seeds)} vs 0/{len(c.seeds)}" if c.seeds else "—",
-            fmt_number(pw.sd if pw else d.sd if judged_apart and d else None),
-            fmt_number(pw.resolvable if pw else None, 3), pw.seeds_for_min_effect if pw else "—",
+            *choices, *tuned, _seeds_cell(s, c), fmt_number(d.mean if d else None, digits, signed=True),
+            fmt_interval(d, signed=True, digits=digits), fmt_p(c.p_adjusted), fmt_p(c.p_equivalence_adjusted),
+            c.verdict, dv.describe() if dv else f"0/{len(c.seeds)} vs 0/{len(c.seeds)}" if c.seeds else "—",
+            fmt_number(pw.sd if pw else d.sd if judged_apart and d else None, digits),
+            fmt_number(pw.resolvable if pw else None, digits - 1), pw.seeds_for_min_effect if pw else "—",
             fmt_number(c.eval_se, 4) if c.eval_se is not None else "—",
         ])  # fmt: skip
     return rows
@@ -222,11 +229,12 @@ def _answer_words(report: SweepReport, s: Setting, base: Setting, c: Comparison)
     over the runs that trained, with how often each side failed, and why it disagrees with the settings table
     where it does."""
     pct = f"{report.confidence:.0%}"
-    d = c.difference
+    d, units, digits = c.difference, report.metric.units, report.metric.digits
     if report.rule == CROSS_FITTED:
         source = "added " if c is s.added else ""
         numbers = (
-            f"difference {fmt_number(d.mean, signed=True)} nats/char, {pct} CI {fmt_interval(d, signed=True)}"
+            f"difference {fmt_number(d.mean, digits, signed=True)} {units}, {pct} CI "
+            f"{fmt_interval(d, signed=True, digits=digits)}"
             if d is not None
             else "no difference measured"
         )
@@ -237,7 +245,8 @@ def _answer_words(report: SweepReport, s: Setting, base: Setting, c: Comparison)
     seeds = f"{len(c.seeds)} {kind}seed{'s' if len(c.seeds) != 1 else ''}"
     failures = c.failures.describe() if c.failures else f"0/{len(c.seeds)} vs 0/{len(c.seeds)}"
     numbers = (
-        f"{fmt_number(d.mean, signed=True)} nats/char when trained, {pct} CI {fmt_interval(d, signed=True)}"
+        f"{fmt_number(d.mean, digits, signed=True)} {units} when trained, {pct} CI "
+        f"{fmt_interval(d, signed=True, digits=digits)}"
         if d is not None
         else "no difference measured"
     )
@@ -317,7 +326,8 @@ def _family_section(report: SweepReport) -> list[str]:
         text += [f"## Against the baseline `{base.label(columns)}`", ""]
     text += [
         f"Baseline `{base.label(columns)}` (named by {report.baseline_source}). Paired seed by seed: the mean "
-        f"of (setting − baseline) over the seeds both finished, with its {pct} interval; < 0 is a lower loss.",
+        f"of (setting − baseline) over the seeds both finished, with its {pct} interval; < 0 is "
+        f"{report.metric.lower}.",
         "",
     ]
     judged_apart = tuned_then_judged(report)
@@ -341,7 +351,7 @@ def _family_notes(report: SweepReport) -> list[str]:
     comparisons = [c for c in shown_rows if c is not None]
     tests = family_size(comparisons)
     equivalence = sum(c.p_equivalence is not None for c in comparisons)
-    delta = f"{report.min_effect:g}"
+    delta, units = f"{report.min_effect:g}", report.metric.units
     cross_fitted = report.rule == CROSS_FITTED
     test = (
         "t on the cross-fitted differences, with the standard error of the jackknife over seeds of the whole "
@@ -356,7 +366,7 @@ def _family_notes(report: SweepReport) -> list[str]:
         f"One family: {tests} test{'s' if tests != 1 else ''} of difference ({test}; for {failed} seeds, "
         f"McNemar's exact test), Holm-adjusted so that the chance of any false `better`/`worse` in the table "
         f"is at most α = {report.alpha:g}; {equivalence} test{'s' if equivalence != 1 else ''} of equivalence "
-        f"(two one-sided tests within ±δ, δ = {delta} nats/char, `--min-effect`), Holm-adjusted apart. `better, but by "
+        f"(two one-sided tests within ±δ, δ = {delta} {units}, `--min-effect`), Holm-adjusted apart. `better, but by "
         f"less than {delta}`: both. A difference below {1e-6:g} on every seed is `identical on every seed`. "
         f"`resolves (80%)`: the smallest |difference| these seeds find with 80% power at α/{max(1, tests)}; "
         f"`seeds for ±{delta}`: the seeds a difference of δ would need. `eval SE`: the standard error the "
@@ -370,21 +380,38 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
     """The report as markdown: settings with intervals, the family of comparisons, `sections` (lines of
     markdown from elsewhere, e.g. the depth probe), every run."""
     pct = f"{report.confidence:.0%}"
+    metric = report.metric
     cols = varying(report.setting_columns, [s.choices for s in report.settings])
-    text = [f"# Sweep report: {report.sweep_dir}", "", *_answer_section(report)]
+    title = f"# Sweep report: {report.sweep_dir}" + ("" if metric.is_loss else f", {metric.noun}")
+    text = [title, "", *_answer_section(report)]
     n_seeds = max((len(s.results) for s in report.settings), default=0)
-    text += [
+    compared = (
         f"Final validation loss (nats/char) of {len(report.runs)} runs in {len(report.settings)} settings, "
         f"up to {n_seeds} seed{'s' if n_seeds != 1 else ''} each: the mean over the final evaluation's windows "
         "(every validation window, or up to 4 per window a short run trained on; the runs table says how many), "
         "or the last validation for a run without one. "
-        f"Intervals are {pct} confidence intervals for the mean (Student t over seeds); "
+        if metric.is_loss
+        else f"{metric.noun.capitalize()} (lower is better) of {len(report.runs)} runs in {len(report.settings)} "
+        f"settings, up to {n_seeds} seed{'s' if n_seeds != 1 else ''} each: the "
+        + ("optimizer step" if metric.kind == STEPS_TO else "seconds of training (validations included)")
+        + f" at which a run's periodic validation loss first reached {metric.level:g} nats/char (`{metric.tag}` "
+        "in its metrics.json; `--metric`). "
+    )
+    failing = (
+        "diverged or collapsed"
+        if metric.is_loss
+        else f"diverged, collapsed or never reached {metric.level:g}"
+    )
+    text += [
+        compared
+        + f"Intervals are {pct} confidence intervals for the mean (Student t over seeds); "
         + (
             "a diverged run counts as the worst result, a failed or unfinished one as none."
             if report.rule == CROSS_FITTED
-            else "a run that diverged or collapsed fails (docs/sweeps.md): `fails` counts it, with the exact "
-            f"{pct} interval of the rate, and the means are over the runs that trained; a crashed or unfinished "
-            "run has no result."
+            else f"a run that {failing} fails (docs/sweeps.md): `fails` counts it, with the exact "
+            f"{pct} interval of the rate, and the means are over the runs that "
+            + ("trained" if metric.is_loss else "reached it")
+            + "; a crashed or unfinished run has no result."
         ),
         "",
     ]
@@ -404,7 +431,9 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
     text += [
         *md_table(
             header,
-            _settings_rows(report.settings, cols, report.baseline, gains, report.setting_why, report.rule),
+            _settings_rows(
+                report.settings, cols, report.baseline, gains, report.setting_why, report.rule, metric.digits
+            ),
         ),
         "",
         *(_reference_lines(report, cols) if gains else []),
@@ -430,8 +459,10 @@ def _run_columns(report: SweepReport) -> list[str]:
 
 
 def _runs_table(report: SweepReport) -> list[str]:
-    columns = _run_columns(report)
+    columns, metric = _run_columns(report), report.metric
     header = ["rank", "run", *columns, "params", "final val loss", "evaluated on", "best val loss"]
+    if metric.tag is not None:  # what ranks the runs, beside their losses
+        header[-3:-3] = [metric.noun]
     header += ["bits/char"]
     header += ["tokens/s", "wall time", "steps", "status"]
     rows, rank = [], 0
@@ -446,4 +477,9 @@ def _runs_table(report: SweepReport) -> list[str]:
             fmt_number(run.final_bpc, 3), "—" if run.tokens_per_s is None else f"{run.tokens_per_s:,.0f}",
             fmt_wall_time(run.wall_time_s), steps, status if len(status) <= 120 else status[:117] + "...",
         ])  # fmt: skip
+        if metric.tag is not None:
+            reached = run.targets.get(metric.tag)
+            missing = "not reached" if run.status == "completed" else "—"
+            cell = fmt_number(reached, metric.digits) if reached is not None else missing
+            rows[-1][3 + len(columns) : 3 + len(columns)] = [cell]  # after params
     return md_table(header, rows)

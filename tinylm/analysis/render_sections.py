@@ -143,7 +143,7 @@ def why_section(report: SweepReport) -> list[str]:
     for row in report.why:
         label = setting_label(row.design, list(row.design))
         if row.verdict is not None and row.difference is not None:
-            outcome = f"{row.verdict}, {row.difference:+.3f}"
+            outcome = f"{row.verdict}, {row.difference:+.{report.metric.digits - 1}f}"
         else:  # a baseline (a ladder has one per level) is named as one, not as a failure
             outcome = "baseline" if row.baseline else "failed"
         if not row.findings:

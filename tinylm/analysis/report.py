@@ -5,12 +5,15 @@ the settings that differ only in their seed (settings.py), estimate and test (es
 against its baseline or level by level (verdicts.py, ladder.py), judge a sequential design's added seeds apart
 (extension.py, sequential.py), diagnose each run and explain each setting (diagnosis.py, why.py), size what
 is still open (sizing.py); then the `SweepReport` is built once from those parts, and nothing changes it.
-report.md, report.json and the figures are rendered from it (render.py, report_json.py, plots.py). A run that
-diverged or collapsed fails: a result (+inf, the worst) counted apart; a crashed or unfinished one is none.
+report.md, report.json and the figures are rendered from it (render.py, report_json.py, plots.py). A run's
+result is its final validation loss, or by `--metric` the steps or seconds at which it reached a level
+(metric.py). A run that diverged or collapsed (or, by steps or seconds, never reached the level) fails: a
+result (+inf, the worst) counted apart; a crashed or unfinished one is none.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +23,7 @@ from tinylm.analysis.diagnosis import Finding, diagnose, run_failure
 from tinylm.analysis.estimates import MIN_EFFECT
 from tinylm.analysis.extension import Design, baseline_keys, read_design, with_added_seeds
 from tinylm.analysis.ladder import SCALE_KEY, Ladder, judge_ladder
+from tinylm.analysis.metric import FINAL_LOSS, LOSS, STEPS_TO, TIME_TO, Metric
 from tinylm.analysis.runs import (
     DESIGN_CHOICES,
     ReportError,
@@ -85,6 +89,9 @@ class SweepReport:
     sizing: Sizing | None = None  # what resolving the open rows would take
     probe: list[dict[str, Any]] = field(default_factory=list)  # the depth probe at each of the runs' shapes
     rule: str = TUNED_THEN_JUDGED  # how rates were tuned and failures counted (settings.CROSS_FITTED: before)
+    metric: Metric = (
+        FINAL_LOSS  # what each run's result is: its final loss, or its steps or seconds to a level
+    )
 
     @property
     def lr_varies(self) -> bool:
@@ -156,6 +163,39 @@ def parse_choices(text: str) -> dict[str, Any]:
     return {choice.key: choice.typed for choice in parsed}
 
 
+def parse_metric(text: str | None) -> Metric:
+    """`--metric`: `loss` (None: the default), `steps_to=1.88` or `time_to=1.88`; whether a run of the sweep
+    recorded that level is `recorded_metric`'s to say."""
+    if text is None or text.strip() == LOSS:
+        return FINAL_LOSS
+    kind, equals, level = (part.strip() for part in text.partition("="))
+    forms = (
+        f"{LOSS} (the default), {STEPS_TO}=LEVEL or {TIME_TO}=LEVEL, LEVEL in nats/char, e.g. {STEPS_TO}=1.88"
+    )
+    if kind not in (STEPS_TO, TIME_TO) or not equals:
+        raise ReportError(f"--metric {text!r}: write {forms}")
+    try:
+        value = float(level)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ReportError(f"--metric {text!r}: the level {level!r} is not a positive number; write {forms}")
+    return Metric(kind, value)
+
+
+def recorded_metric(metric: Metric, runs: Sequence[RunSummary]) -> Metric:
+    """`metric`, once some run of the sweep recorded its level (a level never reached is not recorded)."""
+    if metric.tag is None or any(metric.tag in run.targets for run in runs):
+        return metric
+    levels = sorted({key.split("/")[1] for run in runs for key in run.targets}, key=float, reverse=True)
+    recorded = (
+        f"the runs recorded {', '.join(levels)}"
+        if levels
+        else "no run recorded any level (callbacks.targets.levels, in metrics.json as target/<level>/step)"
+    )
+    raise ReportError(f"--metric {metric.flag!r}: no run of this sweep reached {metric.level:g}; {recorded}")
+
+
 def build_report(
     sweep_dir: str | Path,
     baseline: str | None = None,
@@ -164,16 +204,25 @@ def build_report(
     min_effect: float | None = None,
     ladder: str | None = None,
     probe: bool = False,
+    metric: str | None = None,
 ) -> SweepReport:
     """The report of a sweep, in one pass: its runs, the settings that differ only in their seed, the family
     judged against its baseline (or level by level along a ladder), the added seeds' verdicts, each run's
     findings and what they explain, what resolving the open rows would take; `probe`: the depth probe at the
-    runs' shapes too (torch, seconds). Each part is computed once, and the report built from them."""
+    runs' shapes too (torch, seconds); `metric`: what a run's result is (`--metric`, default its final loss).
+    Each part is computed once, and the report built from them."""
     sweep_dir = Path(sweep_dir)
-    runs = read_runs(sweep_dir, curve)
+    measured = parse_metric(metric)
+    runs = read_runs(sweep_dir, curve, measured)
+    measured = recorded_metric(measured, runs)
     columns, common = run_columns(runs)
     setting_columns = [c for c in columns if c != "seed"]
     design = read_design(sweep_dir)
+    if design is not None and not measured.is_loss:
+        raise ReportError(
+            f"--metric {measured.flag}: this sweep's seeds were added to resolve its final losses ({DESIGN_FILE}); "
+            "its verdicts hold only for them"
+        )
     named, source = named_baseline(baseline, runs, design)
     wanted = parse_choices(named) if named is not None else None
     if design is not None:
@@ -199,7 +248,7 @@ def build_report(
     family_columns = [c for c in setting_columns if c != LR] if lr_varies else setting_columns
     rules = Rules(
         confidence, design.alpha if design else ALPHA,
-        design.min_effect if design else (MIN_EFFECT if min_effect is None else min_effect), lr_varies,
+        design.min_effect if design else (measured.min_effect if min_effect is None else min_effect), lr_varies,
     )  # fmt: skip
     own_seeds = design.first_seeds if design is not None and design.looks else None
     findings = {run.path: diagnose(run, run.reference) for run in runs}
@@ -230,7 +279,7 @@ def build_report(
         sizing=None if judged_ladder else size_open_rows(
             family, base, family_columns, rules.min_effect, False, horizon, rules.alpha
         ),
-        probe=probe_rows(runs) if probe else [],
+        probe=probe_rows(runs) if probe else [], metric=measured,
     )  # fmt: skip
 
 

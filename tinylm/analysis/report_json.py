@@ -20,8 +20,9 @@ from tinylm.analysis.estimates import Comparison, Estimate, Failures, Power
 from tinylm.analysis.extension import design_from
 from tinylm.analysis.ladder import Ladder, Rung, Trend, TrendWord, ladder_levels
 from tinylm.analysis.ladder import trends as judge_trends
+from tinylm.analysis.metric import Metric
 from tinylm.analysis.outcome import Outcome, Verdict
-from tinylm.analysis.report import SweepReport, run_columns
+from tinylm.analysis.report import SweepReport, parse_metric, run_columns
 from tinylm.analysis.runs import RunSummary, natural_key
 from tinylm.analysis.settings import CROSS_FITTED, LR, Setting
 from tinylm.analysis.sizing import RowSize, Sizing, size_open_rows
@@ -30,7 +31,9 @@ from tinylm.analysis.why import Shared, WhyRow, shared, why_rows
 from tinylm.files import plain
 from tinylm.overrides import typed_choice as _typed
 
-FORMAT = 3  # 3: `rule`, and each tuned setting's rate, tuned_on and judged_on; 2: everything report.md shows
+# 4: `metric` (what each run's result is; each setting's `final_val_loss` is the estimate of it), each run's
+# `targets`; 3: `rule`, and each tuned setting's rate, tuned_on and judged_on; 2: everything report.md shows
+FORMAT = 4
 # Too long for report.json, and read only by the figures: a report rebuilt from it draws none of them.
 _CURVES = ("val_curve", "train_curve", "curve", "health", "window_losses")
 
@@ -42,6 +45,7 @@ def to_json(report: SweepReport) -> dict[str, Any]:
         {
             "format": FORMAT,
             "rule": report.rule,
+            "metric": report.metric.flag,
             "sweep_dir": report.sweep_dir,
             "confidence": report.confidence,
             "alpha": report.alpha,
@@ -63,7 +67,7 @@ def to_json(report: SweepReport) -> dict[str, Any]:
             "tuned_baseline": report.tuned_baseline and report.tuned_baseline.choices,
             "tuned": [_setting(s) for s in report.tuned],
             "runs": [
-                {k: v for k, v in vars(r).items() if k not in _CURVES}
+                {k: v for k, v in vars(r).items() if k not in (*_CURVES, "metric")}  # the report's metric
                 | {"diagnosis": report.findings.get(r.path, [])}
                 for r in report.runs
             ],
@@ -138,7 +142,8 @@ def _comparison(c: Comparison) -> dict[str, Any]:
 
 def from_json(data: Mapping[str, Any]) -> SweepReport:
     """The report `to_json` wrote (or a report.json of the format before, its missing parts derived)."""
-    runs = [_run(r) for r in data["runs"]]
+    metric = parse_metric(data.get("metric"))
+    runs = [_run(r, metric) for r in data["runs"]]
     by_name = {run.name: run for run in runs}
     in_job_order = sorted(runs, key=lambda run: natural_key(str(run.path)))  # as the sweep's runs were read
     derived = int(data.get("format", 1)) < 2
@@ -175,7 +180,7 @@ def from_json(data: Mapping[str, Any]) -> SweepReport:
         baseline_source=data.get("baseline_source"),
         design=design_from(data["design"]) if data.get("design") else None,
         reference=_levels(data.get("reference_levels")), axis=axis, ladder=ladder, findings=findings,
-        rule=str(data.get("rule", CROSS_FITTED)),
+        rule=str(data.get("rule", CROSS_FITTED)), metric=metric,
     )  # fmt: skip
     if derived:
         explained = (family, family_columns) if len(family) > 1 else (settings, setting_columns)
@@ -232,12 +237,12 @@ def _levels(levels: Mapping[str, Any] | None) -> dict[str, float] | None:
     return {k: float(v) for k, v in levels.items()} if levels else None
 
 
-def _run(record: Mapping[str, Any]) -> RunSummary:
+def _run(record: Mapping[str, Any], metric: Metric) -> RunSummary:
     fields = {k: v for k, v in record.items() if k != "diagnosis"}
     numbers = ("final_val_loss", "best_val_loss", "final_bpc", "tokens_per_s", "wall_time_s")
     return RunSummary(**{
         **fields, **{k: _number(fields.get(k)) for k in numbers}, "path": Path(fields["path"]),
-        "choices": _choices(fields["choices"]), "reference": _levels(fields.get("reference")),
+        "choices": _choices(fields["choices"]), "reference": _levels(fields.get("reference")), "metric": metric,
     })  # fmt: skip
 
 

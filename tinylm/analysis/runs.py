@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import OmegaConf
 
+from tinylm.analysis.metric import FINAL_LOSS, Metric
 from tinylm.errors import ConfigError, UserError
 from tinylm.layout import (
     CONFIG_FILE,
@@ -26,6 +27,7 @@ from tinylm.layout import (
     HYDRA_DIR,
     REFERENCE_LEVELS,
     SWEEP_RECORD,
+    TARGET_PREFIX,
     VAL_IN_TRAINING,
     evaluated_windows,
     read_run_record,
@@ -85,13 +87,19 @@ class RunSummary:
     # Every training_health/<quantity>/block_<k> curve it logged, as (step, value): what `diagnosis` reads.
     health: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     val_in_training: float | None = None  # share of its validation windows found in training (metrics.json)
+    # metrics.json's `target/<level>/step` and `target/<level>/time_s`: the levels its validation loss reached.
+    targets: dict[str, float] = field(default_factory=dict)
+    metric: Metric = FINAL_LOSS  # what `result` is (report.py --metric)
 
     @property
     def result(self) -> float | None:
-        """What a comparison counts: the final val loss of a completed run, +inf for a diverged one, None
-        for a run that failed or never finished."""
+        """What a comparison counts: by `metric`, the final val loss of a completed run, or the steps or
+        seconds at which it reached the level (+inf, a failure, where it never did); +inf for a diverged one,
+        None for a run that failed or never finished."""
         if self.status == "diverged":
             return math.inf
+        if self.status == "completed" and self.metric.tag is not None:
+            return self.targets.get(self.metric.tag, math.inf)
         if self.status == "completed" and self.final_val_loss is not None:
             return self.final_val_loss if math.isfinite(self.final_val_loss) else math.inf
         return None
@@ -242,7 +250,11 @@ def _tokens_per_second(scalars: Any) -> float | None:
 
 
 def summarize_run(
-    run_dir: Path, sweep_dir: Path, scalars: Any | None, curve_tag: str | None = None
+    run_dir: Path,
+    sweep_dir: Path,
+    scalars: Any | None,
+    curve_tag: str | None = None,
+    metric: Metric = FINAL_LOSS,
 ) -> RunSummary:
     config = _from_config(run_dir)
     record = read_run_record(run_dir)
@@ -257,6 +269,7 @@ def summarize_run(
         model=config["model"],
         baseline=str(config["baseline"]) if config["baseline"] else None,
         ladder=str(config["ladder"]) if config["ladder"] else None,
+        metric=metric,
     )
     if record:
         run.params = int(record["params"]) if isinstance(record.get("params"), int | float) else None
@@ -265,6 +278,9 @@ def summarize_run(
         levels = record.get(REFERENCE_LEVELS)
         run.reference = {k: float(v) for k, v in levels.items()} if isinstance(levels, dict) else None
         run.val_in_training = _number(record.get(VAL_IN_TRAINING))
+        run.targets = {
+            k: float(v) for k, v in record.items() if k.startswith(TARGET_PREFIX) and _number(v) is not None
+        }
     if scalars is not None and not scalars.empty:
         start = float(scalars.wall_time.min())
         run.val_curve = [(s, v, w - start) for s, v, w in _series(scalars, _VAL_LOSS)]
@@ -314,12 +330,17 @@ def _recorded(record: dict[str, Any], names: Sequence[str]) -> float | None:
     return next((_number(record[n]) for n in names if n in record), None)
 
 
-def read_runs(sweep_dir: str | Path, curve_tag: str | None = None) -> list[RunSummary]:
-    """Every run of the sweep, in job order; `curve_tag` picks the scalar kept as each run's `curve`."""
+def read_runs(
+    sweep_dir: str | Path, curve_tag: str | None = None, metric: Metric = FINAL_LOSS
+) -> list[RunSummary]:
+    """Every run of the sweep, in job order, its `result` by `metric`; `curve_tag` picks the scalar kept as
+    each run's `curve`."""
     sweep_dir = Path(sweep_dir)
     run_dirs = find_run_dirs(sweep_dir)
     scalars = read_scalars(sweep_dir, run_dirs)
-    return [summarize_run(run_dir, sweep_dir, scalars.get(run_dir), curve_tag) for run_dir in run_dirs]
+    return [
+        summarize_run(run_dir, sweep_dir, scalars.get(run_dir), curve_tag, metric) for run_dir in run_dirs
+    ]
 
 
 def shared_reference(runs: Sequence[RunSummary]) -> dict[str, float] | None:

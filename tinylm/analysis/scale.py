@@ -27,21 +27,21 @@ def _level_label(ladder: Ladder, rung: Rung) -> str:
     return f"{rung.level} ({params}, {rung.steps} steps)"
 
 
-def _mean_cell(mean: float, unigram: float | None) -> str:
+def _mean_cell(mean: float, unigram: float | None, digits: int = 4) -> str:
     """A mean final loss: in nats, or (levels on different corpora: `unigram`, the level's unigram level) in
-    bits/char with its gain over that level."""
+    bits/char with its gain over that level; a mean of steps or seconds to a level to `digits` decimals."""
     if unigram is None or not math.isfinite(mean):
-        return fmt_number(mean)
+        return fmt_number(mean, digits)
     bits = 1 / math.log(2)
     return f"{fmt_number(mean * bits)} ({fmt_number(gain_over_unigram(mean, unigram) * bits, signed=True)})"
 
 
-def _difference_cell(d: Estimate, base: Setting, unigram: float | None) -> str:
+def _difference_cell(d: Estimate, base: Setting, unigram: float | None, digits: int = 4) -> str:
     """A difference from the level's baseline `base` with its interval, in nats (the unit δ and the verdicts
     are in); with `unigram` (levels on different corpora), also as a share of the baseline's gain over that
     unigram level, which compares across corpora. A share of a gain means something only when the baseline
     got below unigram."""
-    text = f"{fmt_number(d.mean, signed=True)} {fmt_interval(d, signed=True)}"
+    text = f"{fmt_number(d.mean, digits, signed=True)} {fmt_interval(d, signed=True, digits=digits)}"
     e = base.estimate
     if unigram is None or e is None or not math.isfinite(e.mean) or not math.isfinite(d.mean):
         return text
@@ -57,7 +57,9 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
     base = ladder.rungs[0].baseline
     designs = {s.key(columns): s for rung in ladder.rungs for s in rung.settings}
     shown = ladder.shown_columns
-    in_bits = ladder.in_bits  # levels on corpora of their own: nats are not comparable between vocabularies
+    metric = report.metric
+    # Levels on corpora of their own: nats are not comparable between vocabularies (steps to a level are).
+    in_bits = ladder.in_bits and metric.is_loss
     # Each level's unigram level, read once, when the levels are read against their own.
     unigrams = [rung.reference["unigram"] if in_bits else None for rung in ladder.rungs]
     means = []
@@ -67,7 +69,9 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
             s = next((s for s in rung.settings if s.key(columns) == key), None)
             rates = f" ({rates_cell(s)})" if s is not None and report.lr_varies else ""
             cells.append(
-                "—" if s is None or s.estimate is None else f"{_mean_cell(s.estimate.mean, unigram)}{rates}"
+                "—"
+                if s is None or s.estimate is None
+                else f"{_mean_cell(s.estimate.mean, unigram, metric.digits)}{rates}"
             )
         means.append([*design.key(shown), *cells])
     differences = []
@@ -81,14 +85,16 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
             cells.append(
                 "—"
                 if d is None
-                else f"{_difference_cell(d, rung.baseline, unigram)}, p {fmt_p(c.p_adjusted)}: {c.verdict}"
-                + (f"; added seeds: {s.added.verdict}" if s.added is not None else "")
+                else f"{_difference_cell(d, rung.baseline, unigram, metric.digits)}, p {fmt_p(c.p_adjusted)}: "
+                f"{c.verdict}" + (f"; added seeds: {s.added.verdict}" if s.added is not None else "")
             )
         differences.append([*(trend.design[c] for c in shown), *cells, trend.verdict])
     levels = [_level_label(ladder, rung) for rung in ladder.rungs]
     family = family_size([s.comparison for rung in ladder.rungs for s in rung.settings if s.comparison])
     axis = ", ".join(ladder.axis)
-    loss = "Mean final loss" + (" in bits/char (gain over its corpus's unigram level)" if in_bits else "")
+    loss = ("Mean final loss" if metric.is_loss else f"Mean {metric.noun}") + (
+        " in bits/char (gain over its corpus's unigram level)" if in_bits else ""
+    )
     if noun == "size":
         across, along = "across sizes", "size"
         rates = f", each at its own cross-fitted rate per size. {loss} (rates chosen):"
@@ -132,13 +138,14 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
         "",
         *md_table([*shown, *levels], means),
         "",
-        f"Difference from the baseline in nats/char (< 0: lower loss), {interval}, p (Holm) and verdict at each "
+        f"Difference from the baseline in {metric.units} (< 0: "
+        f"{'lower loss' if metric.is_loss else metric.lower}), {interval}, p (Holm) and verdict at each "
         f"{noun}, and the verdict {across} ({LADDER_PNG} draws it):",
         "",
         *md_table([*shown, *levels, across], differences),
         "",
         f"Every {noun}'s comparisons are one family ({family} tests, Holm, α = {report.alpha:g}, δ = "
-        f"{report.min_effect:g}). {words}",
+        f"{report.min_effect:g}{'' if metric.is_loss else ' ' + metric.units}). {words}",
         "",
     ]
 
@@ -150,7 +157,8 @@ def draw_ladder(report: SweepReport, ladder: Ladder, path: Path) -> Path:
         for s in rung.settings:
             if s.estimate is not None and rung.params is not None:
                 points.setdefault(s.label(ladder.columns), []).append((float(rung.params), s.estimate))
-    return plot_scale(points, path, report, f"{report.sweep_dir.name}: final loss against model size")
+    measured = "final loss" if report.metric.is_loss else report.metric.noun
+    return plot_scale(points, path, report, f"{report.sweep_dir.name}: {measured} against model size")
 
 
 def draw_ladder_verdicts(report: SweepReport, ladder: Ladder, path: Path) -> Path:

@@ -37,7 +37,7 @@ class Setting:
 
     choices: dict[str, Any]
     runs: list[RunSummary]
-    results: dict[str, float] = field(default_factory=dict)  # seed -> final val loss (+inf: failed)
+    results: dict[str, float] = field(default_factory=dict)  # seed -> its run's result (+inf: failed)
     windows: dict[str, list[float]] = field(default_factory=dict)  # seed -> final per-window losses
     estimate: Estimate | None = None  # over the runs that trained (finite results)
     comparison: Comparison | None = None
@@ -135,7 +135,10 @@ def group_settings(
         members = [runs[i] for i in rows.index]
         finished = [run for run in members if run.result is not None]
         results = {run.seed: math.inf if run.path in failed else run.result for run in finished}
-        windows = {run.seed: run.window_losses for run in finished if run.window_losses}
+        # The final evaluation's windows, what a loss is the mean of: the steps to a level have none.
+        windows = {
+            run.seed: run.window_losses for run in finished if run.window_losses and run.metric.is_loss
+        }
         settings.append(
             Setting(
                 dict(zip(columns, key, strict=True)), members, results, windows, trained(results, confidence)

@@ -36,12 +36,15 @@ def write_report(
     curve: str | None = None,
     min_effect: float | None = None,
     ladder: str | None = None,
+    metric: str | None = None,
 ) -> tuple[str, list[Path]]:
     """Build the report and write report.md, report.json and report.png (or `report_<curve>.png` for another
     scalar than the validation loss), lr_sensitivity.png when the learning rate varies, scale.png for a scale
     ladder and why_<quantity>.png for each health curve a diagnosis names, into the sweep directory; returns
-    the markdown and the paths written."""
-    report = build_report(sweep_dir, baseline, curve=curve, min_effect=min_effect, ladder=ladder, probe=True)
+    the markdown and the paths written. `metric`: what each run's result is (`--metric`)."""
+    report = build_report(
+        sweep_dir, baseline, curve=curve, min_effect=min_effect, ladder=ladder, probe=True, metric=metric
+    )
     if curve and not any(run.curve for run in report.runs):
         raise ReportError(
             f"--curve {curve}: no run of this sweep logged it; try loss/train, lr, or "
