@@ -200,7 +200,8 @@ def _answer_section(report: SweepReport) -> list[str]:
     added = any(s.added is not None for s in rows)
     judged_apart = tuned_then_judged(report)
     both = (
-        ": the sweep's seeds chose the rates and are judged on nothing, so this is the whole procedure's"
+        ", each design at the rate its tuning seeds chose: those seeds chose the rates and are judged on nothing, "
+        "so this is the whole procedure's"
         if judged_apart
         else " for the sweep's own seeds and α for the added seeds'"
     )

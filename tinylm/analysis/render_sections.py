@@ -49,7 +49,8 @@ def added_section(report: SweepReport) -> list[str]:
         f"baseline) are a second experiment, judged here on the added seeds alone{rate}: a group-sequential "
     )
     over_both = (
-        "The chance of any false `better`/`worse` over the whole procedure is at most α. "
+        "The chance of any false `better`/`worse` over the whole procedure, each design at the rate its tuning "
+        "seeds chose, is at most α. "
         if judged_apart
         else "Each experiment's chance of any false `better`/`worse` is at most α, so a row's answer (the "
         "sweep's verdict, or where it was open the added seeds') errs with chance at most "
