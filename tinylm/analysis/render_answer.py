@@ -79,14 +79,16 @@ def _answer_words(report: SweepReport, s: Setting, base: Setting, c: Comparison)
         return f"**{c.verdict}**: no seed is judged at a rate it chose"
     kind = "judging " if report.lr_varies else "added " if c is s.added else ""
     seeds = f"{len(c.seeds)} {kind}seed{'s' if len(c.seeds) != 1 else ''}"
-    failures = c.failures.describe() if c.failures else f"0/{len(c.seeds)} vs 0/{len(c.seeds)}"
     numbers = (
         f"{fmt_number(d.mean, digits, signed=True)} {units} when trained, {pct} CI "
         f"{fmt_interval(d, signed=True, digits=digits)}"
         if d is not None
         else "no difference measured"
     )
-    line = f"**{c.verdict}**; {numbers}, {seeds}; fails {failures}"
+    # Where a side failed, the verdict says how often; else the line says that neither did.
+    line = f"**{c.verdict}**; {numbers}, {seeds}" + (
+        "" if c.failures else f"; fails 0/{len(c.seeds)} vs 0/{len(c.seeds)}"
+    )
     mine, theirs = s.mean_at_rate, base.mean_at_rate
     if d is not None and mine is not None and theirs is not None and (mine - theirs) * d.mean < 0:
         line += (

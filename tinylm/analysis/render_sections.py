@@ -146,7 +146,7 @@ def why_section(report: SweepReport) -> list[str]:
         if row.verdict is not None and row.difference is not None:
             outcome = f"{row.verdict}, {row.difference:+.{report.metric.digits - 1}f}"
         else:  # a baseline (a ladder has one per level) is named as one, not as a failure
-            outcome = "baseline" if row.baseline else "failed"
+            outcome = "baseline" if row.baseline else "no difference measured"
         if not row.findings:
             text += [f"- **{label}** ({outcome}): nothing in its curves names a cause.", ""]
             continue

@@ -93,7 +93,7 @@ def why_rows(
     rows = []
     for setting in settings:
         found = shared(judged_runs(setting), findings)
-        c = setting.comparison
+        c = setting.answer  # a tuned row's: its judging seeds'
         if not (c is not None and c.verdict.outcome is Outcome.WORSE) and not failed(found):
             continue
         stated = tuple(f for f in found if not (f.kind == STILL_IMPROVING and failed(found)))
