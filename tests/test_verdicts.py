@@ -200,19 +200,21 @@ def test_the_sequential_design_keeps_the_family_wise_error_over_its_looks(sweeps
 
 
 @pytest.mark.parametrize("sweeps", [100, pytest.param(3000, marks=pytest.mark.slow)])
-def test_the_sequential_design_has_the_power_of_the_fixed_one_within_2_points(sweeps):
+def test_the_sequential_design_has_the_power_of_the_fixed_one_within_3_points(sweeps):
     """A true difference of 0.02 in every row (the baseline better): each row found `worse` by the design as
-    often as by 16 seeds judged at once, within 2 points, on the same sweeps. The fast version: not below the
-    fixed design by more than 2 points beyond its Monte Carlo error (a one-sided paired test at 1%)."""
+    often as by 16 seeds judged at once, within 3 points, on the same sweeps (measured: 2.6 points below at
+    3,000 sweeps; the z boundaries before came within 2, on an error 10% above α: docs/sweeps.md). The fast
+    version: not below the fixed design by more than 3 points beyond its Monte Carlo error (a one-sided
+    paired test at 1%)."""
     sequential, fixed = sequential_sweeps(np.random.default_rng(9), sweeps, shift=0.02)
     found = np.array([[v is Outcome.WORSE for v in row] for row in sequential], dtype=float).ravel()
     found_fixed = np.array([[v is Outcome.WORSE for v in row] for row in fixed], dtype=float).ravel()
     assert found_fixed.mean() > 0.1  # the case has the power the issue measured (about 20%)
     gap = found - found_fixed
     if sweeps >= 3000:
-        assert gap.mean() >= -0.02
+        assert gap.mean() >= -0.03
     else:
-        assert (gap.mean() + 0.02) / (gap.std(ddof=1) / math.sqrt(len(gap))) > -2.33
+        assert (gap.mean() + 0.03) / (gap.std(ddof=1) / math.sqrt(len(gap))) > -2.33
 
 
 def test_the_sequential_design_stops_early_on_a_large_difference():
