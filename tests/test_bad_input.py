@@ -510,6 +510,14 @@ ROWS = [
         small_corpus=False,
     ),
     BadInput(
+        "fresh-run-into-a-run-with-checkpoints",
+        "train.py",
+        lambda t, e: [f"hydra.run.dir={e.run}"],
+        [
+            "already holds a run with checkpoints; continue it with ckpt_path=last, or choose another hydra.run.dir"
+        ],
+    ),
+    BadInput(
         "mistyped-resume-in-place",
         "train.py",
         lambda t, e: [f"hydra.run.dir={e.run}", "ckpt_path=last", "optim.lr=-1"],

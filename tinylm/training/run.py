@@ -173,6 +173,12 @@ def prepare(
     # A requeued SLURM job continues its own run directory (tinylm/training/slurm.py).
     ckpt_path = settings.ckpt_path or slurm.checkpoint_to_continue(settings.run_dir)
     resumed = resume_checkpoint(ckpt_path, settings.run_dir)
+    if resumed is None and last_checkpoint(settings.run_dir).is_file():
+        # A fresh run here would overwrite the checkpoints of the run already in it.
+        raise RunDirectoryError(
+            f"{str(settings.run_dir)!r} already holds a run with checkpoints; continue it with ckpt_path=last, "
+            "or choose another hydra.run.dir"
+        )
     datamodule = load_data(settings, resumed)
     module = build_module(settings, datamodule, resumed)
     trainer = build_trainer(settings, resumed, observers)
