@@ -615,6 +615,25 @@ def test_runs_are_a_tidy_table_that_groups_into_settings_by_every_choice_but_the
     assert post.results == {"1": 2.5, "2": math.inf} and post.fails == 1
 
 
+def test_a_ladder_with_the_rate_tuned_per_level_says_how_to_judge_it_before_any_seed_is_judged(tmp_path):
+    sweep = tmp_path / "sweep"
+    number = 0
+    for data in ("a", "b"):
+        for act, shift in (("gelu", 0.0), ("swiglu", -0.1)):
+            for lr, penalty in (("1e-3", 0.05), ("1e-2", 0.0)):
+                for seed in ("1", "2", "3"):
+                    loss = 2.0 + shift + penalty + 0.001 * int(seed)
+                    fake_run(
+                        sweep, number, "completed", loss, act=act, data=data, **{"optim.lr": lr}, seed=seed
+                    )
+                    number += 1
+    report = build_report(sweep, baseline="act=gelu", ladder="data")
+    assert all(s.rate == 0.01 and s.results == {} for s in report.tuned)
+    text = markdown(report)
+    assert "not yet judged (rates 0.01 against 0.01, chosen on seeds 1, 2, 3) at a" in text
+    assert f"Not yet judged: `python scripts/add_seeds.py {sweep}` runs judging seeds" in text
+
+
 def test_a_ladder_over_the_rate_judges_each_rate_against_its_own_baseline_with_no_tuning(lr_sweep):
     report = build_report(lr_sweep, baseline="norm=pre", ladder="optim.lr")
     assert not report.lr_varies and report.tuned == []  # each rate is a level, not a choice to tune

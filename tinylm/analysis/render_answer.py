@@ -112,10 +112,21 @@ def _ladder_answer(report: SweepReport) -> list[str]:
     for trend in ladder.trends:
         design = setting_label(trend.design, shown)
         lines.append(f"- `{design}` against `{base}` along `{', '.join(ladder.axis)}`: **{trend.verdict}**")
+    unjudged = tuned_then_judged(report) and any(
+        s.answer is not None and not s.answer.seeds for rung in ladder.rungs for s in rung.settings
+    )
     return [
         *lines,
         "",
         f"Lower is better. Every {ladder.noun}'s comparisons are one family (Holm): the chance of any false "
         f"`better`/`worse` among them is at most α = {report.alpha:g}. The tables and the methods are below.",
+        *(
+            [
+                f"Not yet judged: `python scripts/add_seeds.py {report.sweep_dir}` runs judging seeds at each "
+                "level's chosen rates, in rounds, until each is resolved."
+            ]
+            if unjudged
+            else []
+        ),
         "",
     ]

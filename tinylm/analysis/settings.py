@@ -202,11 +202,13 @@ def chosen_rate(by_rate: dict[Any, dict[str, float]], tuning: Collection[str]) -
 
 
 def ranking(setting: Setting) -> tuple[float, float]:
-    """Ranked as rates are chosen: the share of its runs that failed first, then the mean of those that trained."""
+    """Ranked as rates are chosen: the share of its runs that failed first, then the mean of those that trained
+    (a tuned setting not yet judged: its mean at the chosen rate)."""
     share = setting.fails / len(setting.results) if setting.results else 0.0
-    return share, setting.estimate.mean if setting.estimate and not math.isnan(
-        setting.estimate.mean
-    ) else math.inf
+    if setting.estimate is not None and not math.isnan(setting.estimate.mean):
+        return share, setting.estimate.mean
+    at_rate = setting.mean_at_rate if setting.by_rate else None
+    return share, at_rate if at_rate is not None else math.inf
 
 
 def groups_of(settings: Sequence[Setting], columns: Sequence[str]) -> dict[tuple[Any, ...], list[Setting]]:
