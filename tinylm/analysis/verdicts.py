@@ -140,7 +140,7 @@ def verdict(c: Comparison, min_effect: float) -> Verdict:
     if not c.seeds:
         return c.verdict
     failures = c.failures
-    losses = loss_verdict(c, min_effect, "")
+    losses = loss_verdict(c, min_effect)
     if failures is None:
         return losses
     trained = " when trained" if losses.outcome.resolved else ""
@@ -153,29 +153,29 @@ def verdict(c: Comparison, min_effect: float) -> Verdict:
     return Verdict(f"{losses}{trained}; fails {failures.describe()}", losses.outcome)
 
 
-def loss_verdict(c: Comparison, min_effect: float, note: str) -> Verdict:
-    """The verdict on the losses of the seeds both sides trained, `note` after its words."""
+def loss_verdict(c: Comparison, min_effect: float) -> Verdict:
+    """The verdict on the losses of the seeds both sides trained."""
     d = c.difference
     better, worse, open_ = Outcome.BETTER, Outcome.WORSE, Outcome.NOT_RESOLVED
     if d is None and c.untested:
-        return Verdict(c.untested + note, open_)
+        return Verdict(c.untested, open_)
     if d is None:
-        return Verdict(f"{UNRESOLVED}: every seed failed on one side or both{note}", open_)
+        return Verdict(f"{UNRESOLVED}: every seed failed on one side or both", open_)
     if c.p_adjusted is None and not c.constant:
-        return Verdict((c.untested or ONE_SEED) + note, open_)
+        return Verdict((c.untested or ONE_SEED), open_)
     if c.constant:
         if abs(d.mean) <= IDENTICAL:
-            return Verdict(IDENTICAL_VERDICT + note, Outcome.IDENTICAL)
+            return Verdict(IDENTICAL_VERDICT, Outcome.IDENTICAL)
         if abs(d.mean) < min_effect:
             return Verdict(
-                f"{equivalent(min_effect)} (the same difference on every seed){note}", Outcome.EQUIVALENT
+                f"{equivalent(min_effect)} (the same difference on every seed)", Outcome.EQUIVALENT
             )
         found = better if d.mean < 0 else worse
-        return Verdict(f"{found} (the same difference on every seed){note}", found)
+        return Verdict(f"{found} (the same difference on every seed)", found)
     equivalent_too = c.within_min_effect
     if c.differs:
         found = better if d.mean < 0 else worse
-        return Verdict(found + (f", but by less than {min_effect:g}" if equivalent_too else "") + note, found)
+        return Verdict(found + (f", but by less than {min_effect:g}" if equivalent_too else ""), found)
     if equivalent_too:
-        return Verdict(equivalent(min_effect) + note, Outcome.EQUIVALENT)
-    return Verdict(UNRESOLVED + note, open_)
+        return Verdict(equivalent(min_effect), Outcome.EQUIVALENT)
+    return Verdict(UNRESOLVED, open_)
