@@ -44,13 +44,12 @@ from tinylm.analysis.diagnosis import (
     VALIDATION_IN_TRAINING,
     Finding,
     diagnose,
-    run_failure,
     since,
 )
 from tinylm.analysis.report import REPORT_MD, shared_reference
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary, read_runs
 from tinylm.analysis.sweep_report import write_report
-from tinylm.analysis.why import failed, shared
+from tinylm.analysis.why import failed, run_failure, shared
 from tinylm.layout import VAL_IN_TRAINING
 
 # Every case logs its health curves and validates every 20 steps; each overrides the shrunk config's budget.

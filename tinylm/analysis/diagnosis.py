@@ -86,14 +86,6 @@ DEAD_UNITS = "dead units"
 STILL_IMPROVING = "still improving"
 LOSS_SPIKE = "loss spike"
 VALIDATION_IN_TRAINING = "validation is training"
-# A setting that shows only these has not failed: its budget ended first, or it trained to the bigram level and
-# no further (it underfits, as a strongly regularised or small model does: it learned, it did not collapse).
-NOT_FAILURES = (STILL_IMPROVING, BIGRAM_STALL)
-# What makes a run fail, counted apart from the losses of the runs that trained (docs/sweeps.md): it diverged,
-# or stopped learning to its end (back at the unigram level, its tokens collapsed onto one vector, or its loss
-# rose and stayed up while its training loss did not fall). Health episodes it trained through (saturated
-# attention, starved Q/K, dead units), overfitting and a spike it came back from are findings, not failures.
-FAILURES = (DIVERGED, IGNORES_CONTEXT, COLLAPSED, DESTABILISED)
 
 Series = Sequence[tuple[int, float]]
 
@@ -113,11 +105,6 @@ class Finding:
     @property
     def recovered(self) -> bool:
         return self.until is not None
-
-
-def run_failure(findings: Sequence[Finding]) -> Finding | None:
-    """The finding that makes a run fail (`FAILURES`, lasting to its end), or None."""
-    return next((f for f in findings if f.kind in FAILURES and not f.recovered), None)
 
 
 def diagnose(run: RunSummary, reference: Mapping[str, float] | None = None) -> list[Finding]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tinylm.analysis.diagnosis import Finding, diagnose, run_failure
+from tinylm.analysis.diagnosis import Finding, diagnose
 from tinylm.analysis.estimates import MIN_EFFECT
 from tinylm.analysis.extension import Design, baseline_keys, read_design, with_added_seeds
 from tinylm.analysis.ladder import SCALE_KEY, Ladder, judge_ladder
@@ -45,7 +45,7 @@ from tinylm.analysis.settings import (
 from tinylm.analysis.sizing import Sizing, size_open_rows
 from tinylm.analysis.sweep_probe import probe_rows
 from tinylm.analysis.verdicts import ALPHA
-from tinylm.analysis.why import Shared, WhyRow, shared, why_rows
+from tinylm.analysis.why import Shared, WhyRow, run_failure, shared, why_rows
 from tinylm.layout import DESIGN_FILE
 from tinylm.overrides import OverrideError, parse
 

@@ -2,7 +2,7 @@
 compared with one baseline (docs/sweeps.md). Each is built once, with its results: judging a family returns
 new settings that carry their comparisons, and changes none.
 
-A run that diverged or collapsed (`diagnosis.run_failure`) fails: its result is +inf, the worst, so that it is
+A run that diverged or collapsed (`why.run_failure`) fails: its result is +inf, the worst, so that it is
 counted apart from the losses of the runs that trained (`Setting.fails`); an estimate is over those."""
 
 from __future__ import annotations

@@ -10,10 +10,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tinylm.analysis.diagnosis import NOT_FAILURES, STILL_IMPROVING, Finding
+from tinylm.analysis.diagnosis import (
+    BIGRAM_STALL,
+    COLLAPSED,
+    DESTABILISED,
+    DIVERGED,
+    IGNORES_CONTEXT,
+    STILL_IMPROVING,
+    Finding,
+)
 from tinylm.analysis.outcome import Outcome, Verdict
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary
 from tinylm.analysis.settings import LR, Setting
+
+# A setting that shows only these has not failed: its budget ended first, or it trained to the bigram level and
+# no further (it underfits, as a strongly regularised or small model does: it learned, it did not collapse).
+NOT_FAILURES = (STILL_IMPROVING, BIGRAM_STALL)
+# What makes a run fail, counted apart from the losses of the runs that trained (docs/sweeps.md): it diverged,
+# or stopped learning to its end (back at the unigram level, its tokens collapsed onto one vector, or its loss
+# rose and stayed up while its training loss did not fall). Health episodes it trained through (saturated
+# attention, starved Q/K, dead units), overfitting and a spike it came back from are findings, not failures.
+FAILURES = (DIVERGED, IGNORES_CONTEXT, COLLAPSED, DESTABILISED)
 
 
 @dataclass(frozen=True)
@@ -52,6 +69,12 @@ def shared(runs: Sequence[RunSummary], findings: Mapping[Path, Sequence[Finding]
                pairs[0][0], all(f.recovered for _, f in pairs))
         for kind, pairs in found.items()
     ]  # fmt: skip
+
+
+def run_failure(findings: Sequence[Finding]) -> Finding | None:
+    """The finding that makes one run fail (`FAILURES`, lasting to its end), or None: what `fails` counts.
+    `failed` is the wider test of a setting's *Why* row."""
+    return next((f for f in findings if f.kind in FAILURES and not f.recovered), None)
 
 
 def failed(findings: Sequence[Shared]) -> bool:
