@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from tinylm.analysis.estimates import Comparison
 from tinylm.analysis.formats import fmt_interval, fmt_number, fmt_p, fmt_wall_time, md_table
 from tinylm.analysis.metric import STEPS_TO
-from tinylm.analysis.render_answer import answer_section, ladder_title, tuned_then_judged
+from tinylm.analysis.render_answer import answer_section, ladder_title
 from tinylm.analysis.render_sections import added_section, cost_lines
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.settings import (
@@ -147,7 +147,7 @@ def rates_cell(s: Setting) -> str:
 def _family_rows(report: SweepReport) -> list[list]:
     rows = []
     base, columns = report.family_baseline, report.shown_family_columns
-    judged_apart = tuned_then_judged(report)
+    judged_apart = report.judged_apart
     digits = report.metric.digits
     for s in report.family:
         choices = [shown(s.choices.get(col, "—")) for col in columns]
@@ -180,7 +180,7 @@ def _family_section(report: SweepReport) -> list[str]:
     pct = f"{report.confidence:.0%}"
     columns, base = report.shown_family_columns, report.family_baseline
     text = []
-    if tuned_then_judged(report):
+    if report.judged_apart:
         text += [
             "## Each setting at the rate its tuning seeds chose",
             "",
@@ -223,7 +223,7 @@ def _family_section(report: SweepReport) -> list[str]:
         f"{report.metric.lower}.",
         "",
     ]
-    judged_apart = tuned_then_judged(report)
+    judged_apart = report.judged_apart
     tuned = (
         (["rate", "tuned on", "mean"] if judged_apart else ["rates chosen", "mean"])
         if report.lr_varies
@@ -240,7 +240,7 @@ def _family_section(report: SweepReport) -> list[str]:
 
 
 def _family_notes(report: SweepReport) -> list[str]:
-    shown_rows = [s.answer if tuned_then_judged(report) else s.comparison for s in report.family]
+    shown_rows = [s.answer if report.judged_apart else s.comparison for s in report.family]
     comparisons = [c for c in shown_rows if c is not None]
     tests = family_size(comparisons)
     equivalence = sum(c.p_equivalence is not None for c in comparisons)

@@ -11,11 +11,6 @@ from tinylm.analysis.report import SweepReport
 from tinylm.analysis.settings import CROSS_FITTED, Setting, setting_label
 
 
-def tuned_then_judged(report: SweepReport) -> bool:
-    """Rates tuned on the sweep's seeds and judged on others (the rule since 2026-12-04)."""
-    return report.lr_varies and report.rule != CROSS_FITTED
-
-
 def answer_section(report: SweepReport) -> list[str]:
     """The answer first: a sentence per comparison (its verdict, difference, interval and seeds), then what is
     still open and the command that resolves it; the methods are below, with the tables."""
@@ -33,7 +28,7 @@ def answer_section(report: SweepReport) -> list[str]:
             f"- `{s.label(named)}` against `{base.label(named)}`: " + _answer_words(report, s, base, c)
         )
     added = any(s.added is not None for s in rows)
-    judged_apart = tuned_then_judged(report)
+    judged_apart = report.judged_apart
     both = (
         ", each design at the rate its tuning seeds chose: those seeds chose the rates and are judged on nothing, "
         "so this is the whole procedure's"
@@ -112,7 +107,7 @@ def _ladder_answer(report: SweepReport) -> list[str]:
     for trend in ladder.trends:
         design = setting_label(trend.design, shown)
         lines.append(f"- `{design}` against `{base}` along `{', '.join(ladder.axis)}`: **{trend.verdict}**")
-    unjudged = tuned_then_judged(report) and any(
+    unjudged = report.judged_apart and any(
         s.answer is not None and not s.answer.seeds for rung in ladder.rungs for s in rung.settings
     )
     return [

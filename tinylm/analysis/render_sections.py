@@ -10,7 +10,7 @@ from typing import Any
 
 from tinylm.analysis.formats import fmt_duration, fmt_interval, fmt_number, fmt_p, md_table
 from tinylm.analysis.report import DESIGN_FILE, REPORT_PNG, SweepReport
-from tinylm.analysis.settings import CROSS_FITTED, setting_label
+from tinylm.analysis.settings import setting_label
 from tinylm.analysis.sweep_probe import SHOWN
 from tinylm.analysis.why import quantity, why_figure
 from tinylm.overrides import shown
@@ -38,7 +38,7 @@ def added_section(report: SweepReport) -> list[str]:
             c.verdict,
         ])  # fmt: skip
     rate = " at the rate its sweep seeds chose" if report.lr_varies else ""
-    judged_apart = report.lr_varies and report.rule != CROSS_FITTED
+    judged_apart = report.judged_apart
     first_words = (
         f"The sweep's own {len(first)} seeds ({', '.join(first)}) chose each setting's rate and are judged on "
         "nothing; the rows above are the seeds added since, at those rates. They are judged by a "

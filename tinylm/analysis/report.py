@@ -32,6 +32,7 @@ from tinylm.analysis.runs import (
     shared_reference,
 )
 from tinylm.analysis.settings import (
+    CROSS_FITTED,
     LR,
     TUNED_THEN_JUDGED,
     Rules,
@@ -97,6 +98,11 @@ class SweepReport:
     def lr_varies(self) -> bool:
         """The rate varies and is tuned per setting (not a ladder's axis, where each rate is a level)."""
         return LR in self.setting_columns and LR not in self.axis
+
+    @property
+    def judged_apart(self) -> bool:
+        """The rate is tuned on the sweep's seeds and judged on others (the rule since 2026-12-04)."""
+        return self.lr_varies and self.rule != CROSS_FITTED
 
     @property
     def family(self) -> list[Setting]:
