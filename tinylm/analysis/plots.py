@@ -38,6 +38,15 @@ def _figure(legend_entries: int, labels: Sequence[str]) -> tuple[Figure, Axes, i
     return figure, figure.subplots(), columns
 
 
+def _save(figure: Figure, axes: Axes, title: str, legend_columns: int, path: Path) -> Path:
+    """Title, log-scale grid and the legend below the axes; written to `path`."""
+    axes.set_title(title)
+    axes.grid(alpha=0.3, which="both")
+    figure.legend(fontsize="small", loc="outside lower center", ncols=legend_columns, frameon=False)
+    figure.savefig(path, dpi=120)
+    return path
+
+
 def _colour(index: int, count: int) -> Any:
     from matplotlib import colormaps
 
@@ -298,11 +307,8 @@ def plot_lr_sensitivity(report: SweepReport, path: Path) -> Path:
     if report.metric.is_loss:
         _reference_lines(axes, report, ("unigram", "bigram"))
     axes.set_ylabel(f"{report.metric.noun} ({report.metric.units})".replace("nats/char", "nats / char"))
-    axes.set_title(f"{report.sweep_dir.name}: learning-rate sensitivity, mean and min-max over seeds")
-    axes.grid(alpha=0.3, which="both")
-    figure.legend(fontsize="small", loc="outside lower center", ncols=legend_columns, frameon=False)
-    figure.savefig(path, dpi=120)
-    return path
+    return _save(figure, axes, f"{report.sweep_dir.name}: learning-rate sensitivity, mean and min-max over seeds",
+                 legend_columns, path)  # fmt: skip
 
 
 def plot_health(
@@ -323,11 +329,7 @@ def plot_health(
     axes.set_yscale("log")
     axes.set_xlabel(X_AXES["step"])
     axes.set_ylabel(quantity)
-    axes.set_title(title)
-    axes.grid(alpha=0.3, which="both")
-    figure.legend(fontsize="small", loc="outside lower center", ncols=legend_columns, frameon=False)
-    figure.savefig(path, dpi=120)
-    return path
+    return _save(figure, axes, title, legend_columns, path)
 
 
 def plot_scale(
@@ -352,11 +354,7 @@ def plot_scale(
     axes.set_ylabel(f"{report.metric.noun} ({report.metric.units})".replace("nats/char", "nats / char"))
     if report.metric.is_loss:
         _reference_lines(axes, report, ("bigram",))
-    axes.set_title(title)
-    axes.grid(alpha=0.3, which="both")
-    figure.legend(fontsize="small", loc="outside lower center", ncols=legend_columns, frameon=False)
-    figure.savefig(path, dpi=120)
-    return path
+    return _save(figure, axes, title, legend_columns, path)
 
 
 def plot_ladder(
