@@ -3,10 +3,12 @@
 
 (a) tinylm: `tinylm.training.run.run(cfg)` exactly as a user runs it: Lightning Trainer, datamodule, logging,
     checkpointing and callbacks at the config's settings.
-(b) bare: the plain reference every speed-up is judged against: the same architecture with the norms written
-    out as formulas, batches already in memory, forward + backward + PyTorch's default AdamW step + zero_grad,
-    nothing else, fp32, eager. It ignores tinylm's optimisation flags (fused norms and AdamW, bf16, compile),
-    so `ratio` is tinylm at the given settings against plain PyTorch.
+(b) bare: the plain reference every speed-up is judged against: the same architecture, batches already in
+    memory, forward + backward + AdamW step + zero_grad, nothing else, fp32, eager. It ignores tinylm's
+    optimisation flags (fused norms and AdamW, bf16, compile), so `ratio` is tinylm at the given settings
+    against plain PyTorch: with `bench.reference=plain` (the default) the norms written out as formulas and
+    PyTorch's default AdamW; with `bench.reference=fast` the fastest plain loop of this model (fused norm
+    kernels, `AdamW(fused=True)`).
 
 The two take turns step by step in one process: after each tinylm step a callback runs one bare step on its
 own model and optimizer, and each path's clock runs only during its own work. A machine whose speed drifts
@@ -55,14 +57,18 @@ from tinylm.training.settings import OptimConfig, RunSettings
 
 
 class BareLoop:
-    """The reference: forward, backward, AdamW step, zero_grad; nothing else, in plain fp32 eager."""
+    """The reference: forward, backward, AdamW step, zero_grad; nothing else, in fp32 eager. `fast=False`:
+    the norms' formulas and PyTorch's default AdamW; `fast=True`: the fastest such loop torch offers on CPU,
+    the fused norm kernels and `AdamW(fused=True)` (the model's one QKV projection and SDPA either way)."""
 
-    def __init__(self, model_config: ModelConfig, optim: OptimConfig) -> None:
+    def __init__(self, model_config: ModelConfig, optim: OptimConfig, fast: bool = False) -> None:
         torch.manual_seed(0)
-        self.model = GPT(replace(model_config, fused_norms=False))
+        self.model = GPT(replace(model_config, fused_norms=fast))
         decayed = {name: p.dim() >= 2 for name, p in self.model.named_parameters()}
         groups = weight_decay_groups(self.model.named_parameters(), decayed, optim.weight_decay)
-        self.optimizer = torch.optim.AdamW(groups, lr=optim.lr, betas=(optim.beta1, optim.beta2))
+        self.optimizer = torch.optim.AdamW(
+            groups, lr=optim.lr, betas=(optim.beta1, optim.beta2), fused=True if fast else None
+        )
 
     def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
         start = time.perf_counter()
@@ -209,6 +215,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         raise ConfigError(
             f"bench.steps - bench.warmup = {steps - warmup}: at least 50 timed steps are needed"
         )
+    if bench.reference not in ("plain", "fast"):
+        raise ConfigError(f"bench.reference={bench.reference}: expected plain or fast")
     settings = RunSettings.from_cfg(cfg)  # the settings run(cfg) will use, precision resolved
     cfg, precision = settings.cfg, settings.trainer["precision"]
 
@@ -223,10 +231,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     batches = [windows.batch(i) for i in range(steps)]
 
     with_control = bool(bench.get("control", False))
+    fast = bench.reference == "fast"
     bare, ours, added, controls, control_added = [], [], [], [], []
     for _ in range(repeats):
-        control = BareLoop(model_config, optim) if with_control else None
-        timer = PairedStepTimer(BareLoop(model_config, optim), batches, control)
+        control = BareLoop(model_config, optim, fast) if with_control else None
+        timer = PairedStepTimer(BareLoop(model_config, optim, fast), batches, control)
         tinylm_run(cfg, steps, timer)
         bare.append(_median_result(timer.bare_step_times, warmup, tokens_per_step))
         ours.append(_median_result(timer.step_times, warmup, tokens_per_step))
@@ -256,6 +265,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             "compile": bool(cfg.get("compile", False)),
             "fused_norms": model_config.fused_norms,
             "optimizer": optim.implementation,
+            "bias": model_config.bias,
+            "reference": str(bench.reference),
         },
         "machine": {
             "threads": torch.get_num_threads(),
@@ -294,7 +305,7 @@ def format_report(result: dict[str, Any]) -> str:
         f"config: {c['n_layer']} layers, {c['n_head']} heads, d={c['d_model']}, block {c['block_size']}, "
         f"batch {c['batch_size']}, norm={c['norm']}, act={c['act']}, {c['params']:,} params; "
         f"precision {c['precision']}, compile={c['compile']}, fused_norms={c['fused_norms']}, "
-        f"optimizer={c['optimizer']}",
+        f"optimizer={c['optimizer']}, bias={c['bias']}; bare loop: {c['reference']}",
         f"machine: {result['machine']['threads']} torch threads, torch {result['machine']['torch']}",
         f"median over {result['steps'] - result['warmup']} steps after {result['warmup']} warm-up, "
         f"{result['repeats']} repetitions:",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import tbparse
+import torch
 from conftest import REPO, compose_train
 from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
@@ -22,7 +23,7 @@ BENCHMARKS = REPO / "benchmarks"
 # The benchmarks import each other as `python benchmarks/<name>.py` runs them: from their own directory.
 sys.path.insert(0, str(BENCHMARKS))
 
-from bench import PairedStepTimer  # noqa: E402
+from bench import BareLoop, PairedStepTimer  # noqa: E402
 from bench import run as run_bench  # noqa: E402
 from health_overhead import run as measure_overhead  # noqa: E402
 from health_overhead import summarise  # noqa: E402
@@ -138,6 +139,27 @@ def test_bench_refuses_fewer_than_50_timed_steps():
         cfg = compose("bench", overrides=["bench.steps=30", "bench.warmup=10"])
     with pytest.raises(ConfigError, match="at least 50 timed steps"):
         run_bench(cfg)
+
+
+def test_bench_refuses_an_unknown_reference_loop():
+    with initialize_config_dir(str(BENCHMARKS / "conf"), version_base="1.3"):
+        cfg = compose("bench", overrides=["bench.reference=nanogpt"])
+    with pytest.raises(ConfigError, match=r"bench\.reference=nanogpt: expected plain or fast"):
+        run_bench(cfg)
+
+
+def test_the_fast_reference_loop_runs_the_fused_kernels_and_the_plain_one_the_formulas():
+    from tinylm.model import ModelConfig
+    from tinylm.training.settings import OptimConfig
+
+    config = ModelConfig(vocab_size=11, n_layer=1, n_head=2, d_model=16, block_size=8)
+    plain, fast = BareLoop(config, OptimConfig()), BareLoop(config, OptimConfig(), fast=True)
+    assert not plain.model.config.fused_norms and plain.optimizer.defaults["fused"] is None
+    assert fast.model.config.fused_norms and fast.optimizer.defaults["fused"] is True
+    # The same model and start: one step of each on the same batch moves the loss alike.
+    inputs = targets = torch.randint(11, (2, 8))
+    plain.step(inputs, targets), fast.step(inputs, targets)
+    assert torch.allclose(plain.model(inputs, targets)[1], fast.model(inputs, targets)[1], atol=1e-5)
 
 
 def test_the_added_step_time_pairs_each_tinylm_step_with_the_bare_step_run_right_after_it():
