@@ -21,6 +21,7 @@ from tinylm.analysis.plots import ForestRow, forest_rows, plot_report, report_fi
 from tinylm.analysis.report import build_report
 from tinylm.errors import Interrupted
 from tinylm.layout import SEGMENTS, earlier_segments, read_run_record, write_run_record
+from tinylm.training.module import learning_rate
 from tinylm.training.run import run
 
 # --- point 2: resuming a finished run in place -------------------------------------------------------------
@@ -80,7 +81,16 @@ def lightning_log():
     logger.setLevel(level)
 
 
-def test_an_interrupted_resume_in_place_keeps_the_completed_result(tmp_path, lightning_log):
+@pytest.fixture
+def run_log():
+    """Every line tinylm's training run logs while the test runs."""
+    handler, logger = Lines(), logging.getLogger("tinylm.training.run")
+    logger.addHandler(handler)
+    yield handler.lines
+    logger.removeHandler(handler)
+
+
+def test_an_interrupted_resume_in_place_keeps_the_completed_result(tmp_path, lightning_log, run_log):
     corpus = ["data=text", f"data.files={small_corpus(tmp_path)}", "sample.chars=0"]
     run_dir = tmp_path / "run"
     run(compose_train(run_dir, corpus))
@@ -106,6 +116,13 @@ def test_an_interrupted_resume_in_place_keeps_the_completed_result(tmp_path, lig
     assert bar.seen == [(6, 7, 12), (6, 8, 12), (6, 9, 12)]
     # The interrupt's checkpoint says what it saves, so Lightning has nothing to assume.
     assert not [line for line in lightning_log if "weights_only" in line]
+    # decay_steps follows max_steps (6, then 12): the resume says that its rate schedule moved, and how.
+    optim = resume.optim
+    after = learning_rate(6, optim.lr, optim.min_lr, optim.warmup_steps, 12)
+    assert (
+        "resumed at step 6 on another learning-rate schedule (optim.decay_steps 6 -> 12): the rate there goes "
+        f"from {optim.min_lr:.3g} to {after:.3g}; optim.decay_steps=6 continues the schedule it had"
+    ) in run_log
 
     # Resumed again to the end: the record is complete, and both earlier segments are kept, oldest first.
     run(compose_train(run_dir, [*corpus, "ckpt_path=last", "trainer.max_steps=12"]))

@@ -39,8 +39,9 @@ from tinylm.model import FFNS, PLACEMENTS
 from tinylm.model.sampling import sample_text
 from tinylm.training.callbacks import TensorBoardHParams
 from tinylm.training.checkpoints import load_module
-from tinylm.training.module import CharLM, learning_rate
+from tinylm.training.module import CharLM, learning_rate, schedule_change
 from tinylm.training.run import run
+from tinylm.training.settings import OptimConfig
 
 NORMS = list(PLACEMENTS)
 ACTS = list(FFNS)
@@ -681,3 +682,21 @@ def test_a_data_block_size_other_than_the_models_is_refused(tmp_path):
     cfg = compose_train(tmp_path, ["data.block_size=16"])
     with pytest.raises(ConfigError, match=r"data.block_size=16 must equal model.block_size=32"):
         RunSettings.from_cfg(cfg, check_before_imports(cfg))
+
+
+def test_a_resume_names_the_schedule_settings_that_moved_and_the_rate_before_and_after():
+    trained = {"lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 100, "decay_steps": 500, "weight_decay": 0.1}
+    same = OptimConfig(lr=1e-3, min_lr=1e-4, warmup_steps=100, decay_steps=500, weight_decay=0.5)
+    assert schedule_change(trained, same, 500) is None  # weight decay is not the schedule
+    longer = OptimConfig(lr=1e-3, min_lr=1e-4, warmup_steps=100, decay_steps=750)
+    assert schedule_change(trained, longer, 500) == (
+        "resumed at step 500 on another learning-rate schedule (optim.decay_steps 500 -> 750): the rate there "
+        f"goes from 0.0001 to {learning_rate(500, 1e-3, 1e-4, 100, 750):.3g}; optim.decay_steps=500 continues "
+        "the schedule it had"
+    )
+    assert f"{learning_rate(500, 1e-3, 1e-4, 100, 750):.3g}" == "0.00039"  # back up from the floor, 0.0001
+    higher = OptimConfig(lr=2e-3, min_lr=1e-4, warmup_steps=100, decay_steps=500)
+    assert schedule_change(trained, higher, 200) == (
+        "resumed at step 200 on another learning-rate schedule (optim.lr 0.001 -> 0.002): the rate there goes "
+        f"from {learning_rate(200, 1e-3, 1e-4, 100, 500):.3g} to {learning_rate(200, 2e-3, 1e-4, 100, 500):.3g}"
+    )

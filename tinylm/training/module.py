@@ -39,6 +39,27 @@ def learning_rate(step: int, lr: float, min_lr: float, warmup_steps: int, decay_
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
 
 
+SCHEDULE_KEYS = ("lr", "min_lr", "warmup_steps", "decay_steps")
+
+
+def schedule_change(trained: dict[str, Any], optim: OptimConfig, step: int) -> str | None:
+    """A resumed run's learning-rate schedule, if it is not the one the checkpoint trained on (`trained`: its
+    `optim` settings): which settings moved and the rate at `step` before and after. `decay_steps` follows
+    `trainer.max_steps` by default, so training further moves the cosine unless it is set."""
+    changed = [key for key in SCHEDULE_KEYS if key in trained and trained[key] != getattr(optim, key)]
+    if not changed:
+        return None
+    before = learning_rate(step, *(trained.get(key, getattr(optim, key)) for key in SCHEDULE_KEYS))
+    after = learning_rate(step, *(getattr(optim, key) for key in SCHEDULE_KEYS))
+    keep = (
+        f"; optim.decay_steps={trained['decay_steps']} continues the schedule it had"
+        if "decay_steps" in changed
+        else ""
+    )
+    moved = ", ".join(f"optim.{key} {trained[key]} -> {getattr(optim, key)}" for key in changed)
+    return f"resumed at step {step} on another learning-rate schedule ({moved}): the rate there goes from {before:.3g} to {after:.3g}{keep}"
+
+
 # Segments that FSDP and activation checkpointing insert into parameter names.
 WRAPPER_SEGMENTS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
 

@@ -76,7 +76,7 @@ from tinylm.training.distributed import (
     shards_parameters,
 )
 from tinylm.training.early_checks import EarlySettings
-from tinylm.training.module import CharLM
+from tinylm.training.module import CharLM, schedule_change
 from tinylm.training.run_dir import RunDirectoryError, hold, point_latest_at, save_hydra_record
 from tinylm.training.settings import RunSettings
 
@@ -211,6 +211,9 @@ def build_module(settings: RunSettings, datamodule: CharDataModule, resumed: Che
     model.vocab_size = tokenizer.vocab_size  # the corpus's, not a setting: set, not checked again
     if resumed is not None:
         check_resumable(resumed, model, settings.trainer["max_steps"], settings.optim.name)
+        trained = resumed.contents["hyper_parameters"].get("optim") or {}
+        if (change := schedule_change(dict(trained), settings.optim, resumed.step)) is not None:
+            log.warning(change)
     module = CharLM(model, settings.optim, min(200, settings.sample.chars), settings.compile)
     module.tokenizer = tokenizer
     return module
@@ -260,8 +263,9 @@ class PreparedRun:
         batch = EffectiveBatch.of(trainer, settings.data.batch_size, settings.data.block_size)
         if trainer.is_global_zero:
             write_run_files(settings, module)
-            log.info("model: %s parameters (%s without embeddings)", f"{module.model.num_params(False):,}",
-                     f"{module.model.num_params():,}")  # fmt: skip
+            left_out = "position" if settings.model.tie_weights else "position and token"
+            log.info("model: %s parameters (%s without %s embeddings)", f"{module.model.num_params(False):,}",
+                     f"{module.model.num_params():,}", left_out)  # fmt: skip
             log.info(batch.describe(settings.optim.lr))
             log.info("precision: %s; seed %s", settings.precision_reason, settings.seed)
 
