@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 
 import pytest
@@ -92,3 +93,27 @@ def test_a_new_ffn_is_one_class_one_entry_one_conf_file(tmp_path, monkeypatch):
     probe_config = ModelConfig(d_model=16, n_head=2, n_layer=2, block_size=8, act="relu2")
     header = format_table(depth_probe(probe_config, batch_size=2, seq_len=8), [2]).splitlines()[0]
     assert header.endswith("| ‖∇W_o‖ | ‖∇FFN w_in‖ | ‖∇FFN w_out‖ |")
+
+
+def test_the_command_reference_lists_every_choice_of_every_group_it_names():
+    """docs/cli.md's table of groups: a conf file added without its row (or a row naming a file gone) would
+    leave a newcomer with a list that is not the one `train.py --help` prints."""
+    groups = {path.name for path in (REPO / "conf").iterdir() if path.is_dir() and any(path.glob("*.yaml"))}
+    cells = [line.split("|") for line in (REPO / "docs" / "cli.md").read_text(encoding="utf-8").splitlines()]
+    rows = {
+        row[1].strip().strip("`"): row[2]
+        for row in cells
+        if len(row) > 3 and row[1].strip().strip("`") in groups
+    }
+    assert set(rows) == groups, sorted(groups - set(rows))
+    for group, listed in rows.items():
+        named = {name for name in re.findall(r"`([^`]+)`", listed) if re.fullmatch(r"[a-z0-9_]+", name)}
+        files = {path.stem for path in (REPO / "conf" / group).glob("*.yaml")}
+        assert files and files == named, (group, sorted(files - named), sorted(named - files))
+
+
+def test_the_sweeps_page_says_what_every_preset_sweeps():
+    page = (REPO / "docs" / "sweeps.md").read_text(encoding="utf-8")
+    described = set(re.findall(r"^\| `([a-z0-9_]+)` \|", page, flags=re.MULTILINE)) | {"nanogpt_baby"}
+    assert described >= {path.stem for path in (REPO / "conf" / "experiment").glob("*.yaml")}
+    assert "`experiment=nanogpt_baby` is one run" in page
