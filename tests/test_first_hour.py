@@ -254,6 +254,12 @@ def test_the_summary_line_and_the_report_say_which_evaluation_a_loss_comes_from(
     metrics[FINAL_SPLIT_WINDOWS] = 960
     line = summary_line(metrics, tmp_path, tensorboard=False)
     assert "final loss 3.6900 nats/char = 5.324 bits/char on all 960 validation windows" in line
+    # Resumed through `latest`, the line names the run's own directory: the link moves with the next run.
+    (tmp_path / "run").mkdir()
+    (tmp_path / "latest").symlink_to(tmp_path / "run")
+    line = summary_line(metrics, tmp_path / "latest", tensorboard=True)
+    real = (tmp_path / "run").resolve()
+    assert f"; checkpoint {real / 'checkpoints' / 'last.ckpt'}; tensorboard --logdir {real / 'tb'}" in line
 
     sweep = tmp_path / "sweep"
     cfg = compose_train(tmp_path, [])

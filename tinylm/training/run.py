@@ -370,6 +370,8 @@ def summary_line(metrics: dict[str, Any], run_dir: Path, tensorboard: bool) -> s
         periodic.append(f"best periodic validation {best:.4f}")
     if periodic:
         parts.append(", ".join(periodic))
+    # The directory itself, not a link to it (`hydra.run.dir=latest`): `latest` moves with the next run.
+    run_dir = run_dir.resolve()
     parts.append(f"checkpoint {last_checkpoint(run_dir)}")
     if tensorboard:
         parts.append(f"tensorboard --logdir {run_dir / TENSORBOARD_DIR}")
