@@ -1,6 +1,7 @@
 """The whole tune-then-judge procedure, simulated through the project's own functions (docs/sweeps.md):
 
     python benchmarks/design_simulation.py [--sweeps 4000] [--out design_simulation.json]
+        [--tuning-seeds 4] [--rows 1 3] [--null-only]
 
 A sweep tunes each setting's rate on 4 seeds over a grid around an optimum (1e-3, 3e-3, 1e-2; at 1e-2, the
 edge of stability, a run collapses with chance 0.25, and a collapsed run fails); `add_seeds` then adds 2
@@ -36,7 +37,7 @@ RATE_PENALTY = {1e-3: 0.06, 3e-3: 0.0, 1e-2: 0.01}  # nats/char above the optimu
 EDGE_RATE, COLLAPSE = 1e-2, 0.25  # the rate at the edge of stability, and the chance a run there collapses
 SEED_SD = 0.1  # what the settings' runs of one seed share (data order)
 PAIRED_SD = 0.01  # of two settings' paired difference
-TUNING_SEEDS, MAX_SEEDS, PER_ROUND = 4, 16, 2
+TUNING_SEEDS, JUDGING_SEEDS, PER_ROUND = 4, 12, 2  # add_seeds' default horizon: 16 seeds in all
 JUDGING_SEEDS_FOR_POWER = 8
 COLUMNS = ["act"]
 
@@ -48,15 +49,16 @@ def run_loss(rng: np.random.Generator, seed_effect: float, rate: float, shift: f
 
 
 def one_sweep(
-    rng: np.random.Generator, rows: int, shift: float
+    rng: np.random.Generator, rows: int, shift: float, tuning_seeds: int = TUNING_SEEDS
 ) -> tuple[list[Outcome], list[int], int, bool]:
     """One sweep and its added seeds: each row's outcome, the judging seeds it was resolved on (0: open at
     the horizon), the runs the procedure took, and whether every setting chose the same rate."""
+    max_seeds = tuning_seeds + JUDGING_SEEDS
     names = ["base", *(f"row{i}" for i in range(1, rows + 1))]
-    seeds = [str(s) for s in range(1, MAX_SEEDS + 1)]
-    seed_effects = dict(zip(seeds, rng.normal(0, SEED_SD, MAX_SEEDS), strict=True))
+    seeds = [str(s) for s in range(1, max_seeds + 1)]
+    seed_effects = dict(zip(seeds, rng.normal(0, SEED_SD, max_seeds), strict=True))
     shifts = {name: (shift if name != "base" else 0.0) for name in names}
-    tuning = seeds[:TUNING_SEEDS]
+    tuning = seeds[:tuning_seeds]
     results = {
         (name, rate): {s: run_loss(rng, seed_effects[s], rate, shifts[name]) for s in tuning}
         for name in names
@@ -73,11 +75,11 @@ def one_sweep(
     base = pick_baseline(tuned, {"act": "base"}, COLUMNS)
     [family] = judge_families([(tuned, base)], rules)
     chosen = {s.choices["act"]: s.rate for s in tuned}
-    for s in seeds[TUNING_SEEDS:]:  # add_seeds runs judging seeds at the chosen rates only
+    for s in seeds[tuning_seeds:]:  # add_seeds runs judging seeds at the chosen rates only
         for name in names:
             results[(name, chosen[name])][s] = run_loss(rng, seed_effects[s], chosen[name], shifts[name])
-    looks = tuple(tuple(seeds[:n]) for n in range(TUNING_SEEDS, MAX_SEEDS + 1, PER_ROUND))
-    design = Design(0.05, 0.01, MAX_SEEDS, "act=base", looks)
+    looks = tuple(tuple(seeds[:n]) for n in range(tuning_seeds, max_seeds + 1, PER_ROUND))
+    design = Design(0.05, 0.01, max_seeds, "act=base", looks)
     bases = {s.key(COLUMNS): base.key(COLUMNS) for s in family}
     added = judge_added(family, bases, settings(), COLUMNS, rules, design)
     outcomes, resolved_on = [], []
@@ -88,9 +90,8 @@ def one_sweep(
         outcomes.append(c.verdict.outcome)
         resolved_on.append(len(c.seeds) if c.resolved else 0)
     # add_seeds adds seeds to the open rows and the baseline until each is resolved or the horizon.
-    horizon = MAX_SEEDS - TUNING_SEEDS
-    runs = len(names) * len(RATES) * TUNING_SEEDS
-    for judged in range(PER_ROUND, horizon + 1, PER_ROUND):
+    runs = len(names) * len(RATES) * tuning_seeds
+    for judged in range(PER_ROUND, JUDGING_SEEDS + 1, PER_ROUND):
         still = sum(1 for n in resolved_on if n == 0 or n >= judged)
         if still == 0:
             break
@@ -98,13 +99,16 @@ def one_sweep(
     return outcomes, resolved_on, runs, len(set(chosen.values())) == 1
 
 
-def simulate(sweeps: int, rows: int, shift: float, seed: int) -> dict[str, float]:
-    """`sweeps` sweeps of a family of `rows` rows at a true difference `shift` in every row."""
+def simulate(
+    sweeps: int, rows: int, shift: float, seed: int, tuning_seeds: int = TUNING_SEEDS
+) -> dict[str, float]:
+    """`sweeps` sweeps of a family of `rows` rows at a true difference `shift` in every row, each rate chosen
+    on `tuning_seeds` seeds."""
     rng = np.random.default_rng(seed)
     false_family, found_8, found_all, resolved, runs = 0, 0, 0, 0, 0
     same_rates, false_same_rates = 0, 0
     for _ in range(sweeps):
-        outcomes, resolved_on, cost, same = one_sweep(rng, rows, shift)
+        outcomes, resolved_on, cost, same = one_sweep(rng, rows, shift, tuning_seeds)
         claims = [o in (Outcome.BETTER, Outcome.WORSE) for o in outcomes]
         same_rates += same
         if shift == 0:
@@ -121,6 +125,7 @@ def simulate(sweeps: int, rows: int, shift: float, seed: int) -> dict[str, float
     low, high = proportion_confint(false_family, sweeps, method="wilson")
     return {
         "sweeps": sweeps,
+        "tuning_seeds": tuning_seeds,
         "rows": rows,
         "shift": shift,
         "family_wise_false_claims": false_family / sweeps if shift == 0 else None,
@@ -143,11 +148,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sweeps", type=int, default=4000)
     parser.add_argument("--out", type=Path, default=Path("design_simulation.json"))
+    parser.add_argument("--tuning-seeds", type=int, default=TUNING_SEEDS, help="judging seeds stay 12")
+    parser.add_argument("--rows", type=int, choices=(1, 3), nargs="+", default=[1, 3])
+    parser.add_argument("--null-only", action="store_true", help="only the cases with no true difference")
     args = parser.parse_args()
     table = []
     for number, (rows, shift) in enumerate([(1, 0.0), (3, 0.0), (1, -0.02), (3, -0.02)]):
+        if rows not in args.rows or (args.null_only and shift):
+            continue
         started = time.perf_counter()
-        row = simulate(args.sweeps, rows, shift, seed=100 + number)
+        row = simulate(args.sweeps, rows, shift, seed=100 + number, tuning_seeds=args.tuning_seeds)
         row["seconds"] = time.perf_counter() - started
         table.append(row)
         print(json.dumps(row))
