@@ -157,3 +157,22 @@ def test_no_stored_seed_both_chose_a_rate_and_was_judged_at_it():
                 assert set(answer["seeds"]) <= set(setting["judged_on"]), path
                 judged += 1
     assert judged >= 1  # swiglu_vs_gelu at least
+
+
+def test_an_answer_open_at_the_designs_horizon_says_add_seeds_adds_no_more_and_what_it_would_take():
+    """rms_vs_layer's one row is open after the 12 added seeds its design allows: the Answer must not send
+    the reader to add_seeds (which stops there), and says the added seeds the row's spread would need."""
+    from tinylm.analysis.report_json import from_json
+    from tinylm.analysis.sweep_report import report_markdown
+
+    record = json.loads((DOCS / "results" / "rms_vs_layer" / "report.json").read_text(encoding="utf-8"))
+    report = from_json(record)
+    (row,) = report.sizing.rows
+    assert row.spent and row.has == row.horizon == 12 and row.needed == 113
+    text = report_markdown(report)
+    assert (
+        "Still open: 1 of 1, at the sequential design's horizon (12 added seeds), where `add_seeds` adds no "
+        "more. At this spread, added seeds to find the difference (or δ) 80% of the time: "
+        "`norm=pre norm_type=rms act=gelu` 113." in text
+    )
+    assert "adds judging seeds at the chosen rates, in rounds, until each is resolved" not in text

@@ -43,13 +43,32 @@ def answer_section(report: SweepReport) -> list[str]:
         + ". The tables and the methods are below.",
     ]
     still_open = [s for s in rows if not s.answer.resolved]
-    if still_open:
+    spent = [row for row in report.sizing.rows if row.spent] if report.sizing is not None else []
+    if spent and len(spent) == len(still_open):
+        needs = ", ".join(
+            f"`{setting_label(row.design, list(row.design))}` {row.needed}" for row in spent if row.needed
+        )
+        lines.append(
+            f"Still open: {len(still_open)} of {len(rows)}, at the sequential design's horizon ({spent[0].horizon} "
+            "added seeds), where `add_seeds` adds no more"
+            + (
+                f". At this spread, added seeds to find the difference (or δ) 80% of the time: {needs}."
+                if needs
+                else "."
+            )
+        )
+    elif still_open:
         lines.append(
             f"Still open: {len(still_open)} of {len(rows)}. `python scripts/add_seeds.py {report.sweep_dir}` adds "
             + (
-                "judging seeds at the chosen rates, in rounds, until each is resolved."
+                "judging seeds at the chosen rates, in rounds, until each is resolved"
                 if judged_apart
-                else "seeds to them in rounds until each is resolved (*What resolving … would take*, below, sizes it)."
+                else "seeds to them in rounds until each is resolved (*What resolving … would take*, below, sizes it)"
+            )
+            + (
+                f"; {len(spent)} of them are at the design's horizon, where it adds no more."
+                if spent
+                else "."
             )
         )
     return [*lines, ""]

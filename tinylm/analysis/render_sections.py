@@ -126,6 +126,12 @@ def cost_lines(report: SweepReport) -> list[str]:
             f"{fmt_duration(sizing.seconds)} of run time at these runs' median wall times; "
             "`python scripts/add_seeds.py <sweep dir>` adds them in rounds until each is resolved."
         ))  # fmt: skip
+    if lines and not sizing.runs:
+        count = sizing.open
+        lines.insert(0, (
+            f"What resolving the {count} open row{'s' if count != 1 else ''} would take, if each difference is "
+            "what it seems (or δ, if smaller):"
+        ))  # fmt: skip
     return ["", *lines] if lines else []
 
 

@@ -29,6 +29,11 @@ class RowSize:
     added: bool = False
     horizon: int | None = None
 
+    @property
+    def spent(self) -> bool:
+        """Judged on a sequential design's added seeds, and has as many as the design allows."""
+        return self.added and self.horizon is not None and self.has >= self.horizon
+
 
 @dataclass(frozen=True)
 class Sizing:
