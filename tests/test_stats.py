@@ -203,11 +203,12 @@ def fake_run(
     loss: float | None,
     reference: dict | None = None,
     targets: dict[float, tuple[int, float]] | None = None,
+    watched: tuple[float, ...] = (2.0, 1.88),
     **choices: str,
 ) -> Path:
     """A run directory as train.py -m leaves it (Hydra's record, metrics.json), without TensorBoard events;
     `reference`: its validation split's reference levels; `targets`: level -> (step, seconds) at which its
-    validation loss first reached it (a level not there was never reached)."""
+    validation loss first reached it (a level `watched` but not there was never reached)."""
     seed = choices.pop("seed", "1337")
     overrides = [f"{k}={v}" for k, v in choices.items()] + [f"seed={seed}"]
     run = sweep / f"{number}_{','.join(overrides)}"
@@ -220,6 +221,8 @@ def fake_run(
         "data": {"batch_size": 12},
         "trainer": {"max_steps": 600},
     }  # fmt: skip
+    if targets is not None:
+        config["callbacks"] = {"targets": {"levels": list(watched)}}
     (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     fields = {"loss/val": loss, "step": 600, "params": 801_664} if loss is not None else {"error": "boom"}
     if reference is not None:
@@ -452,6 +455,22 @@ def target_sweep(tmp_path) -> Path:
             fake_run(sweep, number, "completed", loss, levels, reached, act=act, seed=str(seed))
             number += 1
     return sweep
+
+
+def test_a_run_that_did_not_watch_the_level_has_no_result_rather_than_a_failure(target_sweep):
+    # gelu's seed 5 watched only 2.0 (callbacks.targets.levels=[2.0]): it cannot have reached 1.88 unrecorded.
+    fake_run(
+        target_sweep, 12, "completed", 1.80, None, {2.0: (500, 55.0)}, watched=(2.0,), act="gelu", seed="5"
+    )
+    report = build_report(target_sweep, "act=gelu", metric="steps_to=1.88")
+    (run,) = [r for r in report.runs if r.choices["act"] == "gelu" and r.seed == "5"]
+    assert run.watched == (2.0,) and run.result is None
+    gelu = next(s for s in report.family if s.choices["act"] == "gelu")
+    assert "5" not in gelu.results and gelu.fails == 0 and gelu.without_result == 1
+    # By the loss it is a run like any other, and at the level it watched it has its step.
+    for metric, expected in ((None, 1.80), ("steps_to=2", 500.0)):
+        by_act = {s.choices["act"]: s for s in build_report(target_sweep, "act=gelu", metric=metric).family}
+        assert by_act["gelu"].results["5"] == expected
 
 
 def test_steps_to_a_level_judges_the_runs_that_reached_it_and_counts_the_others_as_failures(target_sweep):

@@ -243,6 +243,7 @@ def _run(record: Mapping[str, Any], metric: Metric) -> RunSummary:
     return RunSummary(**{
         **fields, **{k: _number(fields.get(k)) for k in numbers}, "path": Path(fields["path"]),
         "choices": _choices(fields["choices"]), "reference": _levels(fields.get("reference")), "metric": metric,
+        "watched": tuple(fields["watched"]) if fields.get("watched") is not None else None,
     })  # fmt: skip
 
 

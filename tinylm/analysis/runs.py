@@ -89,6 +89,9 @@ class RunSummary:
     val_in_training: float | None = None  # share of its validation windows found in training (metrics.json)
     # metrics.json's `target/<level>/step` and `target/<level>/time_s`: the levels its validation loss reached.
     targets: dict[str, float] = field(default_factory=dict)
+    # The levels it watched (callbacks.targets.levels; None: its config names none): a level it did not watch
+    # has no record to read as "never reached".
+    watched: tuple[float, ...] | None = None
     metric: Metric = FINAL_LOSS  # what `result` is (report.py --metric)
 
     @property
@@ -99,10 +102,15 @@ class RunSummary:
         if self.status == "diverged":
             return math.inf
         if self.status == "completed" and self.metric.tag is not None:
-            return self.targets.get(self.metric.tag, math.inf)
+            if self.metric.tag in self.targets:
+                return self.targets[self.metric.tag]
+            return math.inf if self.watches(self.metric.level) else None
         if self.status == "completed" and self.final_val_loss is not None:
             return self.final_val_loss if math.isfinite(self.final_val_loss) else math.inf
         return None
+
+    def watches(self, level: float | None) -> bool:
+        return self.watched is not None and any(math.isclose(level or 0.0, w) for w in self.watched)
 
 
 def find_run_dirs(sweep_dir: str | Path) -> list[Path]:
@@ -181,10 +189,18 @@ def _from_config(run_dir: Path) -> dict[str, Any]:
         "baseline": get("baseline"),
         "ladder": get("ladder"),
         "max_steps": get("trainer.max_steps"),
+        "watched": _levels(get("callbacks.targets.levels")),
         "chars_per_step": batch * block * accumulate
         if isinstance(batch, int) and isinstance(block, int)
         else None,
     }
+
+
+def _levels(levels: Any) -> tuple[float, ...] | None:
+    """callbacks.targets.levels as numbers, or None where the config has no such list."""
+    if not OmegaConf.is_list(levels):
+        return None
+    return tuple(float(level) for level in levels if isinstance(level, int | float))
 
 
 def _buildable_model(config: Any) -> dict[str, Any] | None:
@@ -269,6 +285,7 @@ def summarize_run(
         model=config["model"],
         baseline=str(config["baseline"]) if config["baseline"] else None,
         ladder=str(config["ladder"]) if config["ladder"] else None,
+        watched=config["watched"],
         metric=metric,
     )
     if record:
