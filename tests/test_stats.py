@@ -467,6 +467,11 @@ def test_a_run_that_did_not_watch_the_level_has_no_result_rather_than_a_failure(
     assert run.watched == (2.0,) and run.result is None
     gelu = next(s for s in report.family if s.choices["act"] == "gelu")
     assert "5" not in gelu.results and gelu.fails == 0 and gelu.without_result == 1
+    text = markdown(report)
+    header = table_header(text)
+    cells = {(row[header.index("act")], row[header.index("seed")]): row[header.index("steps to 1.88")]
+             for row in table_rows(text)}  # fmt: skip
+    assert cells["gelu", "5"] == "not watched" and cells["relu", "3"] == "not reached"
     # By the loss it is a run like any other, and at the level it watched it has its step.
     for metric, expected in ((None, 1.80), ("steps_to=2", 500.0)):
         by_act = {s.choices["act"]: s for s in build_report(target_sweep, "act=gelu", metric=metric).family}

@@ -372,7 +372,8 @@ def _runs_table(report: SweepReport) -> list[str]:
         ])  # fmt: skip
         if metric.tag is not None:
             reached = run.targets.get(metric.tag)
-            missing = "not reached" if run.status == "completed" else "—"
+            watched = run.status == "completed" and run.watches(metric.level)
+            missing = "not reached" if watched else "not watched" if run.status == "completed" else "—"
             cell = fmt_number(reached, metric.digits) if reached is not None else missing
             rows[-1][3 + len(columns) : 3 + len(columns)] = [cell]  # after params
     return md_table(header, rows)
