@@ -58,7 +58,9 @@ def test_a_scaled_down_ladder_is_judged_size_by_size(ladder_sweep):
     assert header.index("d64_l2 (0.") < header.index("d128_l4 (0.") and "6 steps" in header
     differences = across.split("the verdict across sizes (ladder.png draws it):")[1]
     post = next(line for line in differences.splitlines() if line.startswith("| post"))
-    assert post.count(": ") >= 2  # a verdict at each size
+    # The rate is tuned per size on the sweep's seeds, which judge nothing (issue 48): until add_seeds adds
+    # judging seeds, each size's cell is empty and the words across sizes say each level is not yet judged.
+    assert post.count("not yet judged (rates ") == 2 and "at d64_l2" in post and "at d128_l4" in post, post
     assert "The baseline is judged at each size" in text
     assert ladder_sweep / SCALE_PNG in written and ladder_sweep / LADDER_PNG in written
     assert matplotlib.image.imread(ladder_sweep / SCALE_PNG).shape[0] > 100
