@@ -113,25 +113,24 @@ def cost_lines(report: SweepReport) -> list[str]:
                 f"- `{label}`: its {row.has} {seeds} would find this difference 80% of the time and did not: it "
                 "is smaller than it seems, or this was the other 20%"
             )
+    count = sizing.open
+    head = (
+        f"What resolving the {count} open row{'s' if count != 1 else ''} would take, if each difference is what "
+        "it seems (or δ, if smaller):"
+    )
     if sizing.runs:
         per_seed = (
             ", every rate of a setting at each new seed (cross-fitting needs them)"
             if sizing.every_rate
             else ""
         )
-        count = sizing.open
         lines.insert(0, (
-            f"What resolving the {count} open row{'s' if count != 1 else ''} would take, if each difference is "
-            f"what it seems (or δ, if smaller): {sizing.runs:,} more runs with the baseline's{per_seed}, "
+            f"{head} {sizing.runs:,} more runs with the baseline's{per_seed}, "
             f"{fmt_duration(sizing.seconds)} of run time at these runs' median wall times; "
             "`python scripts/add_seeds.py <sweep dir>` adds them in rounds until each is resolved."
         ))  # fmt: skip
-    if lines and not sizing.runs:
-        count = sizing.open
-        lines.insert(0, (
-            f"What resolving the {count} open row{'s' if count != 1 else ''} would take, if each difference is "
-            "what it seems (or δ, if smaller):"
-        ))  # fmt: skip
+    elif lines:  # every open row at its design's horizon: nothing more to run under it
+        lines.insert(0, head)
     return ["", *lines] if lines else []
 
 

@@ -162,7 +162,7 @@ def loss_verdict(c: Comparison, min_effect: float) -> Verdict:
     if d is None:
         return Verdict(f"{UNRESOLVED}: every seed failed on one side or both", open_)
     if c.p_adjusted is None and not c.constant:
-        return Verdict((c.untested or ONE_SEED), open_)
+        return Verdict(c.untested or ONE_SEED, open_)
     if c.constant:
         if abs(d.mean) <= IDENTICAL:
             return Verdict(IDENTICAL_VERDICT, Outcome.IDENTICAL)
