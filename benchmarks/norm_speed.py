@@ -2,7 +2,7 @@
 (benchmarks/paired.py), in fp32 with the fused norms and fused AdamW tinylm trains with by default.
 
     OMP_NUM_THREADS=1 python benchmarks/norm_speed.py [--steps 60] [--repeats 5] [--threads 1] [--clock thread]
-        [--json out.json]
+        [--compile] [--json out.json]
 
 Prints each norm's median step time, and per repetition the ratio rms / layer (docs/performance.md).
 """
@@ -30,9 +30,11 @@ def batches(config: ModelConfig, batch_size: int, count: int = 8) -> list[tuple[
     return [(w[:, :-1].contiguous(), w[:, 1:].contiguous()) for w in windows]
 
 
-def setup(name: str, model: ModelConfig, optim: OptimConfig) -> Setup:
+def setup(name: str, model: ModelConfig, optim: OptimConfig, compile: bool = False) -> Setup:
     torch.manual_seed(0)
     module = CharLM(model, optim)
+    if compile:
+        module.model.compile()  # as `compile=true` does: the forward and backward through inductor
     return Setup(name, module.model, module.configure_optimizers())
 
 
@@ -51,6 +53,7 @@ def main() -> None:
         "--rms-kernel", choices=("tinylm", "torch"), default="tinylm",
         help="torch: RMSNorm's fused path through F.rms_norm, as before tinylm's own (the 'before' figure)",
     )  # fmt: skip
+    parser.add_argument("--compile", action="store_true", help="both models compiled, as `compile=true`")
     parser.add_argument("--json", help="also write the result to this file")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -60,11 +63,12 @@ def main() -> None:
     optim = OptimConfig()
     names = ("layer", "rms")
     result = compare(
-        lambda name: setup(name, replace(model, norm_type=name), optim),
+        lambda name: setup(name, replace(model, norm_type=name), optim, args.compile),
         names, batches(model, args.batch_size), args.steps, args.warmup, args.repeats, args.clock,
     )  # fmt: skip
     result["model"] = {"norm": model.norm, "fused_norms": model.fused_norms, "batch_size": args.batch_size}
     result["rms_kernel"] = args.rms_kernel
+    result["compile"] = args.compile
     print_summary(result, names, args.json)
 
 

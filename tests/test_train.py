@@ -700,3 +700,12 @@ def test_a_resume_names_the_schedule_settings_that_moved_and_the_rate_before_and
         "resumed at step 200 on another learning-rate schedule (optim.lr 0.001 -> 0.002): the rate there goes "
         f"from {learning_rate(200, 1e-3, 1e-4, 100, 500):.3g} to {learning_rate(200, 2e-3, 1e-4, 100, 500):.3g}"
     )
+    # Under Muon its own peak is part of the schedule, and its rate before and after is named too.
+    trained_muon = trained | {"muon_lr": 3e-3}
+    muon = OptimConfig(name="muon", lr=1e-3, min_lr=1e-4, warmup_steps=100, decay_steps=500, muon_lr=6e-3)
+    assert schedule_change(trained_muon, muon, 200) == (
+        "resumed at step 200 on another learning-rate schedule (optim.muon_lr 0.003 -> 0.006): the rate there "
+        f"goes from {learning_rate(200, 1e-3, 1e-4, 100, 500):.3g} to {learning_rate(200, 1e-3, 1e-4, 100, 500):.3g}"
+        f" (Muon's: {learning_rate(200, 3e-3, 3e-4, 100, 500):.3g} to {learning_rate(200, 6e-3, 6e-4, 100, 500):.3g})"
+    )
+    assert schedule_change(trained_muon, dataclasses.replace(muon, muon_lr=3e-3), 200) is None

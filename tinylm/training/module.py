@@ -44,20 +44,31 @@ SCHEDULE_KEYS = ("lr", "min_lr", "warmup_steps", "decay_steps")
 
 def schedule_change(trained: dict[str, Any], optim: OptimConfig, step: int) -> str | None:
     """A resumed run's learning-rate schedule, if it is not the one the checkpoint trained on (`trained`: its
-    `optim` settings): which settings moved and the rate at `step` before and after. `decay_steps` follows
-    `trainer.max_steps` by default, so training further moves the cosine unless it is set."""
-    changed = [key for key in SCHEDULE_KEYS if key in trained and trained[key] != getattr(optim, key)]
+    `optim` settings): which settings moved and the rate at `step` before and after (under Muon, its rate
+    too). `decay_steps` follows `trainer.max_steps` by default, so training further moves the cosine unless
+    it is set."""
+    keys = (*SCHEDULE_KEYS, "muon_lr") if optim.name == "muon" else SCHEDULE_KEYS
+    changed = [key for key in keys if key in trained and trained[key] != getattr(optim, key)]
     if not changed:
         return None
-    before = learning_rate(step, *(trained.get(key, getattr(optim, key)) for key in SCHEDULE_KEYS))
-    after = learning_rate(step, *(getattr(optim, key) for key in SCHEDULE_KEYS))
+    before = {key: trained.get(key, getattr(optim, key)) for key in keys}
+    after = {key: getattr(optim, key) for key in keys}
+
+    def rate(settings: dict[str, Any], peak: str) -> float:
+        # Muon's floor keeps AdamW's shape: muon_lr · min_lr / lr (OptimConfig.muon_min_lr)
+        floor = settings[peak] * settings["min_lr"] / settings["lr"]
+        return learning_rate(step, settings[peak], floor, settings["warmup_steps"], settings["decay_steps"])
+
+    moved = ", ".join(f"optim.{key} {trained[key]} -> {getattr(optim, key)}" for key in changed)
+    goes = f"the rate there goes from {rate(before, 'lr'):.3g} to {rate(after, 'lr'):.3g}"
+    if optim.name == "muon":
+        goes += f" (Muon's: {rate(before, 'muon_lr'):.3g} to {rate(after, 'muon_lr'):.3g})"
     keep = (
         f"; optim.decay_steps={trained['decay_steps']} continues the schedule it had"
         if "decay_steps" in changed
         else ""
     )
-    moved = ", ".join(f"optim.{key} {trained[key]} -> {getattr(optim, key)}" for key in changed)
-    return f"resumed at step {step} on another learning-rate schedule ({moved}): the rate there goes from {before:.3g} to {after:.3g}{keep}"
+    return f"resumed at step {step} on another learning-rate schedule ({moved}): {goes}{keep}"
 
 
 # Segments that FSDP and activation checkpointing insert into parameter names.
