@@ -48,6 +48,9 @@ def unknown_key(key: str, config_module: str, config_name: str, argv: Sequence[s
     section = OmegaConf.select(config, section_name) if section_name and config is not None else config
     if not isinstance(section, DictConfig):
         return None
+    if owners := choices_with_key(config_module, config_name, argv, section_name, name):
+        # `optim.muon_lr=…` without `optim=muon`: the setting exists, under another choice of its group
+        return f"{key} is a setting of {' or '.join(owners)} only: add {owners[0]}"
     try:
         checks.known_keys(f"{section_name}." if section_name else "", {name: None}, section.keys())
     except ConfigError as error:
@@ -56,6 +59,26 @@ def unknown_key(key: str, config_module: str, config_name: str, argv: Sequence[s
             return f"{key} is not a setting; did you mean {' or '.join(elsewhere)}?"
         return str(error)
     return None
+
+
+def choices_with_key(
+    config_module: str, config_name: str, argv: Sequence[str], group: str, name: str
+) -> list[str]:
+    """The choices of the config group `group` whose section has the setting `name` (`optim`, `muon_lr`:
+    `optim=muon`), the command line's other group choices kept; none if `group` is not a group."""
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    with initialize_config_module(config_module.removeprefix("pkg://"), version_base="1.3"):
+        options = GlobalHydra.instance().config_loader().get_group_options(group) if group else []
+    others = [choice for choice in group_choices(argv) if not choice.startswith(f"{group}=")]
+    owners = []
+    for option in options:
+        config = compose(config_module, config_name, [*others, f"{group}={option}"])
+        section = OmegaConf.select(config, group) if config is not None else None
+        if isinstance(section, DictConfig) and name in section:
+            owners.append(f"{group}={option}")
+    return owners
 
 
 def keys_named(config: DictConfig, name: str) -> list[str]:
