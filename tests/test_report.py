@@ -198,6 +198,8 @@ def test_report_md_renders_again_from_report_json_alone(seeds_by_lrs, tmp_path):
     (tmp_path / "bad.json").write_text("{}", encoding="utf-8")
     code, stderr = report_script("--from-json", str(tmp_path / "bad.json"))
     assert code == 2 and stderr.startswith("error: ") and stderr.count("\n") == 1
+    code, stderr = report_script("--from-json", str(tmp_path / "nope.json"))
+    assert code == 2 and stderr.startswith(f"error: --from-json {tmp_path / 'nope.json'}: no such file;")
     code, stderr = report_script()
     assert code == 2 and "--from-json" in stderr
 

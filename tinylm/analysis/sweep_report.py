@@ -92,6 +92,10 @@ def write_from_json(path: str | Path) -> tuple[str, list[Path]]:
     """report.md written again beside `path` (a report.json) from it alone, with the figures that need no
     curves (lr_sensitivity.png, ladder.png, scale.png); a report.md that reads differently moves aside first."""
     path = Path(path)
+    if not path.is_file():
+        raise ReportError(
+            f"--from-json {path}: no such file; pass the report.json a report wrote (<sweep dir>/report.json)"
+        )
     try:
         report = from_json(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, TypeError, StopIteration) as err:
