@@ -45,9 +45,7 @@ def answer_section(report: SweepReport) -> list[str]:
     still_open = [s for s in rows if not s.answer.resolved]
     spent = [row for row in report.sizing.rows if row.spent] if report.sizing is not None else []
     if spent and len(spent) == len(still_open):
-        needs = ", ".join(
-            f"`{setting_label(row.design, list(row.design))}` {row.needed}" for row in spent if row.needed
-        )
+        needs = ", ".join(f"`{setting_label(row.design)}` {row.needed}" for row in spent if row.needed)
         lines.append(
             f"Still open: {len(still_open)} of {len(rows)}, at the sequential design's horizon ({spent[0].horizon} "
             "added seeds), where `add_seeds` adds no more"

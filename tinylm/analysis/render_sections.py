@@ -94,7 +94,7 @@ def cost_lines(report: SweepReport) -> list[str]:
         return []
     lines = []
     for row in sizing.rows:
-        label = setting_label(row.design, list(row.design))
+        label = setting_label(row.design)
         seeds = "added seeds" if row.added else "seeds"
         beyond = (
             f"; more than the {row.horizon} added seeds this design allows, where it stops"
@@ -147,7 +147,7 @@ def why_section(report: SweepReport) -> list[str]:
         "",
     ]
     for row in report.why:
-        label = setting_label(row.design, list(row.design))
+        label = setting_label(row.design)
         if row.verdict is not None and row.difference is not None:
             outcome = f"{row.verdict}, {row.difference:+.{report.metric.digits - 1}f}"
         else:  # a baseline (a ladder has one per level) is named as one, not as a failure

@@ -104,9 +104,11 @@ def gain_over_unigram(mean: float, unigram: float) -> float:
     return unigram - mean
 
 
-def setting_label(choices: dict[str, Any], columns: Sequence[str]) -> str:
-    """`norm=pre act=gelu`: how a setting is named in tables, legends and figures."""
-    return " ".join(f"{c}={shown(choices.get(c, '—'))}" for c in columns) or "all runs"
+def setting_label(choices: dict[str, Any], columns: Sequence[str] | None = None) -> str:
+    """`norm=pre act=gelu`: how a setting is named in tables, legends and figures (by `columns`; all its
+    choices by default)."""
+    named = choices if columns is None else columns
+    return " ".join(f"{c}={shown(choices.get(c, '—'))}" for c in named) or "all runs"
 
 
 def varying(columns: Sequence[str], choices: Sequence[dict[str, Any]]) -> list[str]:
