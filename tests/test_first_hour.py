@@ -28,7 +28,7 @@ from tinylm.layout import (
     write_run_record,
 )
 from tinylm.overrides import run_label
-from tinylm.training.run import summary_line
+from tinylm.training.run import RESUMED_AT, summary_line
 from tinylm.training.sweep_record import SWEEP_RECORD, sweep_overrides
 
 # --- 1 and 2: Hydra's composition errors name the nearest key or choice ----------------------------------
@@ -263,6 +263,10 @@ def test_the_summary_line_and_the_report_say_which_evaluation_a_loss_comes_from(
     line = summary_line(metrics, tmp_path / "latest", tensorboard=True)
     real = (tmp_path / "run").resolve()
     assert f"; checkpoint {real / 'checkpoints' / 'last.ckpt'}; tensorboard --logdir {real / 'tb'}" in line
+    # Resumed in place, the time and speed are the new segment's, and the line says so.
+    assert line.startswith("done: 20 steps in 0m03s (4,000 chars/s); ")
+    line = summary_line(metrics | {RESUMED_AT: 15}, tmp_path, tensorboard=False)
+    assert line.startswith("done: 20 steps, the 5 since the resume at step 15 in 0m03s (4,000 chars/s); ")
 
     sweep = tmp_path / "sweep"
     cfg = compose_train(tmp_path, [])

@@ -292,6 +292,8 @@ class PreparedRun:
         metrics.update(batch.hparams())  # world_size, accumulate_grad_batches, effective_batch_size
         metrics["wall_time_s"] = time.perf_counter() - started
         steps_now = trainer.global_step - (self.resumed.step if self.resumed else 0)
+        if self.resumed:
+            metrics[RESUMED_AT] = self.resumed.step
         metrics["chars_per_s"] = steps_now * batch.chars / metrics["wall_time_s"]
         metrics["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
         if self.segments:
@@ -353,13 +355,22 @@ def run_status(error: Exception) -> str:
     return "diverged" if isinstance(error, DIVERGENCE_ERRORS) else "failed"
 
 
+# metrics.json: the checkpoint's step a resumed run started from (its wall time and speed count from there).
+RESUMED_AT = "resumed_at_step"
+
+
 def summary_line(metrics: dict[str, Any], run_dir: Path, tensorboard: bool) -> str:
     """How the run ended, in one line: its result, how long it took, and where it is. The result is the final
     loss (`loss/val_full`, what the sweep report compares); the periodic validations' losses follow, named as
     such, for runs that ended before the final evaluation."""
     loss, best, full = metrics.get(VAL_LOSS), metrics.get(BEST_VAL_LOSS), metrics.get(FINAL_VAL_LOSS)
     minutes, seconds = divmod(round(metrics["wall_time_s"]), 60)
-    parts = [f"{metrics['step']} steps in {minutes}m{seconds:02d}s ({metrics['chars_per_s']:,.0f} chars/s)"]
+    took = f"in {minutes}m{seconds:02d}s ({metrics['chars_per_s']:,.0f} chars/s)"
+    step, resumed_at = metrics["step"], metrics.get(RESUMED_AT)
+    if resumed_at is None:
+        parts = [f"{step} steps {took}"]
+    else:  # the time and speed are this run's since its checkpoint (an in-place resume's earlier: `segments`)
+        parts = [f"{step} steps, the {step - resumed_at} since the resume at step {resumed_at} {took}"]
     if full is not None:
         windows = evaluated_windows(len(metrics[FINAL_WINDOW_LOSSES]), metrics.get(FINAL_SPLIT_WINDOWS))
         parts.append(f"final loss {full:.4f} nats/char = {full / math.log(2):.3f} bits/char on {windows}")
