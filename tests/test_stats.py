@@ -420,7 +420,7 @@ def test_the_report_opens_with_the_answer_a_sentence_per_comparison_and_what_is_
     swiglu = next(s for s in report.family if s.choices["act"] == "swiglu").comparison
     # Only the column that varies names a setting; the verdict, difference and interval are the table's.
     assert answer[0] == (
-        f"- `act=swiglu` against `act=gelu`: **{swiglu.verdict}**; -0.1000 nats/char when trained, "
+        f"- `act=swiglu` against `act=gelu`: **{swiglu.verdict}**; -0.1000 nats/char over the seeds both sides trained, "
         f"95% CI {fmt_interval(swiglu.difference, signed=True)}, 3 seeds; fails 0/3 vs 0/3"
     )
     assert answer[1].startswith("- `act=relu` against `act=gelu`: **not resolved**")
@@ -500,7 +500,7 @@ def test_steps_to_a_level_judges_the_runs_that_reached_it_and_counts_the_others_
     assert "gain over unigram" not in text and "Reference levels" not in text and "nats/char when" not in text
     d = swiglu.difference
     assert (
-        f"- `act=swiglu` against `act=gelu`: **better**; -437.5 steps when trained, 95% CI "
+        f"- `act=swiglu` against `act=gelu`: **better**; -437.5 steps over the seeds both sides trained, 95% CI "
         f"{fmt_interval(d, signed=True, digits=1)}, 4 seeds; fails 0/4 vs 0/4"
     ) in text
     header = table_header(text, "## Settings")

@@ -261,7 +261,7 @@ def _family_notes(report: SweepReport) -> list[str]:
         f"is at most α = {report.alpha:g}; {equivalence} test{'s' if equivalence != 1 else ''} of equivalence "
         f"(two one-sided tests within ±δ, δ = {delta} {units}, `--min-effect`), Holm-adjusted apart. `better, but by "
         f"less than {delta}`: both. A difference below {1e-6:g} on every seed is `identical on every seed`. "
-        f"`resolves (80%)`: the smallest |difference| these seeds find with 80% power at α/{max(1, tests)}; "
+        f"`resolves (80%)`: the smallest |difference| ({units}) these seeds find with 80% power at α/{max(1, tests)}; "
         f"`seeds for ±{delta}`: the seeds a difference of δ would need. `eval SE`: the standard error the "
         "final evaluation's finite set of windows adds to the difference (part of the seed interval already).",
     ]

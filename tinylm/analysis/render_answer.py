@@ -92,7 +92,7 @@ def _answer_words(report: SweepReport, s: Setting, base: Setting, c: Comparison)
     kind = "judging " if report.lr_varies else "added " if c is s.added else ""
     seeds = f"{len(c.seeds)} {kind}seed{'s' if len(c.seeds) != 1 else ''}"
     numbers = (
-        f"{fmt_number(d.mean, digits, signed=True)} {units} when trained, {pct} CI "
+        f"{fmt_number(d.mean, digits, signed=True)} {units} over the seeds both sides trained, {pct} CI "
         f"{fmt_interval(d, signed=True, digits=digits)}"
         if d is not None
         else "no difference measured"

@@ -105,7 +105,7 @@ def cost_lines(report: SweepReport) -> list[str]:
             lines.append(f"- `{label}`: too few finished seeds to size it")
         elif row.more:
             runs = f"{row.runs} run{'s' if row.runs != 1 else ''}"
-            lines.append(f"- `{label}`: {row.needed} {seeds} ({row.more} more, {runs}){beyond}")
+            lines.append(f"- `{label}`: {row.needed} {seeds} ({row.more} more, {runs} of its own){beyond}")
         elif beyond:
             lines.append(f"- `{label}`: {row.needed} {seeds}{beyond}: its {row.has} are spent")
         else:
@@ -125,7 +125,7 @@ def cost_lines(report: SweepReport) -> list[str]:
             else ""
         )
         lines.insert(0, (
-            f"{head} {sizing.runs:,} more runs with the baseline's{per_seed}, "
+            f"{head} {sizing.runs:,} more runs, the rows' own below and the baseline's at the same seeds{per_seed}, "
             f"{fmt_duration(sizing.seconds)} of run time at these runs' median wall times; "
             "`python scripts/add_seeds.py <sweep dir>` adds them in rounds until each is resolved."
         ))  # fmt: skip
