@@ -248,8 +248,8 @@ class CharLM(L.LightningModule):
         trained = EffectiveBatch.of(self.trainer, datamodule.batch_size, datamodule.block_size).windows
         final = datamodule.final_windows(trained_windows=self.trainer.global_step * trained)
         log.info(
-            "final evaluation: %s (up to %d per window trained on: %s in %d steps; at most "
-            "data.final_val_windows=%s)", evaluated_windows(len(final), final.available),
+            "final evaluation: %s (the rule: up to %d validation windows per window trained on, of which this run "
+            "saw %s in %d steps, and at most data.final_val_windows=%s)", evaluated_windows(len(final), final.available),
             FINAL_WINDOWS_PER_TRAINED_WINDOW, f"{self.trainer.global_step * trained:,}",
             self.trainer.global_step, datamodule.config.final_val_windows,
         )  # fmt: skip
