@@ -883,3 +883,22 @@ def test_after_added_seeds_every_part_of_the_report_states_the_same_comparison(t
     assert size.more == min(size.needed - 2, 3)
     assert "- `norm=pre norm_type=layer act=gelu`" not in text  # the baseline is not an open row
     assert f": {size.needed} added seeds" in text
+
+
+def test_a_ladder_tuned_then_judged_names_its_rates_as_its_tuning_seeds_chose_them(tmp_path):
+    """A ladder over a tuned sweep (the optimizer ladder) says each design is at the rate its tuning seeds
+    chose per level; only a report judged by the rule before (report.json format <= 2) says cross-fitted."""
+    sweep = tmp_path / "sweep"
+    number = 0
+    for norm in ("pre", "post"):
+        for optim, gain in (("adamw", 0.0), ("muon", -0.1)):
+            for lr, shift in (("1e-3", 0.02), ("3e-3", 0.0)):
+                for seed in ("1", "2", "3"):
+                    loss = 2.0 + gain + shift + 0.01 * int(seed)
+                    fake_run(sweep, number, "completed", loss, norm=norm, optim=optim, seed=seed,
+                             **{"optim.lr": lr})  # fmt: skip
+                    number += 1
+    report = build_report(sweep, baseline="optim=adamw", ladder="norm")
+    across = markdown(report, ladder_section(report, report.ladder)).split("## Across levels of norm")[1]
+    assert "each at its own rate its tuning seeds chose per level" in across
+    assert "cross-fitted" not in across

@@ -13,7 +13,7 @@ from tinylm.analysis.plots import ForestRow, plot_ladder, plot_scale
 from tinylm.analysis.render import rates_cell
 from tinylm.analysis.render_answer import ladder_title
 from tinylm.analysis.report import SweepReport
-from tinylm.analysis.settings import Setting, gain_over_unigram, setting_label
+from tinylm.analysis.settings import CROSS_FITTED, Setting, gain_over_unigram, setting_label
 from tinylm.analysis.verdicts import family_size
 
 SCALE_PNG = "scale.png"
@@ -96,9 +96,11 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
     loss = ("Mean final loss" if metric.is_loss else f"Mean {metric.noun}") + (
         " in bits/char (gain over its corpus's unigram level)" if in_bits else ""
     )
+    # Under the rule before (report.json format <= 2) each seed was judged at the rate its other seeds chose.
+    chosen = "cross-fitted rate" if report.rule == CROSS_FITTED else "rate its tuning seeds chose"
     if noun == "size":
         across, along = "across sizes", "size"
-        rates = f", each at its own cross-fitted rate per size. {loss} (rates chosen):"
+        rates = f", each at its own {chosen} per size. {loss} (rates chosen):"
         words = (
             "`grows / shrinks with size`: resolved in the same direction at the smallest and largest sizes, and "
             "Welch's t test of the difference at the largest size against that at the smallest, Holm over the "
@@ -110,7 +112,7 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
     else:
         across, along = "across levels", f"level (`{axis}`)"
         rates = (
-            f", each at its own cross-fitted rate per level. {loss} (rates chosen):"
+            f", each at its own {chosen} per level. {loss} (rates chosen):"
             if report.lr_varies
             else f". {loss}:"
         )
