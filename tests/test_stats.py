@@ -902,3 +902,24 @@ def test_a_ladder_tuned_then_judged_names_its_rates_as_its_tuning_seeds_chose_th
     across = markdown(report, ladder_section(report, report.ladder)).split("## Across levels of norm")[1]
     assert "each at its own rate its tuning seeds chose per level" in across
     assert "cross-fitted" not in across
+
+
+def test_an_added_row_left_open_still_says_how_often_each_side_failed(tmp_path):
+    """The failures of the added seeds are a finding of their own: a row the looks leave open says them too
+    (it dropped them, and read `not resolved` as if neither side had failed)."""
+    sweep = tmp_path / "sweep"
+    number = 0
+    for seed, shift in (("1", 0.05), ("2", -0.02), ("3", 0.10)):
+        for norm, loss in (("pre", 2.0 + 0.01 * int(seed)), ("post", 2.0 + 0.01 * int(seed) + shift)):
+            fake_run(sweep, number, "completed", loss, norm=norm, seed=seed)
+            number += 1
+    design = start_design(sweep, "norm=pre", 0.01, 0.05, Budget(max_seeds=6))
+    for seed, post in (("4", None), ("5", 2.1), ("6", 1.9)):  # post fails on seed 4, the rest is noise
+        for norm, loss in (("pre", 2.0), ("post", post)):
+            fake_run(sweep / ADDED_DIR / f"look1_norm-{norm}", number, "completed" if loss else "diverged", loss,
+                     norm=norm, seed=seed)  # fmt: skip
+            number += 1
+    write_design(sweep, replace(design, looks=(("1", "2", "3"), ("1", "2", "3", "4", "5", "6"))))
+    (post,) = [s for s in build_report(sweep).family if s.choices["norm"] == "post"]
+    assert post.added.verdict.outcome is Outcome.NOT_RESOLVED
+    assert str(post.added.verdict) == "not resolved at look 2 (3 added seeds); fails 1/3 vs 0/3 (exact p = 1)"

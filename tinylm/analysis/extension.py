@@ -125,6 +125,9 @@ def judge_added(
     for key, found, latest in zip(rows, first, last, strict=True):
         if found is None:  # looks are numbered as add_seeds numbers them: the sweep's own is look 1
             verdict = f"{UNRESOLVED} at look {len(design.looks)} ({len(latest.seeds)} added seeds)"
+            # How often each side failed is a finding of its own (issue 48), said where the losses leave it open too.
+            if latest.failures is not None:
+                verdict += f"; fails {latest.failures.describe()}"
             added[key] = replace(latest, verdict=Verdict(verdict, Outcome.NOT_RESOLVED))
         else:
             number, c = found

@@ -81,13 +81,22 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
         cells = []
         for rung, unigram in zip(ladder.rungs, unigrams, strict=True):
             s = next((s for s in rung.settings if s.key(columns) == key), None)
-            c = s.comparison if s is not None else None
+            added = s.added if s is not None else None
+            # Tuned then judged, a row's judgement is its added (judging) seeds' alone: the sweep's chose rates.
+            c = (
+                added
+                if report.judged_apart and added is not None
+                else s.comparison
+                if s is not None
+                else None
+            )
             d = c.difference if c is not None else None
             cells.append(
                 "—"
                 if d is None
                 else f"{_difference_cell(d, rung.baseline, unigram, metric.digits)}, p {fmt_p(c.p_adjusted)}: "
-                f"{c.verdict}" + (f"; added seeds: {s.added.verdict}" if s.added is not None else "")
+                f"{c.verdict}"
+                + (f"; added seeds: {added.verdict}" if added is not None and added is not c else "")
             )
         differences.append([*(trend.design[c] for c in shown), *cells, trend.verdict])
     levels = [_level_label(ladder, rung) for rung in ladder.rungs]
