@@ -81,15 +81,9 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
         cells = []
         for rung, unigram in zip(ladder.rungs, unigrams, strict=True):
             s = next((s for s in rung.settings if s.key(columns) == key), None)
-            added = s.added if s is not None else None
-            # Tuned then judged, a row's judgement is its added (judging) seeds' alone: the sweep's chose rates.
-            c = (
-                added
-                if report.judged_apart and added is not None
-                else s.comparison
-                if s is not None
-                else None
-            )
+            c, added = (s.comparison, s.added) if s is not None else (None, None)
+            if report.judged_apart and added is not None:
+                c = added  # tuned then judged: the judging seeds' comparison, the sweep's seeds chose the rate
             d = c.difference if c is not None else None
             cells.append(
                 "—"

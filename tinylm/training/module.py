@@ -42,6 +42,13 @@ def learning_rate(step: int, lr: float, min_lr: float, warmup_steps: int, decay_
 SCHEDULE_KEYS = ("lr", "min_lr", "warmup_steps", "decay_steps")
 
 
+def scheduled_rate(config: OptimConfig, step: int, muon: bool = False) -> float:
+    """The rate optimizer step `step` (counted from 0) uses under `config`: AdamW's, or with `muon` Muon's
+    (the same schedule from `optim.muon_lr` to its floor, `OptimConfig.muon_min_lr`)."""
+    peak, floor = (config.muon_lr, config.muon_min_lr) if muon else (config.lr, config.min_lr)
+    return learning_rate(step, peak, floor, config.warmup_steps, config.decay_steps)
+
+
 def schedule_change(trained: dict[str, Any], optim: OptimConfig, step: int) -> str | None:
     """A resumed run's learning-rate schedule, if it is not the one the checkpoint trained on (`trained`: its
     `optim` settings): which settings moved and the rate at `step` before and after (under Muon, its rate
@@ -51,18 +58,14 @@ def schedule_change(trained: dict[str, Any], optim: OptimConfig, step: int) -> s
     changed = [key for key in keys if key in trained and trained[key] != getattr(optim, key)]
     if not changed:
         return None
-    before = {key: trained.get(key, getattr(optim, key)) for key in keys}
-    after = {key: getattr(optim, key) for key in keys}
-
-    def rate(settings: dict[str, Any], peak: str) -> float:
-        # Muon's floor keeps AdamW's shape: muon_lr · min_lr / lr (OptimConfig.muon_min_lr)
-        floor = settings[peak] * settings["min_lr"] / settings["lr"]
-        return learning_rate(step, settings[peak], floor, settings["warmup_steps"], settings["decay_steps"])
-
+    before = dataclasses.replace(optim, **{key: trained[key] for key in changed})
     moved = ", ".join(f"optim.{key} {trained[key]} -> {getattr(optim, key)}" for key in changed)
-    goes = f"the rate there goes from {rate(before, 'lr'):.3g} to {rate(after, 'lr'):.3g}"
+    goes = f"the rate there goes from {scheduled_rate(before, step):.3g} to {scheduled_rate(optim, step):.3g}"
     if optim.name == "muon":
-        goes += f" (Muon's: {rate(before, 'muon_lr'):.3g} to {rate(after, 'muon_lr'):.3g})"
+        goes += (
+            f" (Muon's: {scheduled_rate(before, step, muon=True):.3g} to "
+            f"{scheduled_rate(optim, step, muon=True):.3g})"
+        )
     keep = (
         f"; optim.decay_steps={trained['decay_steps']} continues the schedule it had"
         if "decay_steps" in changed
@@ -301,9 +304,7 @@ class CharLM(L.LightningModule):
     def learning_rate(self, step: int, muon: bool = False) -> float:
         """The rate optimizer step `step` (counted from 0) uses under this module's config: AdamW's, or
         with `muon` Muon's (the same schedule from `optim.muon_lr`)."""
-        config = self.optim_config
-        peak, floor = (config.muon_lr, config.muon_min_lr) if muon else (config.lr, config.min_lr)
-        return learning_rate(step, peak, floor, config.warmup_steps, config.decay_steps)
+        return scheduled_rate(self.optim_config, step, muon)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.tokenizer is not None:
