@@ -50,6 +50,8 @@ def _error_line(*args: str) -> str:
         # A setting of another section, by its last part: the nested key to type.
         (["max_steps=100"], "error: max_steps is not a setting; did you mean trainer.max_steps?"),
         (["n_layers=2"], "error: n_layers is not a setting; did you mean model.n_layer?"),
+        # Its exact last part before any near top-level name (it said: did you mean threads?).
+        (["n_head=2"], "error: n_head is not a setting; did you mean model.n_head?"),
         # The section's keys are those of the group chosen: only data=text has `files`.
         (["data=text", "data.file=x.txt"], "error: data.file is not a setting; did you mean data.files?"),
         # A setting of another choice of its group: the choice to add, not a near name (optim.min_lr).
@@ -67,6 +69,11 @@ def test_a_mistyped_key_gets_the_nearest_setting_not_a_plus(tmp_path, args, line
     assert got.startswith(line), got
     assert "+" not in got  # Hydra's advice, `+model.nlayers=2`, adds a key that nothing reads
     assert not (tmp_path / "run").exists()
+
+
+def test_a_bare_key_gets_the_nearest_of_every_sections_keys_not_of_the_top_level_alone():
+    answer = composition.unknown_key("nhead", "pkg://tinylm.conf", "train", ["nhead=2"])
+    assert answer == "nhead is not a setting; did you mean model.n_head?"  # it said: did you mean threads?
 
 
 @pytest.mark.parametrize(

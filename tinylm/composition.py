@@ -1,6 +1,7 @@
 """Hydra's composition errors, answered with the fix: an unknown choice (`norm=Pre`) gets the nearest one
 (`did you mean norm=pre?`) beside Hydra's list, and an unknown key (`model.nlayers=2`) gets the nearest
-setting of its section instead of Hydra's advice to append it with `+`, which adds a key nothing reads.
+setting of its section instead of Hydra's advice to append it with `+`, which adds a key nothing reads; a
+setting written without its section (`n_head=2`) gets its whole key (`model.n_head`) first.
 
 Hydra ends the command before tinylm runs, leaving only its report (tinylm.cli holds it), so the report's
 text is read here: its two messages are pinned by tests/test_first_hour.py, which fails if a Hydra release
@@ -51,11 +52,23 @@ def unknown_key(key: str, config_module: str, config_name: str, argv: Sequence[s
     if owners := choices_with_key(config_module, config_name, argv, section_name, name):
         # `optim.muon_lr=…` without `optim=muon`: the setting exists, under another choice of its group
         return f"{key} is a setting of {' or '.join(owners)} only: add {owners[0]}"
+    if name in section:
+        return None
+    paths = setting_paths(config)
+    # A setting written without its section, or under another (`n_head=2`: model.n_head): its own key comes
+    # before any near name, which would be another setting (`threads`).
+    if exact := [path for path in paths if path.rpartition(".")[2] == name and path != key]:
+        return f"{key} is not a setting; did you mean {' or '.join(exact)}?"
+    if not section_name:  # a bare key: the nearest of every key's last part (`nhead`: model.n_head)
+        near = checks.nearest(name, {path.rpartition(".")[2] for path in paths})
+        if near is not None:
+            named = [near] if near in config else [path for path in paths if path.rpartition(".")[2] == near]
+            return f"{key} is not a setting; did you mean {' or '.join(named)}?"
     try:
         checks.known_keys(f"{section_name}." if section_name else "", {name: None}, section.keys())
     except ConfigError as error:
         elsewhere = keys_named(config, name) if checks.nearest(name, section.keys()) is None else []
-        if elsewhere:  # `max_steps=100`: the setting is nested in another section (trainer.max_steps)
+        if elsewhere:  # `trainer.max_step=100`: nothing near in trainer, a near setting elsewhere
             return f"{key} is not a setting; did you mean {' or '.join(elsewhere)}?"
         return str(error)
     return None
@@ -81,9 +94,8 @@ def choices_with_key(
     return owners
 
 
-def keys_named(config: DictConfig, name: str) -> list[str]:
-    """The nested keys of `config` whose last part is `name` (`max_steps` -> `trainer.max_steps`), or, when
-    none is, whose last part is nearest to it (`max_step`)."""
+def setting_paths(config: DictConfig) -> list[str]:
+    """Every key of `config`, top-level and nested, in the config's order (`seed`, `model`, `model.n_head`)."""
     paths: list[str] = []
 
     def walk(node: object, prefix: str) -> None:
@@ -93,7 +105,13 @@ def keys_named(config: DictConfig, name: str) -> list[str]:
                 walk(value, f"{prefix}{key}.")
 
     walk(OmegaConf.to_container(config, resolve=False), "")
-    nested = [path for path in paths if "." in path]
+    return paths
+
+
+def keys_named(config: DictConfig, name: str) -> list[str]:
+    """The nested keys of `config` whose last part is `name` (`max_steps` -> `trainer.max_steps`), or, when
+    none is, whose last part is nearest to it (`max_step`)."""
+    nested = [path for path in setting_paths(config) if "." in path]
     exact = [path for path in nested if path.rpartition(".")[2] == name]
     if exact:
         return exact
