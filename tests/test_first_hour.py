@@ -213,9 +213,19 @@ def test_a_sweeps_jobs_are_named_by_what_varies_and_it_ends_with_the_report_comm
     assert list(record.varies) == ["norm", "act"]
     assert {*SHRINK, "data=text"} <= set(record.shared)
     # HParams: whole numbers as typed (TensorBoard would show seed=1337 as 1337.0).
-    hparams = tbparse.SummaryReader(str(sweep_dir / names[0] / "tb")).hparams
-    values = dict(zip(hparams.tag, hparams.value, strict=True))
+    columns = []
+    for name in names:
+        hparams = tbparse.SummaryReader(str(sweep_dir / name / "tb")).hparams
+        columns.append(dict(zip(hparams.tag, hparams.value, strict=True)))
+    values = columns[0]
     assert values["seed"] == "1337" and values["trainer.max_steps"] == "6" and values["act"] == "gelu"
+    # Every config group's choice is a column of every job, the defaults too: TensorBoard lists first the
+    # columns whose values differ, and `optim` carried by a muon run alone would have one value.
+    design = {"model": "baby", "norm": "post", "norm_type": "layer", "act": "gelu", "optim": "adamw",
+              "data": "text", "trainer": "cpu", "callbacks": "default"}  # fmt: skip
+    assert {key: values.get(key) for key in design} == design
+    assert not {"logger", "launcher", "hparams_search"} & set(values)  # how it ran, not what it is
+    assert all(set(job) == set(values) for job in columns)
     # After the last job's `done:` line, where the sweep is and the command that reports it.
     lines = result.stdout.strip().splitlines()
     assert lines[-2].startswith("done: ")

@@ -15,6 +15,8 @@ from tinylm.errors import UserError
 
 # Where a run goes and how it is run, not what it is: left out of its name and of the report's settings.
 NOT_A_CHOICE = ("ckpt_path", "run_dir", "run_name", "threads", "latest_link", "hydra.")
+# Config groups that say how a run is launched, searched for or logged, not what it is; and Hydra's own.
+NOT_A_DESIGN_GROUP = ("launcher", "hparams_search", "logger", "hydra/")
 
 
 class OverrideError(UserError, ValueError):

@@ -59,7 +59,7 @@ from tinylm.layout import (
 )
 from tinylm.model import GPT
 from tinylm.model.sampling import sample_text
-from tinylm.overrides import choices
+from tinylm.overrides import NOT_A_DESIGN_GROUP, choices
 from tinylm.training import slurm
 from tinylm.training.callbacks import TensorBoardHParams, in_order
 from tinylm.training.checkpoints import (
@@ -410,16 +410,23 @@ def whole_model(trainer: L.Trainer, module: CharLM) -> GPT | None:
 
 
 def hparams_for_tensorboard(cfg: DictConfig) -> dict[str, Any]:
-    """The choices that tell runs apart, for TensorBoard's HParams tab (which shows the first five by name):
-    the design axes, every setting given on the command line, and the seed. The rest is in config.yaml."""
+    """The choices that tell runs apart, for TensorBoard's HParams tab: the design axes as the model and
+    optimizer were built, every config group's choice (model=baby, data=shakespeare, size=…), every setting
+    given on the command line, and the seed; the rest is in config.yaml. Every run has every design column,
+    default or not: TensorBoard lists the columns whose values differ first, and a column only the runs that
+    chose `optim=muon` carry has one value, so it would sort among the constant ones."""
     values = {
         "norm": cfg.model.norm,
         "norm_type": cfg.model.norm_type,
         "act": cfg.model.act,
+        "optim": cfg.optim.name,
         "seed": cfg.seed,
     }
     if HydraConfig.initialized():
         hydra = HydraConfig.get()
+        for group, choice in hydra.runtime.choices.items():
+            if choice is not None and not group.startswith(NOT_A_DESIGN_GROUP):
+                values.setdefault(group, choice)
         for choice in choices(hydra.overrides.task):
             # A group's choice (model=small) or a setting (optim.lr=3e-3, compile=true).
             key = choice.key
