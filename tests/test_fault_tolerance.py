@@ -680,3 +680,38 @@ def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_finishes(
     )  # fmt: skip
     assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
     assert_same_training_state(last, straight / "checkpoints" / "last.ckpt")
+
+
+def test_the_time_to_a_target_leaves_each_validation_out(monkeypatch):
+    """The clock stops when a validation starts and runs again at the next training batch: a 30 s validation
+    (and the checkpoints written at its end) adds nothing to `target/<level>/time_s`, as modded-nanogpt's rule
+    times a speedrun."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from tinylm.training.callbacks import LossTargets
+    from tinylm.training.callbacks import targets as module
+
+    clock = [100.0]
+    monkeypatch.setattr(module.time, "perf_counter", lambda: clock[0])
+    callback = LossTargets(levels=[2.0, 1.5])
+    trainer = SimpleNamespace(callback_metrics={}, sanity_checking=False, global_step=0, loggers=[])
+
+    def validate(loss: float, seconds: float) -> None:
+        callback.on_validation_start(trainer, None)
+        clock[0] += seconds
+        trainer.callback_metrics["loss/val"] = torch.tensor(loss)
+        callback.on_validation_end(trainer, None)
+        clock[0] += 1.0  # the checkpoints written after it
+        callback.on_train_batch_start(trainer, None, None, 0)
+
+    callback.on_train_start(trainer, None)
+    clock[0] += 10.0  # training
+    trainer.global_step = 100
+    validate(2.5, 30.0)
+    clock[0] += 10.0
+    trainer.global_step = 200
+    validate(1.9, 30.0)
+    assert callback.reached == {"2": {"step": 200, "time_s": 20.0}}
+    assert callback.elapsed() == 20.0

@@ -1,5 +1,7 @@
 """Steps and time to a target: the optimizer step and the training wall time at which the validation loss
-first reached each of a few levels, the measure of how much a setting learns per step and per second."""
+first reached each of a few levels, the measure of how much a setting learns per step and per second.
+Validation is not training: as in modded-nanogpt's speedrun rule, its time is left out, so a target checked
+often costs no more than one checked rarely."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from tinylm.training.logging_steps import write_at
 class LossTargets(L.Callback):
     """At each validation, every level of `levels` (nats/char) that `loss/val` reaches for the first time gets
     `target/<level>/step` (the optimizer steps the weights had taken) and `target/<level>/time_s` (seconds of
-    training since the run began, validations included, summed over resumed segments), written to the loggers
+    training since the run began, summed over resumed segments; each validation, with the checkpoints written at
+    it, is left out: the clock stops when a validation starts and runs again at the next training batch), written to the loggers
     at that step and kept among the run's final metrics (metrics.json). A level never reached has neither.
     The levels reached and the time so far are saved in checkpoints, so a resumed run continues them."""
 
@@ -29,16 +32,29 @@ class LossTargets(L.Callback):
         self.reached: dict[str, dict[str, float]] = {}  # f"{level:g}" -> {"step": ..., "time_s": ...}
         self._elapsed_before = 0.0  # training time of earlier segments
         self._started = time.perf_counter()
+        self._excluded = 0.0  # this segment's time in validation
+        self._paused_at: float | None = None
 
     @property
     def state_key(self) -> str:
         return "LossTargets"
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._started = time.perf_counter()
+        self._started, self._excluded, self._paused_at = time.perf_counter(), 0.0, None
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._paused_at is None:
+            self._paused_at = time.perf_counter()
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        if self._paused_at is not None:
+            self._excluded += time.perf_counter() - self._paused_at
+            self._paused_at = None
 
     def elapsed(self) -> float:
-        return self._elapsed_before + time.perf_counter() - self._started
+        """Seconds of training so far, validation left out (a paused clock reads its time at the pause)."""
+        now = self._paused_at if self._paused_at is not None else time.perf_counter()
+        return self._elapsed_before + now - self._started - self._excluded
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         loss = trainer.callback_metrics.get(VAL_LOSS)
