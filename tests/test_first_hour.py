@@ -9,7 +9,7 @@ import re
 
 import pytest
 import tbparse
-from conftest import SHRINK, compose_train, small_corpus
+from conftest import REPO, SHRINK, compose_train, small_corpus
 from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
@@ -293,3 +293,49 @@ def test_the_summary_line_and_the_report_say_which_evaluation_a_loss_comes_from(
     evaluated = [run.evaluated for run in read_runs(sweep)]
     assert evaluated == ["final, 960 of 7,477 validation windows", "last validation"]
     assert math.isclose(read_runs(sweep)[1].final_val_loss, 3.8)
+
+
+# --- the README's first commands and train.py --help, as a newcomer meets them -------------------------------
+
+
+def _readme() -> str:
+    return (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_readmes_install_block_applies_the_cpu_wheels_index_when_copied():
+    blocks = [block.splitlines() for block in re.findall(r"```bash\n(.*?)```", _readme(), flags=re.DOTALL)]
+    install = next(block for block in blocks if any('-e ".[dev]"' in line for line in block))
+    # A comment is skipped by the shell: the index must be in a command, before the package's install.
+    commands = [line.split("#")[0] for line in install if not line.lstrip().startswith("#")]
+    cpu = [i for i, line in enumerate(commands) if "download.pytorch.org/whl/cpu" in line]
+    dev = next(i for i, line in enumerate(commands) if '-e ".[dev]"' in line)
+    assert cpu and cpu[0] < dev, install
+
+
+def test_the_readmes_held_out_file_goes_where_git_ignores_it():
+    readme = _readme()
+    written = re.findall(r"open\('([^']+)', 'w'\)", readme)
+    ignored = {line.strip() for line in (REPO / ".gitignore").read_text(encoding="utf-8").splitlines()}
+    assert written
+    for path in written:
+        # Not a new file in the repository's root, which `git status` would show.
+        assert "/" in path and f"{path.split('/')[0]}/" in ignored, path
+        assert f"file={path}" in readme
+
+
+def test_train_help_opens_with_what_it_does_and_where_every_option_is():
+    # Hydra's help config: its template opens with the header, which said only "train is powered by Hydra.".
+    with initialize_config_module("tinylm.conf", version_base="1.3"):
+        help_config = compose("train", return_hydra_config=True).hydra.help
+    assert OmegaConf.to_container(help_config)["template"].startswith("${hydra.help.header}")
+    assert help_config.header.startswith("train.py trains") and "docs/cli.md" in help_config.header
+    assert (REPO / "docs" / "cli.md").is_file()
+
+
+@pytest.mark.slow  # Hydra's --help lists every group's options: seconds
+def test_train_help_as_printed():
+    result = run_script_in_process("train.py", "--help")
+    assert result.returncode == 0, result.stderr
+    first = result.stdout.split("\n\n")[0]
+    assert first.startswith("train.py trains") and "docs/cli.md" in first, first
+    assert "== Configuration groups ==" in result.stdout  # Hydra's lists follow
