@@ -72,8 +72,13 @@ class Result:
 def train(recipe: str, overrides: list[str], seed: int, data: str, out: Path, threads: int | None) -> Result:
     run_dir = out / f"{recipe}_seed{seed}"
     command = [
-        sys.executable, str(REPO / "scripts" / "train.py"), *overrides, *EVERY_RUN,
-        f"data.path={data}", f"seed={seed}", f"hydra.run.dir={run_dir}",
+        sys.executable,
+        str(REPO / "scripts" / "train.py"),
+        *overrides,
+        *EVERY_RUN,
+        f"data.path={data}",
+        f"seed={seed}",
+        f"hydra.run.dir={run_dir}",
     ]
     if threads:
         command.append(f"threads={threads}")
@@ -84,11 +89,21 @@ def train(recipe: str, overrides: list[str], seed: int, data: str, out: Path, th
     step, time_s = record.get(f"target/{TARGET:g}/step"), record.get(f"target/{TARGET:g}/time_s")
     config = (run_dir / "config.yaml").read_text()
     precision = next(
-        (line.split(":", 1)[1].strip() for line in config.splitlines() if line.strip().startswith("precision:")),
+        (
+            line.split(":", 1)[1].strip()
+            for line in config.splitlines()
+            if line.strip().startswith("precision:")
+        ),
         "?",
     )
     return Result(
-        recipe, seed, step is not None, None if step is None else int(step), time_s, int(record["step"]), precision
+        recipe,
+        seed,
+        step is not None,
+        None if step is None else int(step),
+        time_s,
+        int(record["step"]),
+        precision,
     )
 
 
@@ -120,7 +135,9 @@ def summary(results: list[Result], recipes: list[str]) -> list[dict]:
             if len(before) >= 2 and len(times) >= 2:
                 row["vs"] = recipes[i - 1]
                 row["ratio"] = row["mean_s"] / statistics.fmean(before)
-                row["p_faster"] = float(stats.ttest_ind(times, before, equal_var=False, alternative="less").pvalue)
+                row["p_faster"] = float(
+                    stats.ttest_ind(times, before, equal_var=False, alternative="less").pvalue
+                )
         rows.append(row)
     return rows
 
@@ -130,7 +147,9 @@ def main() -> None:
     parser.add_argument("--data", required=True, help="Tiny Shakespeare (1,115,394 characters) on local disk")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4])
     parser.add_argument(
-        "--recipe", action="append", metavar="NAME=OVERRIDES",
+        "--recipe",
+        action="append",
+        metavar="NAME=OVERRIDES",
         help=f"a recipe as train.py overrides, in order (the first is the baseline); default: {', '.join(RECIPES)}",
     )
     parser.add_argument("--threads", type=int, help="torch threads a run (default: one per core)")
@@ -156,7 +175,9 @@ def main() -> None:
             print(f"{name} seed {seed}: {took} ({result.steps_run} steps run)", flush=True)
     rows = summary(results, names)
     cpu = platform.processor() or platform.machine()
-    print(f"\ntime to loss/val <= {TARGET} on Tiny Shakespeare; {os.cpu_count()} cores ({cpu}); seeds {args.seeds}")
+    print(
+        f"\ntime to loss/val <= {TARGET} on Tiny Shakespeare; {os.cpu_count()} cores ({cpu}); seeds {args.seeds}"
+    )
     for row in rows:
         line = f"{row['recipe']}: {row['runs'] - row['failures']}/{row['runs']} reached"
         if "mean_s" in row:

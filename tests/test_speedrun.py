@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_module
 from scipy import stats
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-from speedrun import EVERY_RUN, RECIPES, TARGET, Result, summary  # noqa: E402
+from speedrun import EVERY_RUN, RECIPES, TARGET, Result, summary
 
 
 def composed(*overrides: str):
@@ -23,7 +23,11 @@ def composed(*overrides: str):
 def test_every_recipe_validates_on_the_fixed_data_split_and_context_often_enough(recipe):
     """Fixed by the rule: Tiny Shakespeare, its last 10% for validation, every window of 64 characters, and a
     check of the target at least every 5% of the steps the recipe may take."""
-    cfg = composed(*RECIPES[recipe].split(), *(o for o in EVERY_RUN if not o.startswith("+")), f"data.path={TINYSHAKESPEARE}")
+    cfg = composed(
+        *RECIPES[recipe].split(),
+        *(o for o in EVERY_RUN if not o.startswith("+")),
+        f"data.path={TINYSHAKESPEARE}",
+    )
     assert cfg.data.source == "tinyshakespeare" and cfg.data.val_fraction == 0.1
     assert cfg.model.block_size == 64 and cfg.data.val_windows is None
     assert list(cfg.callbacks.targets.levels) == [TARGET]
@@ -42,5 +46,7 @@ def test_the_summary_counts_failures_apart_and_compares_each_recipe_with_the_one
     assert (a["runs"], a["failures"], a["mean_s"]) == (4, 1, 82.0)
     assert a["low_s"] < 82.0 < a["high_s"] and "ratio" not in a
     assert b["failures"] == 0 and b["ratio"] == pytest.approx(20.5 / 82.0)
-    expected = stats.ttest_ind([20.0, 21.0, 19.0, 22.0], [80.0, 84.0, 82.0], equal_var=False, alternative="less")
+    expected = stats.ttest_ind(
+        [20.0, 21.0, 19.0, 22.0], [80.0, 84.0, 82.0], equal_var=False, alternative="less"
+    )
     assert b["p_faster"] == pytest.approx(expected.pvalue) and b["p_faster"] < 0.01
