@@ -176,3 +176,144 @@ def test_an_answer_open_at_the_designs_horizon_says_add_seeds_adds_no_more_and_w
         "`norm=pre norm_type=rms act=gelu` 113." in text
     )
     assert "adds judging seeds at the chosen rates, in rounds, until each is resolved" not in text
+
+
+# Issue 59: a sentence that states a finding quotes a verdict its report prints. A quoted phrase that starts
+# with a verdict's word must be one of the cited reports' verdicts (or a clause of one: its words before the
+# look, the loss verdict before `; fails …`, a word across levels and what it says at a level), unless the
+# three words before it negate it or report an old wording (`no`, `not`, `nor`, `never`, `was`, `said`, …).
+VERDICT_START = re.compile(
+    r"^(better|worse|not resolved|equivalent|identical|holds|flips|grows|shrinks|changes)\b"
+)
+NEGATED = {"no", "not", "nor", "neither", "never", "was", "were", "said"}
+LINK = re.compile(r"results/([\w-]+)/report\.md")
+FAILS = re.compile(r"fails (\d+)/(\d+) vs (\d+)/(\d+)")
+README = DOCS.parent / "README.md"
+
+
+def report_verdicts(sweep: str) -> list[str]:
+    """Every verdict a stored report's json records: each comparison's and each word across levels."""
+    found: list[str] = []
+
+    def walk(value: object) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key == "verdict" and isinstance(item, str):
+                    found.append(item)
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(json.loads((DOCS / "results" / sweep / "report.json").read_text(encoding="utf-8")))
+    return found
+
+
+def verdict_phrases(verdicts: list[str]) -> set[str]:
+    """What quoting a verdict may quote: the whole, without its look; the loss verdict before `; fails …`; a
+    word across levels (`changes with size`), what follows it (`holds at every level: better`), and a level's
+    verdict without its level (`better at 0.1` -> `better`)."""
+    phrases = set()
+    for verdict in verdicts:
+        whole = re.sub(r" \(look \d+, \d+ added seeds\)$", "", verdict)
+        phrases |= {
+            verdict,
+            whole,
+            whole.split("; ")[0],
+            re.sub(r" at look \d+ \(\d+ added seeds\)$", "", verdict),
+        }
+        for part in re.split(r": |; |, ", whole):
+            phrases |= {part, re.sub(r" at \S+$", "", part)}
+    return phrases
+
+
+def quoted_claims(text: str) -> list[tuple[str, str]]:
+    """Each backquoted phrase that starts with a verdict's word, with the sentence before it; negated or
+    historical mentions left out (a negation among the three words before it, other quotes skipped)."""
+    claims, text = [], " ".join(text.split())
+    for match in re.finditer(r"`([^`]+)`", text):
+        phrase = match.group(1)
+        if not VERDICT_START.match(phrase):
+            continue
+        before = re.split(r"[.!?]\s", text[: match.start()])[-1]
+        words = [w.strip(",;:()*").lower() for w in re.sub(r"`[^`]*`", " ", before).split()[-3:]]
+        if not NEGATED & set(words):
+            claims.append((phrase, before))
+    return claims
+
+
+def page_sections() -> list[tuple[str, str, set[str]]]:
+    """docs/results.md's sections (## and ###): heading, prose (tables left out) and the reports it cites."""
+    sections, heading, lines = [], "", []
+    text = re.sub(r"```.*?```", "", PAGE.read_text(encoding="utf-8"), flags=re.DOTALL)  # commands, not prose
+    for line in [*text.splitlines(), "## end"]:
+        if line.startswith("## ") or line.startswith("### "):
+            text = "\n".join(lines)
+            sections.append(
+                (heading, " ".join(x for x in lines if not x.startswith("|")), set(LINK.findall(text)))
+            )
+            heading, lines = line, []
+        else:
+            lines.append(line)
+    return [s for s in sections if s[2]]
+
+
+def readme_findings() -> list[tuple[str, str, set[str]]]:
+    """The README's findings bullets, each with the stored reports it names (its sweeps in backquotes)."""
+    text = README.read_text(encoding="utf-8")
+    block = text[text.index("What the stored sweeps found") :].split("\n\n")[0]
+    bullets = re.split(r"\n- ", block)[1:]
+    stored = {p.name for p in (DOCS / "results").iterdir()}
+    return [
+        (b.split("(")[0], " ".join(b.split()), set(re.findall(r"`([\w-]+)`", b)) & stored) for b in bullets
+    ]
+
+
+def sentences_beyond_their_verdicts(name: str, prose: str, cited: set[str]) -> list[str]:
+    """What a section or bullet says that its cited reports do not."""
+    verdicts = sorted({v for sweep in cited for v in report_verdicts(sweep)})
+    phrases, wrong = verdict_phrases(verdicts), []
+    for phrase, before in quoted_claims(prose):
+        if phrase not in phrases:
+            wrong.append(f"{name}: `{phrase}` is no verdict of {sorted(cited)} ({before[-60:]!r})")
+    # A verdict that counts failures on either side is never quoted without them.
+    for verdict in verdicts:
+        for clause in FAILS.finditer(verdict):
+            if (clause.group(1), clause.group(3)) != ("0", "0") and clause.group(0) not in prose:
+                wrong.append(f"{name}: drops `{clause.group(0)}` of `{verdict}`")
+    # "Nothing resolves" and "no trend word" are claims about every verdict cited.
+    if re.search(r"nothing resolves|no trend word", prose, re.IGNORECASE):
+        resolved = [v for v in verdicts if not v.startswith(("not resolved", "not yet judged"))]
+        if any(not v.startswith(("equivalent",)) for v in resolved):
+            wrong.append(f"{name}: says nothing resolves, but its reports say {sorted(set(resolved))}")
+    return wrong
+
+
+@pytest.mark.parametrize("section", [s[0] for s in page_sections()])
+def test_every_verdict_the_results_page_quotes_is_one_its_reports_print(section):
+    (found,) = [s for s in page_sections() if s[0] == section]
+    assert not sentences_beyond_their_verdicts(*found)
+
+
+@pytest.mark.parametrize("bullet", [b[0] for b in readme_findings()])
+def test_every_verdict_the_readme_findings_quote_is_one_their_reports_print(bullet):
+    (found,) = [b for b in readme_findings() if b[0] == bullet]
+    assert found[2], f"README finding names no stored report: {bullet}"
+    assert not sentences_beyond_their_verdicts(*found)
+
+
+def test_the_verdict_check_catches_the_sentences_issue_59_found():
+    """The sentences the issue's audit found, each in the place it stood: a verdict of another report, a
+    failure clause dropped, and "nothing resolves" beside a resolved word across sizes."""
+    qk = "sandwich are `worse` than pre-norm GELU; post-norm is `not resolved`. QK-norm is `better` at lr 1e-1 only."
+    assert sentences_beyond_their_verdicts("lr", qk, {"lr_sensitivity"})
+    muon = (
+        "Muon is `better` than AdamW under both placements: `holds at every level`. AdamW failed 0/8 vs 2/8."
+    )
+    assert sentences_beyond_their_verdicts("optim", muon, {"optimizer_ladder"})
+    scale = (
+        "Nothing resolves at any size, and no trend word is earned. SwiGLU against GELU: `changes with size`."
+    )
+    assert sentences_beyond_their_verdicts("scale", scale, {"scale_ladder"})
+    fine = "No corpus says `worse`; SwiGLU is `better` at python_stdlib and `not resolved` at shakespeare."
+    assert not sentences_beyond_their_verdicts("corpus", fine, {"corpus_ladder"})
