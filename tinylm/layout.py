@@ -41,6 +41,9 @@ REFERENCE_LEVELS = "reference_levels"
 # In metrics.json: the share of (a sample of) the validation windows that occur verbatim in the training split
 # (tinylm.data.overlap, which also holds the share above which the run warns and the report names it).
 VAL_IN_TRAINING = "val_windows_in_training"
+# In metrics.json of a run that diverged: the step whose training loss (or the weights after it) was first
+# non-finite, as TensorBoard indexes it (the stop comes at the next check, up to a logging interval later).
+DIVERGED_AT = "diverged_at_step"
 METRICS = (VAL_LOSS, TRAIN_LOSS, VAL_BPC, BEST_VAL_LOSS, LEARNING_RATE, FINAL_VAL_LOSS)
 
 

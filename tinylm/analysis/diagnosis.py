@@ -73,6 +73,10 @@ DEAD_FRACTION = 0.1
 # Logged measurements an episode that ended must span to be named: one is a single batch's reading (a run's
 # first steps often cross a threshold once); one lasting to the end is named from its first.
 RECOVERED_EPISODE = 2
+# Consecutive logged readings the rule must fail in to end an episode (a recovery): one reading back across
+# the threshold is a single batch's, as an episode of one reading is; a shorter break, at the end of the run
+# too, belongs to the episode, which then began at its first reading (docs/diagnosis.md).
+RECOVERY_READINGS = 2
 
 DIVERGED = "diverged"
 DESTABILISED = "destabilised"
@@ -88,6 +92,8 @@ LOSS_SPIKE = "loss spike"
 VALIDATION_IN_TRAINING = "validation is training"
 
 Series = Sequence[tuple[int, float]]
+# What `still improving` concludes from its curve, and no more.
+STILL_LEARNING = "its budget ended before it stopped learning"
 
 
 @dataclass(frozen=True)
@@ -111,8 +117,7 @@ def diagnose(run: RunSummary, reference: Mapping[str, float] | None = None) -> l
     """Everything `run` shows, most severe first; `reference`: its validation split's uniform, unigram and
     bigram levels. A run without curves gets only what its record says."""
     if run.status == "diverged":
-        step = run.steps
-        return [Finding(DIVERGED, f"the loss became non-finite at step {step}", step, "loss/train")]
+        return [_diverged(run)]
     if run.status != "completed":
         return []
     # One token of context has no spread and no key to choose: its health curves say nothing.
@@ -134,7 +139,9 @@ def diagnose(run: RunSummary, reference: Mapping[str, float] | None = None) -> l
         findings.insert(0, _rose(run, low_step, low, val[-1], val[-1][1] - low))
     elif improving is not None:
         what, tag = improving
-        findings.append(Finding(STILL_IMPROVING, f"{what}: the budget, not the design, limits it", None, tag))
+        # What the curve shows, no more: whether the budget or the design limits the result is for the
+        # comparison to say (a setting still learning can still be `worse` at this budget).
+        findings.append(Finding(STILL_IMPROVING, f"{what}: {STILL_LEARNING}", None, tag))
     share = run.val_in_training
     if share is not None and share > VAL_IN_TRAINING_SHARE:
         findings.insert(0, Finding(
@@ -143,6 +150,22 @@ def diagnose(run: RunSummary, reference: Mapping[str, float] | None = None) -> l
             "what it generalises to; the corpus repeats itself", None, "loss/val",
         ))  # fmt: skip
     return findings
+
+
+def _diverged(run: RunSummary) -> Finding:
+    """Where the loss became non-finite: the step its record names (a run before it recorded one: the first
+    non-finite training loss logged, else the last step it logged; the stop comes up to a logging interval
+    after the step that broke)."""
+    if run.diverged_at is not None:
+        return Finding(
+            DIVERGED, f"the loss became non-finite at step {run.diverged_at}", run.diverged_at, TRAIN_TAG
+        )
+    logged = next((step for step, value in run.train_curve if not math.isfinite(value)), None)
+    if logged is not None:
+        return Finding(
+            DIVERGED, f"the training loss was first logged non-finite at step {logged}", logged, TRAIN_TAG
+        )
+    return Finding(DIVERGED, f"the loss became non-finite by step {run.steps}", run.steps, TRAIN_TAG)
 
 
 def _spike(val: Series) -> tuple[Finding, int, int] | None:
@@ -249,17 +272,22 @@ def _health(run: RunSummary) -> list[Finding]:
     spread = deepest(run, "token_spread")
     if spread is not None:
         tag, series = spread
-        found = episode(series, lambda v: v < COLLAPSED_SPREAD)
+        found = episode(series, _collapsed)
         if found is not None:
             start, until = found
             low = min(v for s, v in series if start <= s <= (until if until is not None else math.inf))
             after = "" if until is None else f", then recovered to {_after(series, until):.2g}"
-            if until is None:  # a collapse to the end may have begun earlier, with a recovery between
-                earlier = episode(
-                    [(step, v) for step, v in series if step < start], lambda v: v < COLLAPSED_SPREAD
+            breaks = brief_breaks(series, start, until, _collapsed)
+            if breaks:  # named, so that a reader of the curve sees why they are not a recovery
+                readings = ", ".join(f"{value:.2g} at step {step}" for step, value in breaks)
+                after += (
+                    f"; back above {COLLAPSED_SPREAD:g} at {len(breaks)} reading{'s' if len(breaks) > 1 else ''} "
+                    f"({readings}), never {RECOVERY_READINGS} in a row: not a recovery"
                 )
+            if until is None:  # a collapse to the end may have begun earlier, with a recovery between
+                earlier = episode([(step, v) for step, v in series if step < start], _collapsed)
                 if earlier is not None and earlier[1] is not None:
-                    after = (
+                    after += (
                         f"; it had collapsed before, from step {earlier[0]} to {earlier[1]}, and recovered to "
                         f"{_after(series, earlier[1]):.2g} in between"
                     )
@@ -272,6 +300,10 @@ def _health(run: RunSummary) -> list[Finding]:
         if found is not None:
             findings.append(found)
     return findings
+
+
+def _collapsed(spread: float) -> bool:
+    return spread < COLLAPSED_SPREAD
 
 
 def _dead_units(run: RunSummary) -> Finding | None:
@@ -333,7 +365,8 @@ def _saturated(run: RunSummary) -> Finding | None:
         inside = [(s, v) for s, v in joint if step <= s <= (until if until is not None else math.inf)]
         logit = max(logits[s] for s, _ in inside)
         if logit > SATURATED_LOGIT:
-            found.append((until is not None, step, tag, inside[-1][1], logit, until))
+            held = [v for _, v in inside if v < SATURATED_ENTROPY]  # not a brief break's reading
+            found.append((until is not None, step, tag, held[-1], logit, until))
     if not found:
         return None
     _, step, tag, entropy, logit, until = min(found)
@@ -389,22 +422,30 @@ def _improving_from_training(run: RunSummary, validations: int) -> tuple[str, st
 def episode(series: Series, holds: Callable[[float], bool]) -> tuple[int, int | None] | None:
     """The episode of `series` where `holds` is true to report: (first step, None) for the one lasting to the
     end, else the longest that ended and spans at least RECOVERED_EPISODE measurements (its first and last
-    step; the earliest of equals); None if there is none."""
+    step; the earliest of equals); None if there is none. An episode ends only where `holds` fails for
+    RECOVERY_READINGS readings in a row: a shorter break is inside it."""
     spans: list[tuple[int, int]] = []
-    start = None
+    start = last = None
     for index, (_, value) in enumerate(series):
         if holds(value):
-            start = index if start is None else start
-            if index == len(series) - 1:
-                return series[start][0], None
-        elif start is not None:
-            if index - start >= RECOVERED_EPISODE:
-                spans.append((start, index - 1))
+            start, last = (index if start is None else start), index
+        elif start is not None and index - last >= RECOVERY_READINGS:
+            spans.append((start, last))
             start = None
-    if not spans:
+    if start is not None:
+        return series[start][0], None
+    named = [(first, end) for first, end in spans if end - first + 1 >= RECOVERED_EPISODE]
+    if not named:
         return None
-    first, last = max(spans, key=lambda span: (span[1] - span[0], -span[0]))
-    return series[first][0], series[last][0]
+    first, end = max(named, key=lambda span: (span[1] - span[0], -span[0]))
+    return series[first][0], series[end][0]
+
+
+def brief_breaks(series: Series, start: int, until: int | None, holds: Callable[[float], bool]) -> Series:
+    """The readings inside the episode from `start` to `until` (None: the end) where `holds` failed: breaks
+    shorter than RECOVERY_READINGS, not recoveries."""
+    last = until if until is not None else math.inf
+    return [(step, value) for step, value in series if start <= step <= last and not holds(value)]
 
 
 def _after(series: Series, until: int) -> float:

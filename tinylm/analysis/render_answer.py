@@ -86,7 +86,10 @@ def _answer_words(report: SweepReport, s: Setting, base: Setting, c: Comparison)
             if d is not None
             else "no difference measured"
         )
-        return f"**{c.verdict}**; {numbers}, {len(c.seeds)} {source}seed{'s' if len(c.seeds) != 1 else ''}"
+        return (
+            f"**{c.verdict}**; {numbers}, {len(c.seeds)} {source}seed{'s' if len(c.seeds) != 1 else ''}"
+            + _budget_words(report, s)
+        )
     if not c.seeds:
         return f"**{c.verdict}**: no seed is judged at a rate it chose"
     kind = "judging " if report.lr_varies else "added " if c is s.added else ""
@@ -101,6 +104,7 @@ def _answer_words(report: SweepReport, s: Setting, base: Setting, c: Comparison)
     line = f"**{c.verdict}**; {numbers}, {seeds}" + (
         "" if c.failures else f"; fails 0/{len(c.seeds)} vs 0/{len(c.seeds)}"
     )
+    line += _budget_words(report, s)
     mine, theirs = s.mean_at_rate, base.mean_at_rate
     if d is not None and mine is not None and theirs is not None and (mine - theirs) * d.mean < 0:
         line += (
@@ -108,6 +112,17 @@ def _answer_words(report: SweepReport, s: Setting, base: Setting, c: Comparison)
             "tuning seeds, which chose those rates and so flatter them, and this pairs the judging seeds only"
         )
     return line
+
+
+def _budget_words(report: SweepReport, s: Setting) -> str:
+    """Where every run of both sides was still improving at its end (`report.still_learning`): the difference
+    is one at this budget."""
+    if s.choices not in report.still_learning:
+        return ""
+    return (
+        "; every run of both sides was still improving at its end: the budget stopped the runs before they "
+        "stopped learning, so this is the difference at this budget"
+    )
 
 
 def ladder_title(ladder: Ladder) -> str:

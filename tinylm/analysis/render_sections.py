@@ -12,7 +12,7 @@ from tinylm.analysis.formats import fmt_duration, fmt_interval, fmt_number, fmt_
 from tinylm.analysis.report import DESIGN_FILE, REPORT_PNG, SweepReport
 from tinylm.analysis.settings import setting_label
 from tinylm.analysis.sweep_probe import SHOWN
-from tinylm.analysis.why import quantity, why_figure
+from tinylm.analysis.why import Shared, quantity, why_figure
 from tinylm.overrides import shown
 
 
@@ -158,14 +158,32 @@ def why_section(report: SweepReport) -> list[str]:
         sentences = []
         for f in row.findings:
             example = f.example
-            began = f", from step {example.step}" if example.step is not None else ""
             name = quantity(example.tag)
             where = f"`{example.tag}`" + (f", {why_figure(name)}" if name else "")
             sentences.append(
-                f"{f.kind} in {f.count}/{f.of} runs (seed {f.seed}{began}: {example.evidence}; {where})"
+                f"{f.kind} in {f.count}/{f.of} runs{_seeds(f)} ({_example(f)}{example.evidence}; {where})"
             )
         text += [f"- **{label}** ({outcome}): " + "; ".join(sentences) + ".", ""]
     return text
+
+
+def _seeds(f: Shared) -> str:
+    """The seeds of the runs that showed a finding (`, seed 4`, `, seeds 1 and 2`, `, seeds 4, 5 and 6`), as
+    many as it counts; none where the report does not name them."""
+    if len(f.seeds) != f.count:
+        return ""
+    if len(f.seeds) == 1:
+        return f", seed {f.seeds[0]}"
+    return f", seeds {', '.join(f.seeds[:-1])} and {f.seeds[-1]}"
+
+
+def _example(f: Shared) -> str:
+    """Whose numbers a finding's sentence gives and from which step: the one run's, or one of several named
+    as such (`e.g. seed 1, from step 100: `)."""
+    named = "" if f.count == 1 and _seeds(f) else f"seed {f.seed}" if f.count == 1 else f"e.g. seed {f.seed}"
+    began = f"from step {f.example.step}" if f.example.step is not None else ""
+    head = ", ".join(part for part in (named, began) if part)
+    return f"{head}: " if head else ""
 
 
 def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:

@@ -46,7 +46,7 @@ from tinylm.analysis.settings import (
 from tinylm.analysis.sizing import Sizing, size_open_rows
 from tinylm.analysis.sweep_probe import probe_rows
 from tinylm.analysis.verdicts import ALPHA
-from tinylm.analysis.why import Shared, WhyRow, run_failure, shared, why_rows
+from tinylm.analysis.why import Shared, WhyRow, run_failure, shared, still_learning, why_rows
 from tinylm.layout import DESIGN_FILE
 from tinylm.overrides import OverrideError, parse
 
@@ -87,6 +87,8 @@ class SweepReport:
     why: list[WhyRow] = field(
         default_factory=list
     )  # each setting that lost or failed, and what its runs show
+    # The family rows (choices) whose answer pairs only runs still improving at their end, both sides.
+    still_learning: tuple[dict[str, Any], ...] = ()
     sizing: Sizing | None = None  # what resolving the open rows would take
     probe: list[dict[str, Any]] = field(default_factory=list)  # the depth probe at each of the runs' shapes
     rule: str = TUNED_THEN_JUDGED  # how rates were tuned and failures counted (settings.CROSS_FITTED: before)
@@ -281,7 +283,7 @@ def build_report(
         confidence=confidence, alpha=rules.alpha, min_effect=rules.min_effect, baseline_source=source,
         design=design, reference=shared_reference(runs), axis=axis, ladder=judged_ladder, findings=findings,
         setting_why=[tuple(shared(s.runs, findings)) for s in (settings if lr_varies else family)],
-        why=why_rows(*explained, findings, baselines),
+        why=why_rows(*explained, findings, baselines), still_learning=still_learning(family, base, findings),
         sizing=None if judged_ladder else size_open_rows(
             family, base, family_columns, rules.min_effect, False, horizon, rules.alpha
         ),

@@ -27,7 +27,7 @@ from tinylm.analysis.runs import RunSummary, natural_key
 from tinylm.analysis.settings import CROSS_FITTED, LR, Setting
 from tinylm.analysis.sizing import RowSize, Sizing, size_open_rows
 from tinylm.analysis.sweep_probe import probe_rows
-from tinylm.analysis.why import Shared, WhyRow, shared, why_rows
+from tinylm.analysis.why import Shared, WhyRow, judged_runs, shared, still_learning, why_rows
 from tinylm.files import plain
 from tinylm.overrides import typed_choice as _typed
 
@@ -82,6 +82,7 @@ def to_json(report: SweepReport) -> dict[str, Any]:
                 }
                 for row in report.why
             ],
+            "still_learning": report.still_learning,
             "sizing": report.sizing,
             "probe": report.probe,
         }
@@ -182,6 +183,13 @@ def from_json(data: Mapping[str, Any]) -> SweepReport:
         reference=_levels(data.get("reference_levels")), axis=axis, ladder=ladder, findings=findings,
         rule=str(data.get("rule", CROSS_FITTED)), metric=metric,
     )  # fmt: skip
+    # A report.json written before it held them: derived from the runs' stored findings, as build_report does.
+    learning = data.get("still_learning")
+    still = (
+        tuple(_choices(choices) for choices in learning)
+        if learning is not None
+        else still_learning(report.family if report.ladder is None else [], report.family_baseline, findings)
+    )
     if derived:
         explained = (family, family_columns) if len(family) > 1 else (settings, setting_columns)
         setting_why = [tuple(shared(s.runs, findings)) for s in settings]
@@ -196,16 +204,18 @@ def from_json(data: Mapping[str, Any]) -> SweepReport:
                 **vars(report),
                 "setting_why": setting_why,
                 "why": why_rows(*explained, findings, report.baselines),
+                "still_learning": still,
                 "sizing": sizing,
                 "probe": probe_rows(runs),
             }
         )
-    why = [_why(row, family if len(family) > 1 else settings) for row in data.get("why") or []]
+    why = [_why(row, family if len(family) > 1 else settings, findings) for row in data.get("why") or []]
     return SweepReport(
         **{
             **vars(report),
             "setting_why": [tuple(_shared(f) for f in row.get("why") or ()) for row in data["settings"]],
             "why": why,
+            "still_learning": still,
             "sizing": _sizing(data.get("sizing")),
             "probe": list(data.get("probe") or []),
         }
@@ -344,14 +354,30 @@ def _ladder(
 
 def _shared(f: Mapping[str, Any]) -> Shared:
     return Shared(
-        f["kind"], f["count"], f["of"], tuple(f["steps"]), Finding(**f["example"]), f["seed"], f["recovered"]
-    )
+        f["kind"], f["count"], f["of"], tuple(f["steps"]), Finding(**f["example"]), f["seed"], f["recovered"],
+        tuple(f.get("seeds") or ()),
+    )  # fmt: skip
 
 
-def _why(row: Mapping[str, Any], settings: Sequence[Setting]) -> WhyRow:
+def _why(
+    row: Mapping[str, Any], settings: Sequence[Setting], findings: Mapping[Path, Sequence[Finding]]
+) -> WhyRow:
     design = _choices(row["design"])
-    found = tuple(_shared(f) for f in row["findings"])
+    setting = _pick(settings, design)
+    found = tuple(_with_seeds(_shared(f), setting, findings) for f in row["findings"])
     verdict = _verdict(row["verdict"], row["outcome"]) if row.get("verdict") is not None else None
-    return WhyRow(
-        _pick(settings, design), design, verdict, _number(row.get("difference")), row["baseline"], found
-    )
+    return WhyRow(setting, design, verdict, _number(row.get("difference")), row["baseline"], found)
+
+
+def _with_seeds(f: Shared, setting: Setting | None, findings: Mapping[Path, Sequence[Finding]]) -> Shared:
+    """A *Why* finding of a report.json written before each one named its runs' seeds: them, from the runs'
+    stored findings, where as many of its judged runs show it as it counts (else none is named)."""
+    if f.seeds or setting is None:
+        return f
+    showed = [
+        run.seed
+        for run in judged_runs(setting)
+        if run.result is not None and any(found.kind == f.kind for found in findings.get(run.path, ()))
+    ]
+    seeds = tuple(sorted(showed, key=natural_key))
+    return Shared(**{**vars(f), "seeds": seeds}) if len(seeds) == f.count else f

@@ -20,7 +20,7 @@ from tinylm.analysis.diagnosis import (
     Finding,
 )
 from tinylm.analysis.outcome import Outcome, Verdict
-from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary
+from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary, natural_key
 from tinylm.analysis.settings import LR, Setting
 
 # A setting that shows only these has not failed: its budget ended first, or it trained to the bigram level and
@@ -45,6 +45,7 @@ class Shared:
     example: Finding
     seed: str  # the example's run
     recovered: bool = False  # every run's episode ended before the run did
+    seeds: tuple[str, ...] = ()  # each run's that showed it, `count` of them
 
     def describe(self) -> str:
         began = ""
@@ -66,7 +67,7 @@ def shared(runs: Sequence[RunSummary], findings: Mapping[Path, Sequence[Finding]
             found.setdefault(finding.kind, []).append((run.seed, finding))
     return [
         Shared(kind, len(pairs), len(judged), tuple(f.step for _, f in pairs if f.step is not None), pairs[0][1],
-               pairs[0][0], all(f.recovered for _, f in pairs))
+               pairs[0][0], all(f.recovered for _, f in pairs), tuple(sorted((seed for seed, _ in pairs), key=natural_key)))
         for kind, pairs in found.items()
     ]  # fmt: skip
 
@@ -98,10 +99,14 @@ class WhyRow:
 
 
 def judged_runs(setting: Setting) -> list[RunSummary]:
-    """The runs a family row's results come from: at each seed's chosen rate when the rate was tuned."""
-    if not setting.rates:
-        return setting.runs
-    return [run for run in setting.runs if setting.rates.get(run.seed) == run.choices.get(LR)]
+    """The runs a family row's results come from: at each seed's chosen rate when the rate was tuned; before
+    any seed is judged, the tuning seeds' runs at the rate they chose (the settings table's row at that rate),
+    not every rate's."""
+    if setting.rates:
+        return [run for run in setting.runs if setting.rates.get(run.seed) == run.choices.get(LR)]
+    if setting.rate is not None:
+        return [run for run in setting.runs if run.choices.get(LR) == setting.rate]
+    return setting.runs
 
 
 def why_rows(
@@ -126,6 +131,29 @@ def why_rows(
             c.difference.mean if compared else None, any(setting is b for b in baselines), stated,
         ))  # fmt: skip
     return rows
+
+
+def still_learning(
+    family: Sequence[Setting], base: Setting | None, findings: Mapping[Path, Sequence[Finding]]
+) -> tuple[dict[str, Any], ...]:
+    """The family rows (their choices) whose answer pairs only runs that were `still improving` when their
+    budget ended, on both sides: the budget stopped them before they stopped learning, so the difference is
+    one at this budget. None on a ladder (`base` None: its Answer states no difference)."""
+    if base is None:
+        return ()
+    rows = []
+    for setting in family:
+        c = setting.answer
+        if setting is base or c is None or c.difference is None or not c.seeds:
+            continue
+        paired = [
+            run for side in (setting, base) for run in judged_runs(side) if run.seed in c.seeds and run.result is not None
+        ]  # fmt: skip
+        if paired and all(
+            any(f.kind == STILL_IMPROVING for f in findings.get(run.path, ())) for run in paired
+        ):
+            rows.append(setting.choices)
+    return tuple(rows)
 
 
 def quantity(tag: str | None) -> str | None:

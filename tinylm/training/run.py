@@ -35,10 +35,11 @@ from lightning.fabric.utilities.spike import TrainingSpikeException
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.data import CharDataModule, VocabularyError
-from tinylm.errors import ConfigError, Interrupted, ReportedError
+from tinylm.errors import ConfigError, Interrupted, ReportedError, TrainingDiverged
 from tinylm.layout import (
     BEST_VAL_LOSS,
     CONFIG_FILE,
+    DIVERGED_AT,
     FINAL_SPLIT_WINDOWS,
     FINAL_VAL_LOSS,
     FINAL_WINDOW_LOSSES,
@@ -333,6 +334,8 @@ def record_failure(
     failed, keeping how its earlier segments ended; and Hydra's record, so that the sweep report finds the
     job."""
     fields: dict[str, Any] = {"step": error.step} if isinstance(error, Interrupted) else {}
+    if isinstance(error, TrainingDiverged):
+        fields[DIVERGED_AT] = error.step
     if segments:
         fields[SEGMENTS] = list(segments)
     status = run_status(error)
