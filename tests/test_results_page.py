@@ -132,14 +132,21 @@ def test_the_cost_table_is_what_the_runs_took():
 
 @pytest.mark.parametrize("report", sorted(p.name for p in (DOCS / "results").iterdir()))
 def test_every_stored_report_renders_again_from_its_json_alone(report):
-    """Each stored report.md is what its report.json renders to, byte for byte (issue 47, point 2)."""
+    """Each stored report.md is what its report.json renders to, byte for byte (issue 47, point 2), and a stored
+    ladder's words across levels are re-judged when the rule changes (issues 49 and 59)."""
+    from tinylm.analysis.ladder import trends
     from tinylm.analysis.report_json import from_json
     from tinylm.analysis.sweep_report import report_markdown
 
     folder = DOCS / "results" / report
     record = json.loads((folder / "report.json").read_text(encoding="utf-8"))
     assert record["format"] >= 2 and "why" in record and "probe" in record
-    assert report_markdown(from_json(record)) == (folder / "report.md").read_text(encoding="utf-8")
+    rebuilt = from_json(record)
+    assert report_markdown(rebuilt) == (folder / "report.md").read_text(encoding="utf-8")
+    if rebuilt.ladder is not None:  # its words across levels are what its levels give under the rule in force
+        ladder = rebuilt.ladder
+        again = trends(ladder.rungs, ladder.columns, rebuilt.alpha, ladder.axis)
+        assert [t.verdict for t in again] == [t.verdict for t in ladder.trends]
 
 
 def test_no_stored_seed_both_chose_a_rate_and_was_judged_at_it():

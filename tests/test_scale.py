@@ -4,13 +4,15 @@ three seeds, a few steps) and reported size by size; and the verdict across size
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import matplotlib.image
 import pytest
 from conftest import SHRINK, rate_not_above, run_script, simulated_words, small_corpus
 from hydra import compose, initialize_config_module
 
-from tinylm.analysis.estimates import Comparison, Estimate
+from tinylm.analysis.estimates import Comparison, Estimate, Failures
 from tinylm.analysis.ladder import SCALE_KEY, Rung, TrendWord, trends
 from tinylm.analysis.outcome import Outcome, Verdict
 from tinylm.analysis.report import REPORT_JSON, build_report
@@ -18,6 +20,7 @@ from tinylm.analysis.scale import LADDER_PNG, SCALE_PNG
 from tinylm.analysis.settings import Setting
 from tinylm.analysis.settings import tests_against as comparison_against
 from tinylm.analysis.sweep_report import write_report
+from tinylm.analysis.verdicts import verdict as judged_verdict
 
 
 @pytest.mark.parametrize(
@@ -133,6 +136,116 @@ def _rungs(differences: list[tuple[float, float, str]]) -> list[Rung]:
 def test_the_verdict_across_sizes(differences, expected):
     (trend,) = trends(_rungs(differences), ["norm"], alpha=0.05)
     assert trend.verdict.startswith(expected), trend.verdict
+
+
+def _level(
+    level: str, mean: float, failed: tuple[int, int, int, float] | None = None, **decisions: bool
+) -> Rung:
+    """One level of an unordered ladder (`norm`): `optim=muon` against `optim=adamw`, its difference `mean`
+    (sd 0.01 over 8 seeds), how often each side failed (mine, theirs, of, McNemar p) and the family's
+    `decisions` (`differs`, `fails_differently`); its verdict worded by `verdicts.verdict`."""
+    base = Setting({"norm": level, "optim": "adamw"}, [])
+    c = Comparison(
+        tuple(range(8)), difference=Estimate(mean, 8, 0.01), p_value=1e-4, p_adjusted=1e-3,
+        failures=Failures(*failed) if failed else None, **decisions,
+    )  # fmt: skip
+    other = Setting(
+        {"norm": level, "optim": "muon"}, [], comparison=replace(c, verdict=judged_verdict(c, 0.01))
+    )
+    return Rung(level, None, None, base, [base, other])
+
+
+def test_a_word_across_levels_keeps_the_failure_clause_its_levels_carry():
+    """Issue 59, item 1: the stored optimizer ladder said `holds at every level: better` while its post-norm
+    row read `better when trained; fails 0/8 vs 2/8` (in simulation every `holds` with failures dropped it)."""
+    rungs = [_level("pre", -0.157, differs=True), _level("post", -0.161, (0, 2, 8, 0.5), differs=True)]
+    assert (
+        str(rungs[1].settings[1].comparison.verdict)
+        == "better when trained; fails 0/8 vs 2/8 (exact p = 0.5)"
+    )
+    (trend,) = trends(rungs, ["optim"], alpha=0.05, axis=["norm"])
+    assert trend.word is TrendWord.HOLDS
+    assert (
+        trend.verdict == "holds at every level: better when trained; fails 0/8 vs 2/8 (exact p = 0.5) at post"
+    )
+    # Where no seed failed at any level, the word is as before.
+    (clean,) = trends([rungs[0], _level("post", -0.161, differs=True)], ["optim"], alpha=0.05, axis=["norm"])
+    assert clean.verdict == "holds at every level: better"
+
+
+def test_a_flip_needs_the_losses_resolved_in_opposite_directions_not_a_failure_decided_verdict():
+    """Issue 59, item 1: a `worse` that how often each side failed decided (the losses open) met a loss
+    `better` and was called `flips`. The losses' sign is shown at one level only: not resolved, with both
+    verdicts whole; a flip of the losses is still one, with the failures of the level it does not quote."""
+    failing = _level("post", -0.02, (6, 0, 8, 0.031), fails_differently=True)
+    assert failing.settings[1].comparison.verdict.outcome is Outcome.WORSE  # decided by the failures
+    rungs = [_level("pre", -0.157, differs=True), failing]
+    (trend,) = trends(rungs, ["optim"], alpha=0.05, axis=["norm"])
+    assert trend.word is TrendWord.UNRESOLVED, trend.verdict
+    assert trend.verdict == (
+        "not resolved across levels: better at pre, worse: fails more often, 6/8 vs 0/8 (exact p = 0.031) at post"
+    )
+    flip = [_level("pre", -0.157, differs=True), _level("post", 0.1, differs=True),
+            _level("sandwich", 0.1, (0, 1, 8, 1.0), differs=True)]  # fmt: skip
+    (trend,) = trends(flip, ["optim"], alpha=0.05, axis=["norm"])
+    assert trend.word is TrendWord.FLIPS
+    assert (
+        trend.verdict
+        == "flips at post: better at pre, worse at post; fails 0/8 vs 1/8 (exact p = 1) at sandwich"
+    )
+
+
+def _tuned_ladder():
+    """The stored optimizer ladder's shape: Muon against AdamW along `norm`, each rate tuned on the sweep's
+    seeds (its own comparison "not yet judged", no test) and judged on added seeds; post-norm AdamW failed on
+    2 of 8."""
+    from tinylm.analysis.ladder import Ladder
+    from tinylm.analysis.report import SweepReport
+    from tinylm.analysis.settings import LR
+
+    rungs = []
+    for level, judged in (
+        ("pre", _level("pre", -0.157, differs=True)),
+        ("post", _level("post", -0.161, (0, 2, 8, 0.5), differs=True)),
+    ):
+        base, row = judged.settings
+        untuned = Comparison(())  # the sweep's own seeds chose the rate: "not yet judged", no test
+        tuned = replace(row, choices={**row.choices, LR: 0.003}, comparison=untuned, added=row.comparison)
+        base = replace(base, choices={**base.choices, LR: 0.003})
+        rungs.append(Rung(level, None, None, base, [base, tuned]))
+    family = [s for rung in rungs for s in rung.settings]
+    ladder = Ladder(["norm"], ["optim"], rungs, trends(rungs, ["optim"], 0.05, ["norm"]))
+    report = SweepReport(
+        Path("optimizer_ladder"), [], ["norm", "optim", LR], {}, family, ["norm", "optim", LR], None,
+        tuned=family, axis=["norm"], ladder=ladder,
+    )  # fmt: skip
+    assert report.judged_apart
+    return report, ladder
+
+
+def test_a_tuned_ladders_family_counts_the_judging_seeds_tests():
+    """Issue 59, item 6: a ladder whose rates were tuned on the sweep's seeds and judged on added ones said
+    "one family (0 tests, …)": it counted the sweep's own comparisons, which test nothing. The stored
+    optimizer ladder's family had two loss tests and one failure test."""
+    from tinylm.analysis.scale import ladder_section
+
+    report, ladder = _tuned_ladder()
+    (line,) = [line for line in ladder_section(report, ladder) if "one family" in line]
+    assert "one family (3 tests, Holm, α = 0.05, δ = 0.01)" in line, line
+
+
+def test_a_tuned_ladders_figure_draws_the_judging_seeds_comparison(monkeypatch):
+    """ladder.png drew the sweep's own comparison of a tuned ladder, `not yet judged (nothing to draw)` at
+    every level, beside a report that said `better` at both (the stored optimizer ladder's)."""
+    from tinylm.analysis import scale
+
+    drawn = {}
+    monkeypatch.setattr(scale, "plot_ladder", lambda panels, *args: drawn.setdefault("panels", panels))
+    report, ladder = _tuned_ladder()
+    scale.draw_ladder_verdicts(report, ladder, Path("unused.png"))
+    rows = [row for _, panel in drawn["panels"] for row in panel if not row.baseline]
+    assert [round(row.mean, 3) for row in rows] == [-0.157, -0.161]
+    assert [row.verdict.outcome for row in rows] == [Outcome.BETTER, Outcome.BETTER]
 
 
 def test_a_rung_outside_the_ladder_sets_the_same_shape():

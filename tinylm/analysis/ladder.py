@@ -3,11 +3,13 @@ choices (the axis: `size` for `experiment=scale_ladder`, or any other, e.g. `opt
 each design against the baseline *of its level*, every level's comparisons one Holm family, and per design a
 verdict across levels (docs/sweeps.md). Along an ordered axis (`size`, by parameters, or one numeric choice):
 
-- `flips at <level>`: resolved in opposite directions at two levels;
+- `flips at <level>`: the losses resolved in opposite directions at two levels (a `better`/`worse` decided
+  by how often each side failed has no sign of the losses: it never makes a flip);
 - `grows / shrinks with <axis>`: resolved in the same direction at the first and the last level, and the
   difference at the last differs from that at the first (Welch's t on the two levels' paired differences,
   Holm over the designs): with one sign at both ends, the change is one of magnitude;
-- `holds at every <level>`: the same resolved verdict at every level, and no change shown;
+- `holds at every <level>`: the same resolved verdict at every level, and no change shown; with how often
+  each side failed at each level where a seed did (`when trained; fails 0/8 vs 2/8 … at post`);
 - `changes with <axis>`: the same test finds a change, but the ends' verdicts make it none of the above. It
   claims no sign: a sign is shown only where a level resolves it, and a sign change only by `flips` (before
   issue 49 opposite point estimates at the ends said `changes sign, not resolved`, 43% of the time when the
@@ -30,10 +32,11 @@ from typing import Any
 
 from scipy.stats import ttest_ind_from_stats
 
-from tinylm.analysis.outcome import Outcome, Verdict
+from tinylm.analysis.estimates import Comparison
+from tinylm.analysis.outcome import Outcome
 from tinylm.analysis.runs import shared_reference
 from tinylm.analysis.settings import Rules, Setting, judge_families, pick_baseline, varying
-from tinylm.analysis.verdicts import holm
+from tinylm.analysis.verdicts import decided_by_failures, failure_words, holm
 from tinylm.overrides import shown
 
 # The choice a scale ladder varies (conf/size/): a sweep over it with a baseline that does not name it is a
@@ -226,11 +229,27 @@ def _change(found: list[tuple[Rung, Setting]]) -> tuple[float | None, float | No
     return change, float(test.pvalue)
 
 
-def _direction(verdict: Verdict) -> int | None:
-    """+1 worse, -1 better, 0 equivalent or identical, None unresolved."""
+def _direction(c: Comparison) -> int | None:
+    """The losses' verdict: +1 worse, -1 better, 0 equivalent or identical, None unresolved. A `better` or
+    `worse` that how often each side failed decided, the losses left open, has no sign of the losses: no word
+    across levels reads one from it (issue 59: a failure-decided `worse` meeting a loss `better` said `flips`)."""
+    if decided_by_failures(c):
+        return None
     return {Outcome.WORSE: 1, Outcome.BETTER: -1, Outcome.EQUIVALENT: 0, Outcome.IDENTICAL: 0}.get(
-        verdict.outcome
+        c.verdict.outcome
     )
+
+
+def _failures_at(found: list[tuple[Rung, Setting]], stated: Collection[str] = ()) -> str:
+    """`; fails 0/8 vs 2/8 (exact p = 0.5) at post`: how often each side failed at each level where a seed did,
+    less the levels in `stated` (whose whole verdict the word already quotes), so that a word across levels
+    keeps the clause its levels' verdicts carry."""
+    clauses = [
+        f"{words} at {rung.level}"
+        for rung, s in found
+        if rung.level not in stated and (words := failure_words(s.answer)) is not None
+    ]
+    return "; " + ", ".join(clauses) if clauses else ""
 
 
 def _verdict(
@@ -242,12 +261,15 @@ def _verdict(
     axis: str = "size",
     along: bool = True,
 ) -> tuple[TrendWord, str]:
-    said = [(rung.level, s.answer.verdict, _direction(s.answer.verdict)) for rung, s in found]
+    said = [(rung.level, s.answer.verdict, _direction(s.answer)) for rung, s in found]
     resolved = [(level, verdict, d) for level, verdict, d in said if d is not None]
-    directed = [found for found in resolved if found[2]]  # better or worse
+    directed = [found for found in resolved if found[2]]  # the losses better or worse
     for (level_a, verdict_a, a), (level_b, verdict_b, b) in itertools.pairwise(directed):
         if a != b:
-            return TrendWord.FLIPS, f"flips at {level_b}: {verdict_a} at {level_a}, {verdict_b} at {level_b}"
+            return TrendWord.FLIPS, (
+                f"flips at {level_b}: {verdict_a} at {level_a}, {verdict_b} at {level_b}"
+                + _failures_at(found, (level_a, level_b))
+            )
     every = ", ".join(f"{verdict} at {level}" for level, verdict, _ in said)
     ends = [s.answer.difference for _, s in (found[0], found[-1])]
     small, large = (d.mean if d is not None else math.nan for d in ends)
@@ -260,8 +282,12 @@ def _verdict(
     if len(resolved) == len(said) and len({d for *_, d in resolved}) == 1:
         # Equivalent everywhere can hold while the change test rejects (a change within ±δ): say which.
         shown = "a change within the margin" if p is not None and p <= alpha else "no change"
-        return TrendWord.HOLDS, f"holds at every {noun}: {said[0][1].outcome}" + (
-            f" ({shown} with {axis} shown, p (Holm) = {p:.2g})" if p is not None else ""
+        failures = _failures_at(found)  # the outcome alone would drop them (issue 59)
+        return TrendWord.HOLDS, (
+            f"holds at every {noun}: {said[0][1].outcome}"
+            + (" when trained" if failures else "")
+            + (f" ({shown} with {axis} shown, p (Holm) = {p:.2g})" if p is not None else "")
+            + failures
         )
     if along and p is not None and p <= alpha:
         # A change of the difference is shown, not its sign: an end's sign is known only where it is resolved.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from tinylm.analysis.estimates import Estimate
+from tinylm.analysis.estimates import Comparison, Estimate
 from tinylm.analysis.formats import fmt_interval, fmt_number, fmt_p, md_table
 from tinylm.analysis.ladder import Ladder, Rung
 from tinylm.analysis.plots import ForestRow, plot_ladder, plot_scale
@@ -19,6 +19,8 @@ from tinylm.analysis.verdicts import family_size
 SCALE_PNG = "scale.png"
 # Each design's difference from its level's baseline, a panel per level, with the verdicts.
 LADDER_PNG = "ladder.png"
+# What `flips` needs (tinylm/analysis/ladder.py), as each ladder section's legend says it.
+FLIPS_WORDS = "the losses resolved in opposite directions (not a `better`/`worse` that failures decided)"
 
 
 def _level_label(ladder: Ladder, rung: Rung) -> str:
@@ -48,6 +50,14 @@ def _difference_cell(d: Estimate, base: Setting, unigram: float | None, digits: 
         return text
     gain = gain_over_unigram(e.mean, unigram)
     return text + (f" ({d.mean / gain:+.1%} of the baseline's gain)" if gain > 0 else "")
+
+
+def shown_comparison(report: SweepReport, s: Setting) -> Comparison | None:
+    """The comparison a ladder's cell, family and figure show for `s`: when the rate was tuned on the sweep's
+    seeds and judged on others, the judging seeds' (the sweep's own chose the rate and test nothing)."""
+    if report.judged_apart and s.added is not None:
+        return s.added
+    return s.comparison
 
 
 def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
@@ -81,9 +91,7 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
         cells = []
         for rung, unigram in zip(ladder.rungs, unigrams, strict=True):
             s = next((s for s in rung.settings if s.key(columns) == key), None)
-            c, added = (s.comparison, s.added) if s is not None else (None, None)
-            if report.judged_apart and added is not None:
-                c = added  # tuned then judged: the judging seeds' comparison, the sweep's seeds chose the rate
+            c, added = (shown_comparison(report, s), s.added) if s is not None else (None, None)
             d = c.difference if c is not None else None
             cells.append(
                 "—"
@@ -94,7 +102,10 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
             )
         differences.append([*(trend.design[c] for c in shown), *cells, trend.verdict])
     levels = [_level_label(ladder, rung) for rung in ladder.rungs]
-    family = family_size([s.comparison for rung in ladder.rungs for s in rung.settings if s.comparison])
+    # The family the verdicts shown come from (issue 59: a tuned ladder counted the sweep's own comparisons,
+    # which test nothing: "0 tests").
+    judged = [shown_comparison(report, s) for rung in ladder.rungs for s in rung.settings]
+    family = family_size([c for c in judged if c is not None])
     axis = ", ".join(ladder.axis)
     loss = ("Mean final loss" if metric.is_loss else f"Mean {metric.noun}") + (
         " in bits/char (gain over its corpus's unigram level)" if in_bits else ""
@@ -108,7 +119,7 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
             "`grows / shrinks with size`: resolved in the same direction at the smallest and largest sizes, and "
             "Welch's t test of the difference at the largest size against that at the smallest, Holm over the "
             "designs, finds a change; `holds at every size`: the same resolved verdict at every size and no "
-            "change shown; `flips`: resolved in opposite directions; `changes with size`: that test finds a "
+            f"change shown; `flips`: {FLIPS_WORDS}; `changes with size`: that test finds a "
             "change, but the ends' verdicts show neither its direction nor a sign change. Loss against "
             f"parameters: {SCALE_PNG}."
         )
@@ -130,7 +141,7 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
             )
             + "`holds at every level`: the same resolved verdict at every level"
             + (" and no change shown" if ladder.ordered else "")
-            + "; `flips`: resolved in opposite directions."
+            + f"; `flips`: {FLIPS_WORDS}."
         )
     interval = (
         f"its {pct} interval and its share of the baseline's gain over unigram (which compares across corpora)"
@@ -177,14 +188,16 @@ def draw_ladder_verdicts(report: SweepReport, ladder: Ladder, path: Path) -> Pat
     panels = []
     for rung in ladder.rungs:
         rows = [ForestRow(rung.baseline.label(shown), 0.0, None, None, "baseline", baseline=True)]
-        designs = {s.key(ladder.columns): s for s in rung.settings if s is not rung.baseline and s.comparison}
-        for s in (designs[key] for key in order if key in designs):
-            d = s.comparison.difference
+        designs = {
+            s.key(ladder.columns): (s, c)
+            for s in rung.settings
+            if s is not rung.baseline and (c := shown_comparison(report, s)) is not None
+        }
+        for s, c in (designs[key] for key in order if key in designs):
+            d = c.difference
             finite = d is not None and math.isfinite(d.mean)
             low, high = (d.low, d.high) if finite and d.has_interval else (None, None)
-            rows.append(
-                ForestRow(s.label(shown), d.mean if finite else None, low, high, s.comparison.verdict)
-            )
+            rows.append(ForestRow(s.label(shown), d.mean if finite else None, low, high, c.verdict))
         named = ladder.noun if ladder.noun == "size" else ", ".join(ladder.axis)
         panels.append((f"{named} = {_level_label(ladder, rung)}", rows))
     across = [f"{setting_label(t.design, shown)}: {t.verdict}" for t in ladder.trends]

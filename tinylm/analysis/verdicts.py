@@ -139,18 +139,33 @@ def verdict(c: Comparison, min_effect: float) -> Verdict:
     beside them, and the verdict where the losses leave the row open."""
     if not c.seeds:
         return c.verdict
-    failures = c.failures
+    failures, words = c.failures, failure_words(c)
     losses = loss_verdict(c, min_effect)
-    if failures is None:
+    if failures is None or words is None:
         return losses
     trained = " when trained" if losses.outcome.resolved else ""
-    if c.fails_differently:
+    if c.fails_differently and not losses.outcome.resolved:
         found = Outcome.WORSE if failures.mine > failures.theirs else Outcome.BETTER
-        words = f"fails {'more' if found is Outcome.WORSE else 'less'} often, {failures.describe()}"
-        if losses.outcome.resolved:
-            return Verdict(f"{losses}{trained}; {words}", losses.outcome)
         return Verdict(f"{found}: {words}", found)
-    return Verdict(f"{losses}{trained}; fails {failures.describe()}", losses.outcome)
+    return Verdict(f"{losses}{trained}; {words}", losses.outcome)
+
+
+def failure_words(c: Comparison) -> str | None:
+    """How often each side failed, as a verdict says it beside the losses (`fails 0/8 vs 2/8 (exact p = 0.5)`,
+    or `fails more often, …` where the family's test found a difference); None where no seed failed."""
+    failures = c.failures
+    if failures is None:
+        return None
+    if c.fails_differently:
+        return f"fails {'more' if failures.mine > failures.theirs else 'less'} often, {failures.describe()}"
+    return f"fails {failures.describe()}"
+
+
+def decided_by_failures(c: Comparison) -> bool:
+    """Whether the verdict's better/worse is how often each side failed, the losses having left the row open
+    (`verdict`): it says nothing of the losses' sign."""
+    losses_resolved = c.differs or c.within_min_effect or (c.constant and c.difference is not None)
+    return c.fails_differently and c.verdict.outcome.resolved and not losses_resolved
 
 
 def loss_verdict(c: Comparison, min_effect: float) -> Verdict:
