@@ -18,13 +18,14 @@ import numpy as np
 from tinylm.analysis.estimates import Estimate, estimate
 from tinylm.analysis.outcome import Outcome
 from tinylm.analysis.report import SweepReport
-from tinylm.analysis.runs import HEALTH_PREFIX, runs_frame
+from tinylm.analysis.runs import runs_frame
 from tinylm.analysis.settings import LR, Setting, setting_label
 from tinylm.analysis.why import judged_runs, quantity, why_figure
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+    from matplotlib.ticker import Locator
 
 X_AXES = {"step": "optimizer step", "chars": "training characters", "time": "wall time (s)"}
 BANDS = ("minmax", "ci")
@@ -40,11 +41,17 @@ def _figure(legend_entries: int, labels: Sequence[str]) -> tuple[Figure, Axes, i
 
 def _save(figure: Figure, axes: Axes, title: str, legend_columns: int, path: Path) -> Path:
     """Title, log-scale grid and the legend below the axes; written to `path`."""
+    _finish(figure, axes, title, legend_columns)
+    figure.savefig(path, dpi=120)
+    return path
+
+
+def _finish(figure: Figure, axes: Axes, title: str, legend_columns: int) -> Figure:
+    """Title, log-scale grid and the legend below the axes."""
     axes.set_title(title)
     axes.grid(alpha=0.3, which="both")
     figure.legend(fontsize="small", loc="outside lower center", ncols=legend_columns, frameon=False)
-    figure.savefig(path, dpi=120)
-    return path
+    return figure
 
 
 def _colour(index: int, count: int) -> Any:
@@ -103,12 +110,10 @@ class ForestRow:
 def forest_rows(report: SweepReport) -> list[ForestRow]:
     """The Answer's rows, as the figure draws them: the baseline first, then the settings it judges in the
     table's order, each at the comparison that answers it."""
-    columns, baseline = report.family_columns, report.family_baseline
-    if baseline is None:
-        return [
-            ForestRow(s.label(columns), *_interval(s.estimate), "no baseline named: no verdict")
-            for s in report.family
-        ]
+    columns, baseline = _family_names(report), report.family_baseline
+    if baseline is None:  # a ladder's verdicts are each level's, drawn in ladder.png
+        verdict = "judged per level: ladder.png" if report.ladder else "no baseline named: no verdict"
+        return [ForestRow(s.label(columns), *_interval(s.estimate), verdict) for s in report.family]
     rows = [ForestRow(baseline.label(columns), 0.0, None, None, "baseline", baseline=True)]
     for setting in report.family:
         # As the Answer: the added seeds' comparison where the sweep's own left the row open.
@@ -118,6 +123,12 @@ def forest_rows(report: SweepReport) -> list[ForestRow]:
         label = setting.label(columns) + (" (added seeds)" if c is setting.added else "")
         rows.append(ForestRow(label, *_interval(c.difference), c.verdict))
     return rows
+
+
+def _family_names(report: SweepReport) -> list[str]:
+    """The columns that name the family's rows in the figure: those that vary between them, as the report's
+    tables name them (the shared ones are in no row: `norm=pre norm_type=layer` on every row squeezed the plot)."""
+    return report.shown_family_columns or report.family_columns
 
 
 def _interval(e: Estimate | None) -> tuple[float | None, float | None, float | None]:
@@ -140,27 +151,43 @@ def report_figure(
     from matplotlib.figure import Figure
 
     rows = forest_rows(report)
-    labels = [s.label(report.setting_columns) for s in report.settings]
+    labels = [s.label(_setting_names(report)) for s in report.settings]
     legend_columns = 1 if max(map(len, labels), default=0) > 45 else 2
     legend_rows = math.ceil(len(labels) / legend_columns)
-    lines = sum(max(1, _verdict_text(row).count("\n") + 1) for row in rows)
+    lines = sum(map(_row_lines, rows))
     forest_height, curves_height = 1.4 + 0.3 * lines, 4.5 + 0.2 * legend_rows
     figure = Figure(figsize=(11, forest_height + curves_height), layout="constrained")
     verdicts, curves = figure.subplots(2, 1, height_ratios=[forest_height, curves_height])
     plot_verdicts(verdicts, report, rows)
     plot_curves(curves, report, x_axis, band, curve)
-    figure.suptitle(report_title(report), fontsize="large")
+    figure.suptitle(textwrap.fill(report_title(report), TITLE_WIDTH), fontsize="large")
     figure.legend(*curves.get_legend_handles_labels(), fontsize="small", loc="outside lower center",
                   ncols=legend_columns, frameon=False)  # fmt: skip
     return figure
 
 
+# Characters per line of a figure's title.
+TITLE_WIDTH = 110
+
+
+def _setting_names(report: SweepReport) -> list[str]:
+    """The columns that name the settings in the curves' legend: those the sweep varies."""
+    return report.swept_columns or report.setting_columns
+
+
 def report_title(report: SweepReport) -> str:
     """What the sweep compares and against what, e.g. `experiment=norm_act_sweep: norm × act, final
-    validation loss against norm=pre act=gelu`."""
-    compared = " × ".join(report.family_columns) or "one setting"
+    validation loss against norm=pre act=gelu`: the axes it varies (`SweepReport.swept_columns`), nothing
+    every run shares."""
+    compared = " × ".join(report.swept_columns) or "one setting"
     baseline = report.family_baseline
-    against = f"against {baseline.label(report.family_columns)}" if baseline else "(no baseline named)"
+    if report.ladder is not None:
+        against = f"(judged level by level along {' × '.join(report.axis)}: ladder.png)"
+    elif baseline is None:
+        against = "(no baseline named)"
+    else:
+        tuned = f", each at its tuned {LR}" if report.lr_varies else ""
+        against = f"against {baseline.label(_family_names(report))}{tuned}"
     experiment = report.common.get("experiment")
     return f"{f'experiment={experiment}: ' if experiment else ''}{compared}, {report.metric.noun} {against}"
 
@@ -183,7 +210,7 @@ def plot_verdicts(
         if row.low is not None and row.high is not None:
             spread = {"xerr": [[row.mean - row.low], [row.high - row.mean]], "capsize": 3}
         axes.errorbar([row.mean], [y], **spread, marker="D" if row.baseline else "o", color=colour)
-    axes.set_yticks(ys, [f"{row.label}  (baseline)" if row.baseline else row.label for row in rows])
+    axes.set_yticks(ys, [_row_name(row) for row in rows])
     # The verdicts as the right axis's labels, so that the layout makes room for them.
     verdicts = axes.secondary_yaxis("right")
     verdicts.set_yticks(ys, [_verdict_text(row) for row in rows])
@@ -205,7 +232,41 @@ def plot_verdicts(
     else:
         axes.set_xlabel(f"{measured}, {metric.units}: lower is better\n"
                         f"(mean over seeds, {report.confidence:.0%} CI)")  # fmt: skip
+    axes.xaxis.set_major_locator(_roomy_ticks())
     axes.grid(alpha=0.3, axis="x")
+
+
+def _roomy_ticks() -> Locator:
+    """matplotlib's default ticks, as many as fit labels `LABEL_EMS` wide in the axis' length when drawn: the
+    default counts 3 ems a label, and `−0.0075` is 4.4, so where the rows' names and verdicts narrowed the
+    forest plot its labels overlapped."""
+    from matplotlib.ticker import MaxNLocator
+
+    class RoomyTicks(MaxNLocator):
+        def __call__(self) -> Sequence[float]:
+            # get_tick_space: the labels of 3 ems that fit; at most 9 ticks, as the default.
+            self.set_params(nbins=min(9, max(2, self.axis.get_tick_space() * 3 // LABEL_EMS)))
+            return super().__call__()
+
+    return RoomyTicks(steps=[1, 2, 2.5, 5, 10])  # AutoLocator's, the default
+
+
+# The widest x tick label a forest plot leaves room for, in ems of its font (with the gap to the next).
+LABEL_EMS = 5
+
+
+def _row_name(row: ForestRow) -> str:
+    """The row's setting, wrapped as its verdict is."""
+    return textwrap.fill(f"{row.label}  (baseline)" if row.baseline else row.label, NAME_WIDTH)
+
+
+def _row_lines(row: ForestRow) -> int:
+    """The lines a forest row's labels take: its height in the figure."""
+    return max(_row_name(row).count("\n"), _verdict_text(row).count("\n")) + 1
+
+
+# Characters per line of a setting's name beside the forest plot.
+NAME_WIDTH = 44
 
 
 def _verdict_text(row: ForestRow) -> str:
@@ -232,8 +293,7 @@ def plot_curves(
     """The validation loss (or the scalar `curve` names) against `x_axis`, one colour per setting: the mean
     over its seeds, a band (min-max over seeds, or the confidence interval), the seed count in the legend.
     Settings without a result are dashed and faded."""
-    columns = report.setting_columns
-    labels = [s.label(columns) for s in report.settings]
+    labels = [s.label(_setting_names(report)) for s in report.settings]
     for index, (setting, label) in enumerate(zip(report.settings, labels, strict=True)):
         colour = _colour(index, len(report.settings))
         points = setting_curve(setting, x_axis, band, report.confidence)
@@ -311,25 +371,86 @@ def plot_lr_sensitivity(report: SweepReport, path: Path) -> Path:
                  legend_columns, path)  # fmt: skip
 
 
-def plot_health(
-    curves: dict[str, list[Sequence[tuple[int, float]]]], path: Path, quantity: str, title: str
-) -> Path:
-    """One `training_health/` quantity against the step (log axis), a colour per setting and a line per run:
-    `curves` maps each setting's label to its runs' (step, value) curves."""
+@dataclass(frozen=True)
+class RunCurve:
+    """One run's curve in a why figure: its seed, the tag it logged, and its (step, value) readings."""
+
+    seed: str
+    tag: str
+    points: Sequence[tuple[int, float]]
+
+
+# One marker per seed, drawn hollow: runs at the same point stay told apart (21, past a design's 16 seeds).
+SEED_MARKERS = (
+    "o",
+    "s",
+    "^",
+    "v",
+    "D",
+    "<",
+    ">",
+    "p",
+    "h",
+    "8",
+    "*",
+    "P",
+    "X",
+    "d",
+    "H",
+    "x",
+    "+",
+    "1",
+    "2",
+    "3",
+    "4",
+)
+
+
+def plot_health(curves: dict[str, list[RunCurve]], path: Path, title: str) -> Path:
+    """`health_figure`, written to `path`."""
+    health_figure(curves, title).savefig(path, dpi=120)
+    return path
+
+
+def health_figure(curves: dict[str, list[RunCurve]], title: str) -> Figure:
+    """One `training_health/` quantity against the step: a colour per setting (`curves` maps its label to
+    its runs) and a marker per seed, each named in a legend, so that every point says which run it is. A log
+    axis when every reading is positive; else a linear one (a healthy run's dead_units are 0, which a log
+    axis drops)."""
+    from matplotlib.lines import Line2D
+
     labels = list(curves)
     figure, axes, legend_columns = _figure(len(labels), labels)
-    for index, (label, runs) in enumerate(curves.items()):
+    runs = [run for setting in curves.values() for run in setting]
+    seeds = sorted(
+        {run.seed for run in runs},
+        key=lambda seed: (not seed.isdigit(), int(seed) if seed.isdigit() else 0, seed),
+    )
+    markers = {seed: SEED_MARKERS[i % len(SEED_MARKERS)] for i, seed in enumerate(seeds)}
+    values: list[float] = []
+    for index, (label, setting) in enumerate(curves.items()):
         colour = _colour(index, len(labels))
-        for number, series in enumerate(runs):
-            positive = [(step, value) for step, value in series if value > 0 and math.isfinite(value)]
-            if positive:
-                xs, ys = zip(*positive, strict=True)
-                axes.plot(xs, ys, color=colour, marker=".", markersize=3, linewidth=1,
-                          label=f"{label} ({len(runs)} runs)" if number == 0 else None)  # fmt: skip
-    axes.set_yscale("log")
+        drawn = 0
+        for run in setting:
+            finite = [(step, value) for step, value in run.points if math.isfinite(value)]
+            if finite:
+                xs, ys = zip(*finite, strict=True)
+                axes.plot(xs, ys, color=colour, marker=markers[run.seed], markersize=7, fillstyle="none",
+                          linewidth=1)  # fmt: skip
+                values += ys
+                drawn += 1
+        shown = f"{label} ({len(setting)} runs{'' if drawn else ', nothing logged'})"
+        axes.plot([], [], color=colour, linewidth=2, label=shown)  # the setting's entry in the legend
+    if values and min(values) > 0:
+        axes.set_yscale("log")
     axes.set_xlabel(X_AXES["step"])
-    axes.set_ylabel(quantity)
-    return _save(figure, axes, title, legend_columns, path)
+    axes.set_ylabel(", ".join(sorted({run.tag for run in runs})))
+    figure.legend(
+        handles=[Line2D([], [], color="black", marker=markers[seed], fillstyle="none", linestyle="none",
+                        label=f"seed {seed}") for seed in seeds],
+        loc="outside right upper", title="run", fontsize="small", frameon=False,
+    )  # fmt: skip
+    return _finish(figure, axes, title, legend_columns)
 
 
 def plot_scale(
@@ -370,9 +491,7 @@ def plot_ladder(
     from matplotlib.figure import Figure
     from matplotlib.transforms import blended_transform_factory
 
-    heights = [
-        1.2 + 0.35 * sum(max(1, _verdict_text(row).count("\n") + 1) for row in rows) for _, rows in panels
-    ]
+    heights = [1.2 + 0.35 * sum(map(_row_lines, rows)) for _, rows in panels]
     heights.append(0.3 + 0.25 * sum(len(textwrap.wrap(line, ACROSS_WIDTH)) for line in across))
     figure = Figure(figsize=(11, sum(heights)), layout="constrained")
     axes = figure.subplots(len(heights), 1, height_ratios=heights)
@@ -396,26 +515,28 @@ def plot_ladder(
 ACROSS_WIDTH = 150
 
 
-def why_figures(report: SweepReport) -> dict[str, dict[str, list]]:
+def why_figures(report: SweepReport) -> dict[str, dict[str, list[RunCurve]]]:
     """The curves of `why_<quantity>.png` for every health quantity a *Why* row's finding names: that tag in
     each explained setting's judged runs, and the same block's in the runs of the baseline it is judged
-    against; by quantity, then by the label of the runs' setting."""
-    wanted: dict[str, dict[str, list]] = {}
+    against; by quantity, then by the label of the runs' setting (its choices the sweep varies)."""
+    wanted: dict[str, dict[str, list[RunCurve]]] = {}
     for row in report.why:
-        columns = list(row.design)
+        columns = [c for c in row.design if c in report.swept_columns] or list(row.design)
         for f in row.findings:
-            name = quantity(f.example.tag)
+            name, tag = quantity(f.example.tag), f.example.tag
             if not name:
                 continue
             curves = wanted.setdefault(name, {})
             label = row.setting.label(columns)
             curves.pop(f"{label} (baseline)", None)  # a baseline explained in its own right: drawn once
-            curves[label] = [run.health.get(f.example.tag, []) for run in judged_runs(row.setting)]
+            curves[label] = [
+                RunCurve(run.seed, tag, run.health.get(tag, [])) for run in judged_runs(row.setting)
+            ]
             base = report.baseline_of(row.setting)
             if base is not None and base is not row.setting and base.label(columns) not in curves:
                 curves.setdefault(
                     f"{base.label(columns)} (baseline)",
-                    [run.health.get(f.example.tag, []) for run in judged_runs(base)],
+                    [RunCurve(run.seed, tag, run.health.get(tag, [])) for run in judged_runs(base)],
                 )
     return wanted
 
@@ -426,7 +547,6 @@ def draw_why(report: SweepReport) -> list[Path]:
         plot_health(
             curves,
             report.sweep_dir / why_figure(name),
-            f"{HEALTH_PREFIX}{name}",
             f"{report.sweep_dir.name}: {name}, the runs diagnosed and their baselines",
         )
         for name, curves in why_figures(report).items()

@@ -155,6 +155,12 @@ class SweepReport:
         """The family's columns a table shows: those whose value varies between its rows."""
         return varying(self.family_columns, [s.choices for s in self.family])
 
+    @property
+    def swept_columns(self) -> list[str]:
+        """The axes the sweep varies: the setting columns whose value differs between its settings (a design
+        choice every run shares is no axis; a tuned rate is one)."""
+        return varying(self.setting_columns, [s.choices for s in self.settings])
+
 
 def parse_choices(text: str) -> dict[str, Any]:
     """`norm=pre,act=gelu` -> {"norm": "pre", "act": "gelu"}; values typed as Hydra types overrides (so 1e-3
