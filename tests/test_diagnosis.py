@@ -277,6 +277,7 @@ def test_the_report_of_a_deep_post_norm_run_says_why_and_draws_the_curves(case_r
 def test_the_report_of_a_healthy_run_says_only_that_it_validates_on_its_training_text(case_runs):
     text, written = write_report(case_runs["healthy"])
     (line,) = [line for line in text.split("## Why")[1].splitlines() if line.startswith("- ")]
+    assert "lost or failed" not in text.split("## Why")[1]  # a finding about its data, apart (issue 59)
     assert "validation is training in 1/1 runs" in line and "100% of its validation windows" in line
     assert line.count(" in 1/1 runs") == 1  # nothing else
     assert not [p for p in written if p.name.startswith("why_")]
@@ -717,12 +718,12 @@ def test_a_flat_noisy_training_curve_is_called_improving_at_most_its_alpha_of_th
     assert calls > 0  # the test is at its level, not blind: some flat curves are called improving
 
 
-def test_validation_that_is_training_is_named_first_and_is_a_failure():
+def test_validation_that_is_training_is_named_first_and_is_no_failure_of_the_run():
     run = constructed(CONVERGED, HEALTHY)
     run.val_in_training = 1.0
     found = diagnose(run, LEVELS)
     assert found[0].kind == VALIDATION_IN_TRAINING and "100% of its validation windows" in found[0].evidence
-    assert failed(shared([run], {run.path: found}))
+    assert not failed(shared([run], {run.path: found}))  # a finding about the data (issue 59)
     run.val_in_training = 0.03  # what Python source repeats of itself: below the threshold
     assert VALIDATION_IN_TRAINING not in kinds(run)
 
@@ -840,3 +841,33 @@ def test_the_answer_says_when_the_budget_stopped_every_run_of_both_sides_before_
     assert still_learning(family, base, findings) == ()
     plain = SweepReport(Path("sweep"), runs, ["norm"], {}, family, ["norm"], base, findings=findings)
     assert not any("still improving" in line for line in answer_section(plain))
+
+
+def test_validation_that_is_training_is_listed_apart_as_a_finding_about_the_data():
+    """Issue 59, item 7: `validation is training` put a setting at `fails 0/1` among those that "lost or
+    failed": it is a finding about the data the runs were measured on, not about how they trained. Listed
+    apart; a setting that failed as well keeps its failure in the list, the data finding moves out of it."""
+    from tinylm.analysis.render_sections import why_section
+    from tinylm.analysis.report import SweepReport
+    from tinylm.analysis.settings import group_settings
+    from tinylm.analysis.why import why_rows
+
+    runs = [constructed(CONVERGED, HEALTHY) for _ in range(2)]
+    for name, run in zip(("cycle", "repeats"), runs, strict=True):
+        run.path, run.choices = Path(name), {"data": name}
+    data = Finding(VALIDATION_IN_TRAINING, "the corpus repeats itself", None, "loss/val")
+    collapsed = Finding(COLLAPSED, "spread 1e-7", 100, "training_health/token_spread/block_4")
+    findings = {runs[0].path: [data], runs[1].path: [data, collapsed]}
+    settings = group_settings(runs, ["data"], 0.95)
+    rows = why_rows(settings, ["data"], findings, [])
+    assert [(row.design["data"], row.lost_or_failed) for row in rows] == [("cycle", False), ("repeats", True)]
+    report = SweepReport(Path("sweep"), runs, ["data"], {}, settings, ["data"], None, why=rows)
+    text = "\n".join(why_section(report))
+    failing, about_data = text.split("About the data, not the runs")
+    assert "data=cycle" not in failing and "validation is training" not in failing
+    assert "- **data=repeats** (no difference measured): tokens collapsed in 1/1 runs" in failing
+    assert "- **data=cycle**: validation is training in 1/1 runs" in about_data
+    assert "- **data=repeats**: validation is training in 1/1 runs" in about_data
+    # A sweep whose only finding is its data's says nothing of settings that lost or failed.
+    alone = SweepReport(Path("sweep"), runs, ["data"], {}, settings, ["data"], None, why=rows[:1])
+    assert "lost or failed" not in "\n".join(why_section(alone))

@@ -138,33 +138,46 @@ def why_section(report: SweepReport) -> list[str]:
     """The *Why* section: a sentence or two per row of `report.why`, naming the figure of each health tag."""
     if not report.why:
         return []
-    text = [
-        "## Why",
-        "",
-        "What the curves of each setting that lost or failed show (its judged runs; thresholds in "
-        "docs/diagnosis.md). Loss findings are in "
-        f"{REPORT_PNG} (the reference levels are its dashed lines); health findings in the figure named.",
-        "",
-    ]
-    for row in report.why:
+    explained = [row for row in report.why if row.lost_or_failed]
+    text = ["## Why", ""]
+    if explained:
+        text += [
+            "What the curves of each setting that lost or failed show (its judged runs; thresholds in "
+            "docs/diagnosis.md). Loss findings are in "
+            f"{REPORT_PNG} (the reference levels are its dashed lines); health findings in the figure named.",
+            "",
+        ]
+    for row in explained:
         label = setting_label(row.design)
         if row.verdict is not None and row.difference is not None:
             outcome = f"{row.verdict}, {row.difference:+.{report.metric.digits - 1}f}"
         else:  # a baseline (a ladder has one per level) is named as one, not as a failure
             outcome = "baseline" if row.baseline else "no difference measured"
-        if not row.findings:
+        if not row.about_runs:
             text += [f"- **{label}** ({outcome}): nothing in its curves names a cause.", ""]
             continue
-        sentences = []
-        for f in row.findings:
-            example = f.example
-            name = quantity(example.tag)
-            where = f"`{example.tag}`" + (f", {why_figure(name)}" if name else "")
-            sentences.append(
-                f"{f.kind} in {f.count}/{f.of} runs{_seeds(f)} ({_example(f)}{example.evidence}; {where})"
-            )
-        text += [f"- **{label}** ({outcome}): " + "; ".join(sentences) + ".", ""]
+        text += [f"- **{label}** ({outcome}): " + "; ".join(map(_sentence, row.about_runs)) + ".", ""]
+    about_data = [row for row in report.why if row.about_data]
+    if about_data:  # a finding about the data, not the run: never among the settings that lost or failed
+        text += [
+            "About the data, not the runs: a validation loss measures what a model generalises to only where "
+            "its validation text is not its training text (docs/diagnosis.md).",
+            "",
+        ]
+        for row in about_data:
+            text += [
+                f"- **{setting_label(row.design)}**: " + "; ".join(map(_sentence, row.about_data)) + ".",
+                "",
+            ]
     return text
+
+
+def _sentence(f: Shared) -> str:
+    """One finding of a *Why* row: how many runs showed it, whose numbers it gives, and where it shows."""
+    example = f.example
+    name = quantity(example.tag)
+    where = f"`{example.tag}`" + (f", {why_figure(name)}" if name else "")
+    return f"{f.kind} in {f.count}/{f.of} runs{_seeds(f)} ({_example(f)}{example.evidence}; {where})"
 
 
 def _seeds(f: Shared) -> str:

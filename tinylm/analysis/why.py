@@ -1,6 +1,6 @@
 """What a setting's runs show (`tinylm.analysis.diagnosis`, run by run), over the setting: each finding with
 how many runs showed it (the settings table's `why`), and the report's *Why* rows for every setting that lost
-to the baseline or failed; computed once into the report, render.py words them and plots.py draws each health
+to the baseline or failed (and, apart, every one whose validation text is its training text); computed once into the report, render.py words them and plots.py draws each health
 curve they name beside the baseline's."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from tinylm.analysis.diagnosis import (
     DIVERGED,
     IGNORES_CONTEXT,
     STILL_IMPROVING,
+    VALIDATION_IN_TRAINING,
     Finding,
 )
 from tinylm.analysis.outcome import Outcome, Verdict
@@ -31,6 +32,9 @@ NOT_FAILURES = (STILL_IMPROVING, BIGRAM_STALL)
 # rose and stayed up while its training loss did not fall). Health episodes it trained through (saturated
 # attention, starved Q/K, dead units), overfitting and a spike it came back from are findings, not failures.
 FAILURES = (DIVERGED, IGNORES_CONTEXT, COLLAPSED, DESTABILISED)
+# What a finding says of the data a run was measured on, not of how it trained: its validation text is, in part,
+# its training text. Never a failure (its run may have trained well); the *Why* section lists it apart.
+DATA_FINDINGS = (VALIDATION_IN_TRAINING,)
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,7 @@ def run_failure(findings: Sequence[Finding]) -> Finding | None:
 def failed(findings: Sequence[Shared]) -> bool:
     """Whether any finding is a failure: not only a budget that ended first, nor only episodes every run
     recovered from."""
-    return any(f.kind not in NOT_FAILURES and not f.recovered for f in findings)
+    return any(f.kind not in NOT_FAILURES + DATA_FINDINGS and not f.recovered for f in findings)
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,23 @@ class WhyRow:
     difference: float | None
     baseline: bool
     findings: tuple[Shared, ...]
+
+    @property
+    def lost_or_failed(self) -> bool:
+        """Whether the setting lost (`worse`) or its runs failed: what the *Why* list explains. A row that
+        did neither is in the report for what its data shows (`about_data`) alone (`why_rows`)."""
+        lost = self.verdict is not None and self.verdict.outcome is Outcome.WORSE
+        return not self.about_data or lost or failed(self.findings)
+
+    @property
+    def about_runs(self) -> tuple[Shared, ...]:
+        """What its runs' curves show: how they trained."""
+        return tuple(f for f in self.findings if f.kind not in DATA_FINDINGS)
+
+    @property
+    def about_data(self) -> tuple[Shared, ...]:
+        """What its runs show of the data they were measured on (`DATA_FINDINGS`)."""
+        return tuple(f for f in self.findings if f.kind in DATA_FINDINGS)
 
 
 def judged_runs(setting: Setting) -> list[RunSummary]:
@@ -116,13 +137,15 @@ def why_rows(
     baselines: Sequence[Setting],
 ) -> list[WhyRow]:
     """The settings (the family's, or the settings table's when there is no family) that lost (a `worse`
-    verdict) or whose judged runs failed, with what they showed; a budget that ended first is left out of a
-    setting that failed for another reason."""
+    verdict), whose judged runs failed, or whose data is not what a loss is read against (`DATA_FINDINGS`),
+    with what they showed; a budget that ended first is left out of a setting that failed for another
+    reason."""
     rows = []
     for setting in settings:
         found = shared(judged_runs(setting), findings)
         c = setting.answer  # a tuned row's: its judging seeds'
-        if not (c is not None and c.verdict.outcome is Outcome.WORSE) and not failed(found):
+        lost = c is not None and c.verdict.outcome is Outcome.WORSE
+        if not lost and not failed(found) and not any(f.kind in DATA_FINDINGS for f in found):
             continue
         stated = tuple(f for f in found if not (f.kind == STILL_IMPROVING and failed(found)))
         compared = c is not None and c.difference is not None
