@@ -186,7 +186,7 @@ def test_a_tuned_setting_is_judged_only_on_seeds_that_did_not_choose_its_rate():
     [before] = tuned_settings([settings[0], setting(0.003, {"1": 1.70, "2": 1.75, "3": 1.72})], ["act"], 0.95)
     assert before.rate == 0.003 and before.tuned_on == ("1", "2", "3") and before.results == {}
     [tuned] = tuned_settings(settings, ["act"], 0.95, tuned_on=("1", "2", "3"))
-    assert tuned.rate == 0.003 and tuned.judged_on == ("5", "6") and tuned.results == {"5": 1.80, "6": 1.78}
+    assert tuned.rate == 0.003 and tuned.seeds == ("5", "6") and tuned.results == {"5": 1.80, "6": 1.78}
     assert tuned.estimate.mean == pytest.approx(1.79)
     assert tuned.mean_at_rate == pytest.approx((1.70 + 1.75 + 1.72 + 1.80 + 1.78) / 5)
     [first_look] = tuned_settings(settings, ["act"], 0.95, tuned_on=("1", "2", "3"), judged_on={"5"})
@@ -296,6 +296,10 @@ def test_report_on_made_up_records_has_the_known_means_intervals_and_tuned_rates
         s for s in record["settings"] if s["choices"]["optim.lr"] == 0.003 and s["choices"]["norm"] == "post"
     )
     assert failed["fails"] == 1 and failed["results"]["2"] == "inf"
+    # A settings row's seeds are every seed run at its rate, those that chose it included: named `seeds`, not
+    # `judged_on` (issue 59), which a tuned row keeps for its judging seeds (none yet here).
+    assert failed["seeds"] == ["1", "2", "3"] and "judged_on" not in failed
+    assert all("judged_on" in s and "seeds" not in s for s in record["tuned"])
 
 
 def test_without_a_named_baseline_there_are_estimates_and_no_verdicts(lr_sweep):
@@ -362,7 +366,7 @@ def test_added_seeds_are_judged_at_the_rate_the_sweeps_own_seeds_chose_which_are
     report = build_report(sweep)
     tuned = {s.choices["act"]: s for s in report.tuned}
     # The sweep's own seeds 1-2 chose the rates and are judged on nothing, with the design as without it.
-    assert tuned["gelu"].tuned_on == ("1", "2") and sorted(tuned["gelu"].judged_on) == ["3", "4", "5", "6"]
+    assert tuned["gelu"].tuned_on == ("1", "2") and sorted(tuned["gelu"].seeds) == ["3", "4", "5", "6"]
     before = {s.choices["act"]: s.comparison.verdict for s in fixed.tuned if s.comparison}
     assert {a: s.comparison.verdict for a, s in tuned.items() if s.comparison} == before
     assert all(s.comparison.verdict.outcome is Outcome.NOT_RESOLVED for s in fixed.tuned if s.comparison)

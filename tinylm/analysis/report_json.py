@@ -31,9 +31,12 @@ from tinylm.analysis.why import Shared, WhyRow, judged_runs, shared, still_learn
 from tinylm.files import plain
 from tinylm.overrides import typed_choice as _typed
 
-# 4: `metric` (what each run's result is; each setting's `final_val_loss` is the estimate of it), each run's
-# `targets`; 3: `rule`, and each tuned setting's rate, tuned_on and judged_on; 2: everything report.md shows
-FORMAT = 4
+# 5: a settings row's seeds are `seeds` (up to 4 it called them `judged_on`, the seeds that only chose its
+# rate among them; a tuned row's `judged_on` are its judging seeds, as before); 4: `metric` (what each run's
+# result is; each setting's `final_val_loss` is the estimate of it), each run's `targets`; 3: `rule`, and each
+# tuned setting's rate, tuned_on and judged_on; 2: everything report.md shows. Neither is read back: the
+# results hold the seeds.
+FORMAT = 5
 # Too long for report.json, and read only by the figures: a report rebuilt from it draws none of them.
 _CURVES = ("val_curve", "train_curve", "curve", "health", "window_losses")
 
@@ -65,7 +68,7 @@ def to_json(report: SweepReport) -> dict[str, Any]:
                 )
             ],
             "tuned_baseline": report.tuned_baseline and report.tuned_baseline.choices,
-            "tuned": [_setting(s) for s in report.tuned],
+            "tuned": [_setting(s, tuned=True) for s in report.tuned],
             "runs": [
                 {k: v for k, v in vars(r).items() if k not in (*_CURVES, "metric")}  # the report's metric
                 | {"diagnosis": report.findings.get(r.path, [])}
@@ -110,7 +113,9 @@ def to_json(report: SweepReport) -> dict[str, Any]:
     )
 
 
-def _setting(s: Setting) -> dict[str, Any]:
+def _setting(s: Setting, tuned: bool = False) -> dict[str, Any]:
+    """A settings row, or (`tuned`) a family row at the rate its tuning seeds chose, whose results are its
+    judging seeds' alone."""
     return {
         "choices": s.choices,
         "runs": [run.name for run in s.runs],
@@ -121,7 +126,7 @@ def _setting(s: Setting) -> dict[str, Any]:
         "without_result": s.without_result,
         "rate": s.rate,
         "tuned_on": s.tuned_on,
-        "judged_on": s.judged_on,
+        ("judged_on" if tuned else "seeds"): s.seeds,
         "rates": s.rates,
         "by_rate": s.by_rate,
         "missing": s.missing,

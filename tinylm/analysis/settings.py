@@ -78,8 +78,9 @@ class Setting:
         return statistics.fmean(finite) if finite else None
 
     @property
-    def judged_on(self) -> tuple[str, ...]:
-        """The seeds its results, and so its comparison, come from."""
+    def seeds(self) -> tuple[str, ...]:
+        """The seeds it has a result for: its mean's. A tuned row's are its judging seeds alone (its comparison's,
+        report.json's `judged_on`); a settings row's every seed run at its rate, those that chose it included."""
         return tuple(self.results)
 
     @property
