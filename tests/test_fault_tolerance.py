@@ -6,10 +6,13 @@ through the config, real signals, and (under `-m slow`) SIGKILLs of real trainin
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import pickle
 import random
+import resource
+import shlex
 import signal
 import subprocess
 import sys
@@ -21,6 +24,9 @@ import pytest
 import tbparse
 import torch
 from conftest import REPO, SHRINK, PickledCode, compose_train
+from hydra import compose, initialize_config_module
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 from script_runner import run_script_in_process
 
@@ -37,7 +43,7 @@ from tinylm.layout import (
 )
 from tinylm.model.sampling import sample_text
 from tinylm.training.callbacks import StopOnSignal
-from tinylm.training.checkpoints import AtomicCheckpointIO, load_module
+from tinylm.training.checkpoints import AtomicCheckpointIO, CheckpointWriteError, load_module
 from tinylm.training.run import run
 from tinylm.training.sweep import objective
 
@@ -239,7 +245,7 @@ def test_ctrl_c_saves_after_a_whole_step_and_ckpt_path_last_resumes_exactly(tmp_
     assert (stopped.value.step, stopped.value.exit_code) == (5, 130)
     last = run_dir / "checkpoints" / "last.ckpt"
     assert read_checkpoint(last).contents["global_step"] == 5
-    assert str(last) in str(stopped.value) and "resume with ckpt_path=" in str(stopped.value)
+    assert str(last) in str(stopped.value) and "ckpt_path=last" in str(stopped.value)
     assert signal.getsignal(signal.SIGINT) is handler_before  # handlers restored
 
     # ckpt_path=last: continue this run directory in place.
@@ -282,6 +288,90 @@ def test_sigterm_from_outside_saves_a_checkpoint_and_exits_143(tmp_path, corpus)
 
     metrics = run(compose_train(run_dir, settings(corpus, f"trainer.max_steps={step + 2}", "ckpt_path=last")))
     assert metrics["step"] == step + 2
+
+
+# --- the command printed after a stop ---------------------------------------------------------------------
+
+# As Hydra names a single run's directory (README): `=` and `,` in it, which Hydra's grammar reads as syntax.
+RUN_DIR_NAME = "runs/norm=pre,act=swiglu/2026-12-05_10-00-00"
+
+
+def stopped_by_ctrl_c(run_dir: Path) -> str:
+    """StopOnSignal's message after Ctrl-C at step 5, on a trainer that only takes the save."""
+    stop = StopOnSignal()
+    stop.received = signal.SIGINT
+    trainer = SimpleNamespace(
+        world_size=1, global_step=5, is_global_zero=True, default_root_dir=str(run_dir),
+        strategy=SimpleNamespace(reduce_boolean_decision=lambda decision, all: decision),
+        save_checkpoint=lambda path, weights_only: None,
+    )  # fmt: skip
+    with pytest.raises(Interrupted) as stopped:
+        stop.on_train_batch_start(trainer)
+    return str(stopped.value)
+
+
+def test_the_command_printed_after_ctrl_c_names_the_runs_settings_and_its_directory_quoted(
+    tmp_path, monkeypatch
+):
+    """Split as a shell splits it, the command holds the run's own settings (without them the resume is refused
+    as another model), its directory as Hydra reads `hydra.run.dir` (in place) and ckpt_path=last."""
+    script = REPO / "scripts" / "train.py"
+    monkeypatch.setattr(sys, "argv", [str(script)])  # as Hydra's app sees it
+    overrides = [
+        "norm=pre",
+        "act=swiglu",
+        "data=text",
+        "data.files=[a.txt,b c.txt]",
+        "ckpt_path=/old/last.ckpt",
+    ]
+    with initialize_config_module("tinylm.conf", version_base="1.3"):
+        HydraConfig.instance().set_config(compose("train", overrides=overrides, return_hydra_config=True))
+    try:
+        message = stopped_by_ctrl_c(tmp_path / RUN_DIR_NAME)
+    finally:
+        HydraConfig.instance().cfg = None
+    assert message.startswith(
+        f"stopped by SIGINT after step 5; saved {tmp_path / RUN_DIR_NAME}/checkpoints/last.ckpt"
+    )
+    python, path, *again = shlex.split(message.split("; resume with: ", 1)[1])
+    assert (python, path) == ("python", str(script))
+    read = {
+        override.key_or_group: override.value()
+        for override in OverridesParser.create().parse_overrides(again)
+    }
+    assert read == {
+        "norm": "pre", "act": "swiglu", "data": "text", "data.files": ["a.txt", "b c.txt"],
+        "hydra.run.dir": str(tmp_path / RUN_DIR_NAME), "ckpt_path": "last",
+    }  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_command_printed_after_ctrl_c_resumes_the_run_in_place_when_pasted_into_a_shell(tmp_path, corpus):
+    run_dir = tmp_path / RUN_DIR_NAME
+    interrupt = ["+callbacks.fault._target_=fault_injection.SendSignal", "+callbacks.fault.at_step=5"]
+    args = [*SHRINK, "norm=pre", "act=swiglu", *settings(corpus, f"trainer.max_steps={STEPS}", *interrupt)]
+    stopped = run_script_in_process("train.py", *args, f'hydra.run.dir="{run_dir}"')
+    assert stopped.returncode == 130, stopped.stderr[-3000:]
+    (line,) = stopped.stderr.strip().splitlines()
+    command = line.split("; resume with: ", 1)[1]
+
+    env = {
+        **os.environ,
+        "HYDRA_FULL_ERROR": "0",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "tests"), os.environ.get("PYTHONPATH")])),
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),  # `python`: this one
+    }
+    resumed = subprocess.run(
+        ["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert (
+        "dirpath" not in resumed.stdout + resumed.stderr
+    )  # Lightning's warning on a resume into another directory
+    assert [p.relative_to(tmp_path).as_posix() for p in (tmp_path / "runs").glob("*/*")] == [RUN_DIR_NAME]
+    record = read_run_record(run_dir)
+    assert (record["status"], record["step"], record["resumed_at_step"]) == ("completed", STEPS, 5)
+    assert [segment["status"] for segment in record["segments"]] == ["interrupted"]
 
 
 @pytest.mark.parametrize("world_size, agreed_at, stopped_at", [(1, list(range(8)), 3), (2, [0, 5], 5)])
@@ -598,6 +688,41 @@ def test_atomic_save_leaves_the_old_checkpoint_when_writing_fails(tmp_path, monk
     with pytest.raises(OSError, match="disk full"):
         io.save_checkpoint({"step": 2, "w": torch.arange(8)}, target)
     assert target.read_bytes() == old
+    assert [p.name for p in target.parent.iterdir()] == ["last.ckpt"]
+
+
+@contextlib.contextmanager
+def file_size_limit(limit: int):
+    """`ulimit -f` in this process for a moment: a write past `limit` fails with EFBIG (SIGXFSZ ignored, so
+    the process is not killed). Only the soft limit moves, so that it can be raised back without privileges."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+
+
+@pytest.mark.parametrize("fraction", [0.02, 0.5, 0.999])
+def test_a_checkpoint_past_the_file_size_limit_is_one_clear_error_and_the_previous_one_stays(
+    tmp_path, fraction
+):
+    """Wherever the limit cuts the write (torch.save reports most as `RuntimeError: ... unexpected pos`), the
+    error names the file and the cause, and last.ckpt keeps its bytes and loads."""
+    target = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"step": 1, "w": torch.arange(50_000)}, target)
+    old = target.read_bytes()
+    with file_size_limit(int(len(old) * fraction)), pytest.raises(CheckpointWriteError) as failed:
+        io.save_checkpoint({"step": 2, "w": torch.arange(50_000) + 1}, target)
+    message = str(failed.value)
+    assert message.startswith(
+        f"could not write checkpoint {str(target)!r} (File too large); the previous one is intact"
+    )
+    assert "ckpt_path=last" in message and isinstance(failed.value, UserError)
+    assert target.read_bytes() == old and torch.load(target, weights_only=True)["step"] == 1
     assert [p.name for p in target.parent.iterdir()] == ["last.ckpt"]
 
 

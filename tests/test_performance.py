@@ -5,6 +5,10 @@ by benchmarks/bench.py (docs/performance.md)."""
 
 from __future__ import annotations
 
+import io
+import logging
+import re
+import sys
 from types import SimpleNamespace
 
 import lightning.pytorch as L
@@ -263,3 +267,88 @@ def test_progress_bar_counts_optimizer_steps_every_refresh_rate_and_on_the_last(
     for step in range(1, 26):
         bar.on_train_batch_end(SimpleNamespace(global_step=step, max_steps=25), None)
     assert bar._train_progress_bar.redraws == [10, 20, 25]
+
+
+class _Console(io.StringIO):
+    """stdout as the run sees it: a terminal, or a pipe into a file or `tee`."""
+
+    def __init__(self, terminal: bool) -> None:
+        super().__init__()
+        self.terminal = terminal
+
+    def isatty(self) -> bool:
+        return self.terminal
+
+
+def _trainer(step: int) -> SimpleNamespace:
+    return SimpleNamespace(
+        is_global_zero=True, global_step=step, max_steps=20, sanity_checking=False,
+        state=SimpleNamespace(fn="fit"), loggers=[], progress_bar_metrics={"loss/train": 3.8, "loss/val": 3.75},
+    )  # fmt: skip
+
+
+@pytest.fixture
+def console(monkeypatch):
+    """Hydra's console handler on a stdout that is a terminal or not (`console(terminal)`), INFO and up."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+
+    def make(terminal: bool) -> _Console:
+        stream = _Console(terminal)
+        monkeypatch.setattr(sys, "stdout", stream)
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("[%(name)s][%(levelname)s] - %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        return stream
+
+    yield make
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def _validate(bar: StepProgressBar, step: int) -> None:
+    trainer = _trainer(step)
+    bar.on_validation_start(trainer, None)
+    bar.on_validation_end(trainer, None)
+
+
+def test_on_a_terminal_a_log_line_starts_a_line_of_its_own_above_the_bar(console):
+    """Lightning logs `Trainer.fit stopped` while the bar is still drawn: it once ran on from the bar's end
+    (`…loss/val=1.640][2026-12-05 …][INFO] - Trainer.fit stopped`)."""
+    terminal = console(terminal=True)
+    bar = StepProgressBar(refresh_rate=5)
+    bar.setup(_trainer(0), None, "fit")
+    bar.on_train_start(_trainer(0), None)
+    for step in range(1, 11):
+        bar.on_train_batch_end(_trainer(step), None)
+    _validate(bar, 10)
+    logging.getLogger("lightning.pytorch").info("`Trainer.fit` stopped: `max_steps=10` reached.")
+    bar.on_train_end(_trainer(10), None)
+    bar.teardown(_trainer(10), None, "fit")
+    lines = re.split(r"[\r\n]", terminal.getvalue())
+    assert "[lightning.pytorch][INFO] - `Trainer.fit` stopped: `max_steps=10` reached." in lines
+    assert any(line.startswith("Training:") and "10/20" in line for line in lines)  # the bar was drawn
+    assert logging.getLogger().handlers[-1].stream is terminal  # the console handler is back after the run
+
+
+def test_piped_the_bar_draws_nothing_and_each_validation_logs_one_line(console):
+    """Into a file or `tee` every redraw stays as a frame (41 for a 200-step run) and validation bars leave
+    raw cursor-up codes: instead, one plain line per validation."""
+    piped = console(terminal=False)
+    bar = StepProgressBar(refresh_rate=5)
+    bar.setup(_trainer(0), None, "fit")
+    bar.on_train_start(_trainer(0), None)
+    for step in range(1, 21):
+        bar.on_train_batch_end(_trainer(step), None)
+        if step % 10 == 0:
+            _validate(bar, step)
+    bar.on_train_end(_trainer(20), None)
+    bar.teardown(_trainer(20), None, "fit")
+    lines = piped.getvalue().splitlines()
+    assert "\r" not in piped.getvalue() and "\x1b" not in piped.getvalue()
+    assert [re.sub(r" \(.*\)$", "", line) for line in lines] == [
+        f"[tinylm.training.callbacks.progress][INFO] - step {step}/20: loss/train=3.8000, loss/val=3.7500"
+        for step in (10, 20)
+    ]
+    assert re.search(r"\(0m00s, [\d.]+ steps/s\)$", lines[-1])

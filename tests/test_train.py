@@ -497,11 +497,13 @@ def test_unknown_choice_lists_the_valid_ones(tmp_path, group, choices):
 
 @pytest.fixture(scope="module")
 def mission(tmp_path_factory) -> SimpleNamespace:
-    """`python scripts/train.py norm=pre act=swiglu`, shrunk, as a user runs it: a fresh interpreter."""
+    """`python scripts/train.py norm=pre act=swiglu`, shrunk, as a user runs it: a fresh interpreter, its progress
+    bar on (as by default), its output piped."""
     root = tmp_path_factory.mktemp("mission")
     result = run_script(
-        "train.py", "norm=pre", "act=swiglu", *SHRINK, f"hydra.run.dir={root / 'run'}", cwd=root
-    )
+        "train.py", "norm=pre", "act=swiglu", *SHRINK, "trainer.enable_progress_bar=true",
+        f"hydra.run.dir={root / 'run'}", cwd=root,
+    )  # fmt: skip
     return SimpleNamespace(result=result, run_dir=root / "run")
 
 
@@ -590,6 +592,21 @@ def test_a_run_ends_with_one_summary_line_and_prints_nothing_on_stderr(mission):
     # Lightning's own lines go where Hydra sends the job's: the console and the run's log file.
     stopped = "`Trainer.fit` stopped: `max_steps=6` reached."
     assert stopped in result.stdout and stopped in (run_dir / "train.log").read_text(encoding="utf-8")
+
+
+def test_piped_a_run_logs_one_line_per_validation_and_draws_no_bar(mission):
+    """Into a file or `tee`, the bar's redraws were frames of their own (41 for a 200-step run), its validation
+    bars left raw cursor-up codes, and Lightning's last line ran on from the bar's end."""
+    result, run_dir = mission.result, mission.run_dir
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "\r" not in result.stdout and "\x1b" not in result.stdout
+    validations = re.findall(
+        r"\]\[INFO\] - step (\d+)/6: loss/train=\d\.\d{4}, loss/val=\d\.\d{4} \(", result.stdout
+    )
+    assert validations == ["3", "6"]  # every trainer.val_check_interval=3 steps
+    assert any(line.startswith("[") and line.endswith("`Trainer.fit` stopped: `max_steps=6` reached.")
+               for line in result.stdout.splitlines())  # fmt: skip
+    assert len(re.findall(r"- step \d+/6: ", (run_dir / "train.log").read_text(encoding="utf-8"))) == 2
 
 
 def test_a_bf16_run_with_the_default_trainer_shows_no_warning_and_no_empty_flops_table(tmp_path):

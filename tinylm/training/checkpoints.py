@@ -4,8 +4,9 @@ for a resume (once, `weights_only=True`); where they live and what they hold is 
 from __future__ import annotations
 
 import dataclasses
+import errno
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import torch
 from fsspec.implementations.local import LocalFileSystem
@@ -25,9 +26,17 @@ from tinylm.layout import (
     read_checkpoint,
 )
 from tinylm.model import ModelConfig
+from tinylm.training.run_dir import resume_hint
 
 if TYPE_CHECKING:
     from tinylm.training.module import CharLM
+
+# What to do about a checkpoint that could not be written, by the reason the system gave.
+WRITE_FIXES = {
+    errno.ENOSPC: "free some space",
+    errno.EDQUOT: "free some space",
+    errno.EFBIG: "raise the file-size limit (ulimit -f) or free some space",
+}
 
 # Settings that change neither the weights' shapes nor their meaning: a resume may change them.
 FREE_ON_RESUME = {"fused_norms"}
@@ -50,6 +59,25 @@ def checkpoint_callbacks(run_dir: str | Path) -> list[ModelCheckpoint]:
     return [best, last]
 
 
+class _KeepingWriteErrors:
+    """The file torch.save writes, keeping the OSError each failed write raised, which torch.save replaces by a
+    RuntimeError of its own."""
+
+    def __init__(self, file: IO[bytes], errors: list[OSError]) -> None:
+        self.file = file
+        self.errors = errors
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as err:
+            self.errors.append(err)
+            raise
+
+    def __getattr__(self, name: str) -> Any:  # the rest is the file's
+        return getattr(self.file, name)
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Writes a checkpoint to a temporary file beside it, fsynced and renamed over it, so a kill leaves the
     old checkpoint or the new one, never a partial file; Lightning's own temporary file may be on another
@@ -67,14 +95,28 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             # Remote stores (s3://, gs://...) publish an object only once it is complete.
             super().save_checkpoint(checkpoint, path, storage_options)
             return
+        path = Path(path)
+        file_errors: list[OSError] = []
         try:
             # Only this run writes its checkpoints (it holds the run directory): stale temporaries are its own.
-            write_atomically(Path(path), lambda file: torch.save(checkpoint, file), remove_stale=True)
-        except OSError as err:
-            previous = "the previous one is intact" if Path(path).is_file() else "there was none before"
+            write_atomically(
+                path,
+                lambda file: torch.save(checkpoint, _KeepingWriteErrors(file, file_errors)),
+                remove_stale=True,
+            )
+        except (OSError, RuntimeError) as err:
+            # torch.save turns a failed write (a full disk, a file-size limit) into a RuntimeError of its own
+            # ("unexpected pos"): the OSError the file raised says why.
+            cause = err if isinstance(err, OSError) else next(iter(file_errors), None)
+            if cause is None:
+                raise
+            previous = "the previous one is intact" if path.is_file() else "there was none before"
+            fix = WRITE_FIXES.get(cause.errno, "make its directory writable")
+            run_dir = path.parent.parent
+            then = resume_hint(run_dir) if last_checkpoint(run_dir).is_file() else "run the command again"
             raise CheckpointWriteError(
-                f"could not write checkpoint {str(path)!r} ({err.strerror or err}); {previous}; free space (or "
-                f"choose a writable hydra.run.dir) and resume with ckpt_path={Path(path).parent.parent}"
+                f"could not write checkpoint {str(path)!r} ({cause.strerror or cause}); {previous}; {fix}, then "
+                f"{then}"
             ) from None
 
     def load_checkpoint(

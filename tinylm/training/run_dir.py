@@ -1,20 +1,24 @@
-"""A run's directory: held by one run at a time, written only once every input is checked, and pointed at by
-`latest` so that the run just trained is easy to name."""
+"""A run's directory: held by one run at a time, written only once every input is checked, pointed at by
+`latest` so that the run just trained is easy to name, and continued in place by the command `resume_hint` prints."""
 
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.types import Quote, QuotedString
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.errors import UserError
 from tinylm.files import temporary_sibling
 from tinylm.layout import CONFIG_FILE, HYDRA_DIR, run_directory_lock
+from tinylm.overrides import parse
 
 
 class RunDirectoryError(UserError):
@@ -70,3 +74,25 @@ def point_latest_at(link: str | Path, run_dir: str | Path) -> None:
             f"cannot point latest_link={str(link)!r} at the run ({err.strerror or err}): something that is not a "
             "link is in the way; move it, or set latest_link to another path (or null)"
         ) from None
+
+
+def resume_hint(run_dir: str | Path) -> str:
+    """How to continue the run in `run_dir` in place (docs/cli.md#resuming): inside a Hydra app, the one command,
+    quoted to paste into a shell: this script with the run's own overrides (another model is refused),
+    `hydra.run.dir` at this directory and `ckpt_path=last`. A run's directory name holds `=` and `,`, which
+    Hydra reads as a key and a sweep unless its value is quoted, inside the shell's quotes."""
+    run_dir = Path(run_dir).resolve()
+    in_place = [f"hydra.run.dir={hydra_quoted(str(run_dir))}", "ckpt_path=last"]
+    if not HydraConfig.initialized():
+        return f"resume in place with the run's own settings and {' '.join(shlex.quote(o) for o in in_place)}"
+    own = [
+        choice.text for choice in parse(list(HydraConfig.get().overrides.task)) if choice.key != "ckpt_path"
+    ]
+    script = Path(sys.argv[0]).resolve()
+    return "resume with: " + shlex.join(["python", str(script), *own, *in_place])
+
+
+def hydra_quoted(value: str) -> str:
+    """`value` as a quoted string of Hydra's override grammar: read back as itself, whatever its characters
+    (`${` escaped, so that OmegaConf does not resolve it as an interpolation)."""
+    return QuotedString(value.replace("${", "\\${"), Quote.double).with_quotes()

@@ -17,6 +17,7 @@ import torch
 from tinylm.errors import Interrupted, TrainingDiverged
 from tinylm.layout import last_checkpoint
 from tinylm.training import slurm
+from tinylm.training.run_dir import resume_hint
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ class StopOnSignal(L.Callback):
         # The whole state, to resume from (said, so Lightning does not log that it assumed it).
         trainer.save_checkpoint(path, weights_only=False)
         step = trainer.global_step
-        then = f"resume with ckpt_path={path}"
+        then = resume_hint(trainer.default_root_dir)
         if signum in slurm.REQUEUE_SIGNALS:
             # After the save: the requeue ends this job (SIGTERM, then SIGKILL) and starts it again.
             then = slurm.requeue_this_job() if trainer.is_global_zero else "rank 0 requeues the job"
