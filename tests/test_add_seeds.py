@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO, run_script, run_sweep
 
 from tinylm.analysis.add_seeds import ADDED_DIR, Budget
-from tinylm.analysis.estimates import Failures
+from tinylm.analysis.estimates import Failures, paired_tests
 from tinylm.analysis.report import DESIGN_FILE, PREVIOUS_REPORTS, build_report
 from tinylm.analysis.runs import ReportError
 from tinylm.analysis.sweep_report import write_report
@@ -73,7 +73,11 @@ def test_rounds_add_seeds_to_the_open_comparison_only_and_the_report_counts_them
     ]  # resolved: no more seeds
     design = json.loads((sweep / DESIGN_FILE).read_text())
     assert design["looks"] == [["1", "2"], ["1", "2", "3", "4"]] and design["round"] is None
-    assert lines[0].startswith("look 1: 2 seeds; 2 of 3 comparisons open")
+    assert lines[0] == "look 1: the sweep's own 2 seeds; 2 of 3 comparisons open"
+    # The next look counts the seeds it added, as the report does, and says each verdict reached.
+    look_2 = next(i for i, line in enumerate(lines) if line.startswith("look 2: "))
+    assert lines[look_2].startswith("look 2: 2 added seeds; ")
+    assert any(line.startswith("- act=swiglu optimized_metric=loss/val_full: ") for line in lines[look_2:])
 
     # The report read afresh keeps the sweep's own verdicts on seeds 1-2 and judges the added seeds 3-4 apart,
     # by the design's looks, from its file alone.
@@ -85,7 +89,9 @@ def test_rounds_add_seeds_to_the_open_comparison_only_and_the_report_counts_them
     assert len(swiglu.comparison.seeds) == 2 and not swiglu.comparison.resolved
     # Whichever way the second look went, it judged SwiGLU on the two added seeds.
     added = str(swiglu.added.verdict)
-    assert added == "not resolved at look 2 (2 added seeds)" or added.endswith("(look 2, 2 added seeds)")
+    assert added.startswith("not resolved at look 2 (2 added seeds") or added.endswith(
+        "(look 2, 2 added seeds)"
+    )
     assert sorted(swiglu.added.seeds) == ["3", "4"]
     assert len(list((sweep / ADDED_DIR).glob("*/*/metrics.json"))) == 3 * 2  # 3 settings, seeds 3 and 4
 
@@ -196,8 +202,76 @@ def test_a_comparison_whose_sides_diverge_unequally_is_judged_on_the_runs_that_t
         add_seeds(
             sweep, [sys.executable, "-c", "pass"], BASELINE, 1e-6, budget=Budget(6, 2), echo=said.append
         )
-    assert said[0] == "look 1: 3 seeds; 2 of 3 comparisons open"
+    assert said[0] == "look 1: the sweep's own 3 seeds; 2 of 3 comparisons open"
     launched = [line.split(":")[0].strip() for line in said[1:] if "-> " in line]
     # The two open SwiGLU rows and the baseline get seeds; the resolved GELU row does not.
     assert "norm=pre norm_type=layer act=gelu optimized_metric=loss/val" not in launched
     assert len(launched) == 3
+
+
+# --- issue 59: what add_seeds prints, and an open row at a look says why ----------------------------------
+
+
+def _judged_sweep(base_results: dict[str, float], row_results: dict[str, float], **row_fields):
+    """A sweep of `act=swiglu` against the baseline `act=gelu` with these results by seed (and, for the row,
+    `row_fields` of its Setting), as a report holds it."""
+    from tinylm.analysis.report import SweepReport
+    from tinylm.analysis.runs import RunSummary
+    from tinylm.analysis.settings import Setting
+
+    def runs(act: str, results: dict[str, float]) -> list[RunSummary]:
+        return [
+            RunSummary(
+                Path(f"{act}{seed}"), f"{act}{seed}", "completed", {"act": act}, seed, final_val_loss=v
+            )
+            for seed, v in results.items()
+        ]
+
+    base = Setting({"act": "gelu"}, runs("gelu", base_results), dict(base_results))
+    row = Setting({"act": "swiglu"}, runs("swiglu", row_results), dict(row_results), **row_fields)
+    return SweepReport(Path("sweep"), [], ["act"], {}, [base, row], ["act"], base), base, row
+
+
+def test_add_seeds_counts_a_looks_seeds_as_the_report_does_and_prints_the_verdict_reached():
+    """Issue 59: add_seeds printed `look 2: 4 seeds` (the baseline's seeds, the sweep's own included) where the
+    report says `look 2 (2 added seeds)`, and never the verdict it reached."""
+    from tinylm.analysis.add_seeds import next_round
+    from tinylm.analysis.estimates import Comparison
+    from tinylm.analysis.extension import Design
+    from tinylm.analysis.outcome import Outcome, Verdict
+
+    seeds = {"1": 2.0, "2": 2.0, "3": 2.0, "4": 2.0}
+    own = Comparison(("1", "2"), verdict=Verdict("not resolved", Outcome.NOT_RESOLVED))
+    added = Comparison(("3", "4"), verdict=Verdict("better (look 2, 2 added seeds)", Outcome.BETTER))
+    report, *_ = _judged_sweep(seeds, seeds, comparison=own, added=added)
+    design = Design(0.05, 0.01, 16, "act=gelu", (("1", "2"), ("1", "2", "3", "4")))
+    lines: list[str] = []
+    _, _, stop = next_round(Path("unused"), design, report, Budget(), lambda: 0.0, echo=lines.append)
+    assert stop and lines == [
+        "look 2: 2 added seeds; 0 of 1 comparisons open",
+        "- act=swiglu: better (look 2, 2 added seeds)",
+        "every comparison is resolved",
+    ]
+
+
+def test_a_row_left_open_by_its_looks_level_says_so_in_its_verdict():
+    """Issue 59: a row at p (Holm) 0.011, its interval outside ±δ, read `not resolved` and only a paragraph
+    below said why (the look's level). Here 4 added seeds, 0.03-0.06 worse on each: p 0.0061 (Holm, one test)
+    is within α, but the second look of a design of up to 14 added seeds gives it 0.00025."""
+    from tinylm.analysis.extension import Design, judge_added
+    from tinylm.analysis.settings import Rules
+
+    base_results = {str(seed): 2.0 for seed in range(1, 7)}
+    row_results = {"1": 2.0, "2": 2.0, "3": 2.03, "4": 2.05, "5": 2.04, "6": 2.06}
+    own = paired_tests({"1": 2.0, "2": 2.0}, {"1": 2.0, "2": 2.0})  # the sweep's own: open
+    _, base, row = _judged_sweep(base_results, row_results, comparison=own)
+    design = Design(0.05, 0.01, 16, "act=gelu", (("1", "2"), tuple(base_results)))
+    rules = Rules(0.95, 0.05, 0.01, False)
+    key, base_key = row.key(["act"]), base.key(["act"])
+    added = judge_added([base, row], {key: base_key}, [base, row], ["act"], rules, design)
+    c = added[key]
+    assert c.p_adjusted == pytest.approx(0.0061, abs=5e-5) and c.difference.low > 0.01
+    assert (
+        str(c.verdict)
+        == "not resolved at look 2 (4 added seeds; p 0.0061 > 0.00025, the level look 2 gives it)"
+    )

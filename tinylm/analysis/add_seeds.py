@@ -36,7 +36,7 @@ from tinylm.analysis.report import (
     parse_choices,
 )
 from tinylm.analysis.runs import RunSummary, natural_key, read_runs
-from tinylm.analysis.settings import LR, Setting
+from tinylm.analysis.settings import LR, Setting, setting_label
 from tinylm.layout import HYDRA_DIR
 
 ADDED_DIR = "added"
@@ -89,11 +89,8 @@ def next_round(
         write_design(sweep_dir, design)
         report = build_report(sweep_dir)
     open_rows = [s for s in report.family if s.answer is not None and not s.answer.resolved]
-    look = len(design.looks)
-    echo(
-        f"look {look}: {len(seeds)} seeds; {len(open_rows)} of "
-        f"{len(report.family) - len(report.baselines)} comparisons open"
-    )
+    for line in look_lines(design, report):
+        echo(line)
     if not open_rows:
         echo("every comparison is resolved")
         return design, report, True
@@ -113,6 +110,32 @@ def next_round(
     design = replace(design, round=Round(tuple(new_seeds), tuple(dict(s.choices) for s in settings)))
     write_design(sweep_dir, design)
     return design, report, False
+
+
+def look_lines(design: Design, report: SweepReport) -> list[str]:
+    """What add_seeds says at a look, counted and worded as the report says it: the seeds it judges (the sweep's
+    own at look 1, else those added since, as `look 2 (2 added seeds)` counts them; it counted every seed of
+    the baseline, the tuning seeds too), how many comparisons are open, and the verdict each has reached (on a
+    ladder, each design's word across levels too)."""
+    look = len(design.looks)
+    if look <= 1:
+        seeds = f"the sweep's own {len(design.first_seeds)} seeds"
+    else:
+        count = len(design.added_seeds(look - 1))
+        seeds = f"{count} added seed{'s' if count != 1 else ''}"
+    rows = [
+        s for s in report.family if s.answer is not None and not any(s is b for b in report.baselines)
+    ]  # fmt: skip
+    still = sum(not s.answer.resolved for s in rows)
+    columns = report.shown_family_columns
+    lines = [f"look {look}: {seeds}; {still} of {len(rows)} comparisons open"]
+    lines += [f"- {s.label(columns)}: {s.answer.verdict}" for s in rows]
+    if report.ladder is not None:
+        shown = report.ladder.shown_columns
+        lines += [
+            f"- across levels, {setting_label(t.design, shown)}: {t.verdict}" for t in report.ladder.trends
+        ]
+    return lines
 
 
 def start_design(

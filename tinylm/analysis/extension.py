@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from tinylm.analysis.outcome import UNRESOLVED, Outcome, Verdict
 from tinylm.analysis.runs import ReportError
 from tinylm.analysis.sequential import Look, first_verdicts, sequential_plan
 from tinylm.analysis.settings import Rules, Setting, only, tests_against, tuned_settings
-from tinylm.analysis.verdicts import judge
+from tinylm.analysis.verdicts import judge, tests_of_difference
 from tinylm.files import write_json
 from tinylm.layout import DESIGN_FILE
 from tinylm.overrides import typed_choice
@@ -121,10 +122,22 @@ def judge_added(
     plan = design.added_plan()
     first = first_verdicts(looks, plan, rules.min_effect, rules.alpha)
     last = judge(looks[-1], rules.min_effect, rules.alpha, with_power=False)
+    number = len(design.looks)  # looks are numbered as add_seeds numbers them: the sweep's own is look 1
+    difference = {(i, kind): p for i, kind, p in tests_of_difference(looks[-1])}
+    equivalence = {i: c.p_equivalence for i, c in enumerate(looks[-1]) if c.p_equivalence is not None}
     added = {}
-    for key, found, latest in zip(rows, first, last, strict=True):
-        if found is None:  # looks are numbered as add_seeds numbers them: the sweep's own is look 1
-            verdict = f"{UNRESOLVED} at look {len(design.looks)} ({len(latest.seeds)} added seeds)"
+    for row, (key, found, latest) in enumerate(zip(rows, first, last, strict=True)):
+        if found is None:
+            # A p (Holm) within α that left the row open: the look's level did, said in the row (issue 59).
+            short = [
+                _short_of(tests, at, adjusted, plan[-1], rules.alpha, number, name)
+                for tests, at, adjusted, name in (
+                    (difference, (row, "loss"), latest.p_adjusted, "p"),
+                    (difference, (row, "failures"), latest.p_failures_adjusted, "failures p"),
+                    (equivalence, row, latest.p_equivalence_adjusted, "equivalence p"),
+                )
+            ]
+            verdict = f"{UNRESOLVED} at look {number} ({len(latest.seeds)} added seeds{''.join(short)})"
             # How often each side failed is a finding of its own (issue 48), said where the losses leave it open too.
             if latest.failures is not None:
                 verdict += f"; fails {latest.failures.describe()}"
@@ -135,6 +148,28 @@ def judge_added(
                 c, verdict=c.verdict.noted(f" (look {number + 2}, {len(c.seeds)} added seeds)")
             )
     return added
+
+
+def _short_of(
+    tests: Mapping[Hashable, float],
+    key: Hashable,
+    adjusted: float | None,
+    look: Look | None,
+    alpha: float,
+    number: int,
+    name: str,
+) -> str:
+    """Why a test that a fixed design's Holm would pass (p (Holm) within α) left its row open at look
+    `number`: the level that look's boundary gives its rank in Holm's order of `tests` (its family at the look,
+    `step_down`), below α at a look before the last; '' for any other test."""
+    if look is None or adjusted is None or adjusted > alpha or key not in tests:
+        return ""
+    ordered = [k for k, _ in sorted(tests.items(), key=lambda item: item[1])]
+    level = look.level(alpha / (len(ordered) - ordered.index(key)))
+    p = tests[key]
+    if p > level:
+        return f"; {name} {p:.2g} > {level:.2g}, the level look {number} gives it"
+    return f"; {name} {p:.2g} within {level:.2g}, the level look {number} gives it, but a smaller p in Holm's order was not"
 
 
 def added_family(
