@@ -8,6 +8,7 @@ import json
 import math
 import re
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -688,7 +689,7 @@ def test_a_windows_hash_is_the_same_wherever_it_starts_and_differs_for_other_win
     assert window_hashes(repeated, 65)[0] == window_hashes(repeated, 65)[100]
 
 
-def test_the_share_of_validation_windows_found_in_training(monkeypatch):
+def test_the_share_of_validation_found_in_training(monkeypatch):
     from tinylm.data import overlap
 
     rng = np.random.default_rng(1)
@@ -698,7 +699,7 @@ def test_the_share_of_validation_windows_found_in_training(monkeypatch):
     assert overlap.validation_in_training(repeated[:n_train], repeated[n_train:], 65) == 1.0
     fresh = rng.integers(0, 30, 200_000)  # independent characters: 65 in a row never recur
     assert overlap.validation_in_training(fresh[:n_train], fresh[n_train:], 65) == 0.0
-    # Half of the validation split copied from training: about half of the windows (those not straddling).
+    # Half of the validation split copied from training: half of its characters.
     half = np.concatenate([fresh[:n_train], fresh[1000:11_000], fresh[n_train : n_train + 10_000]])
     assert overlap.validation_in_training(half[:n_train], half[n_train:], 65) == pytest.approx(0.5, abs=0.02)
     # A window straddling two chunks of the training scan is still found.
@@ -706,19 +707,101 @@ def test_the_share_of_validation_windows_found_in_training(monkeypatch):
     assert overlap.validation_in_training(half[:n_train], half[n_train:], 65) == pytest.approx(0.5, abs=0.02)
 
 
-def test_the_share_is_measured_on_a_capped_sample_of_validation_windows(monkeypatch):
+def _lines(rng: np.random.Generator, count: int, shortest: int, longest: int) -> list[np.ndarray]:
+    """Lines of random letters (tokens 1-29; 0 is the line break), each ending in its line break."""
+    return [np.append(rng.integers(1, 30, rng.integers(shortest, longest + 1)), 0) for _ in range(count)]
+
+
+def test_single_lines_copied_from_training_are_found_and_short_common_lines_are_not(monkeypatch):
+    """Issue 59: one validation line in two a single line copied from training read 0% as whole windows (each
+    line shorter than one); the share of characters in lines found verbatim is stated. A speaker's name, or
+    any line shorter than OVERLAP_MIN_LINE, recurs in natural text and is not counted."""
+    from tinylm.data import overlap
+
+    rng = np.random.default_rng(5)
+    trained = _lines(rng, 3000, 20, 60)
+    train = np.concatenate([np.zeros(1, np.int64), *trained])
+    copied = [trained[i] for i in rng.integers(0, len(trained), 300)]
+    val_lines = [line for pair in zip(_lines(rng, 300, 20, 60), copied, strict=True) for line in pair]
+    share_copied = sum(map(len, copied)) / sum(map(len, val_lines))  # about a half
+    val = np.concatenate(val_lines)
+    # Whole windows alone (no line breaks known) find none of it: the grain that missed it.
+    assert overlap.validation_in_training(train, val, 65) == 0.0
+    found = overlap.validation_in_training(train, val, 65, newline=0)
+    assert found == pytest.approx(share_copied, abs=0.03)
+    monkeypatch.setattr(overlap, "_CHUNK", 997)  # a line split by the training scan's chunks is still found
+    assert overlap.validation_in_training(train, val, 65, newline=0) == found
+    # The copies in passages of six lines are found too.
+    passages = [
+        line
+        for start in rng.integers(0, len(trained) - 6, 50)
+        for line in [*_lines(rng, 6, 20, 60), *trained[start : start + 6]]
+    ]
+    assert overlap.validation_in_training(train, np.concatenate(passages), 65, newline=0) > 0.4
+    # Short lines that recur (`ROMEO:`, `Exeunt`) between fresh ones: not overlap, however often they repeat.
+    names = _lines(rng, 5, 3, overlap.OVERLAP_MIN_LINE - 1)
+    common = [line for i in range(3000) for line in (trained[i], names[i % 5])]
+    fresh = [line for line in _lines(rng, 300, 20, 60) for line in (line, names[0])]
+    assert overlap.validation_in_training(np.concatenate(common), np.concatenate(fresh), 65, newline=0) == 0.0
+
+
+def test_the_share_is_measured_on_a_capped_sample_of_validation_characters(monkeypatch):
     from tinylm.data import overlap
 
     looked_up = []
-    original = overlap.window_hashes
-    monkeypatch.setattr(overlap, "window_hashes", lambda t, n: looked_up.append(len(t)) or original(t, n))
+    original = overlap._found_in
+    monkeypatch.setattr(
+        overlap,
+        "_found_in",
+        lambda train, windows, *rest: looked_up.append(len(windows)) or original(train, windows, *rest),
+    )
     tokens = np.random.default_rng(2).integers(0, 30, 300_000)
     overlap.validation_in_training(tokens[:200_000], tokens[200_000:], 65)
-    assert looked_up.count(65) == overlap.OVERLAP_SAMPLE  # 100,000 validation windows, 1,000 looked up
+    # 100,000 validation characters, 1,000 looked up: the 65 windows that cover each.
+    assert 0.99 * 65 * overlap.OVERLAP_SAMPLE < looked_up[0] <= 65 * overlap.OVERLAP_SAMPLE
+
+
+@pytest.mark.slow  # a fresh interpreter: seconds on a small machine
+def test_the_report_reads_the_shares_threshold_without_the_data_pipeline():
+    """Issue 57: the report's diagnosis once imported tinylm.data.overlap for its threshold, and with it the
+    token cache, `datasets` and torch."""
+    program = "import sys, tinylm.analysis.diagnosis; print(sorted({'datasets', 'torch'} & set(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "[]", result.stdout + result.stderr
+
+
+def test_the_run_states_the_share_and_warns_of_single_lines_copied_into_validation(tmp_path, caplog):
+    """Through the data module (the line break is the tokenizer's): one validation line in two copied from the
+    training split is named; a corpus without copies gets its share stated, without a warning."""
+    rng = np.random.default_rng(6)
+
+    def line() -> str:
+        return "".join(chr(97 + int(c)) for c in rng.integers(0, 26, rng.integers(20, 61)))
+
+    trained = [line() for _ in range(1500)]
+    val = [text for i in rng.integers(0, 1500, 150) for text in (line(), trained[i])]
+    head, tail = "\n".join(trained) + "\n", "\n".join(val) + "\n"
+    path = tmp_path / "copied.txt"
+    path.write_text(head + tail, encoding="utf-8")
+    config = DataConfig(source="text", files=str(path), block_size=64, batch_size=4)
+    config.val_fraction = len(tail) / len(head + tail)
+    with caplog.at_level("INFO", logger="tinylm.data.datamodule"):
+        dm = CharDataModule(config)
+        dm.prepare()
+    assert dm.validation_in_training() == pytest.approx(0.5, abs=0.05)
+    (record,) = caplog.records
+    assert record.levelname == "WARNING" and "of the validation characters" in record.getMessage()
+    caplog.clear()
+    path.write_text(head + "\n".join(line() for _ in range(300)) + "\n", encoding="utf-8")
+    with caplog.at_level("INFO", logger="tinylm.data.datamodule"):
+        plain = CharDataModule(config)
+        plain.prepare()
+    assert not caplog.records  # stated by the run once it may write its log (`overlap_note`), not by prepare
+    assert plain.overlap_note().startswith("0.0% of the validation characters") and dm.overlap_note() is None
 
 
 def test_a_corpus_that_repeats_itself_warns_once_at_the_start(tmp_path, caplog):
-    from tinylm.data.overlap import VAL_IN_TRAINING_SHARE
+    from tinylm.layout import VAL_IN_TRAINING_SHARE
 
     paragraph = "".join(chr(97 + int(c)) for c in np.random.default_rng(4).integers(0, 26, 500))
     path = tmp_path / "repeated.txt"
@@ -729,7 +812,7 @@ def test_a_corpus_that_repeats_itself_warns_once_at_the_start(tmp_path, caplog):
         dm.setup("fit")  # prepared already: not measured, nor said, again
     assert dm.validation_in_training() == 1.0 > VAL_IN_TRAINING_SHARE
     (record,) = caplog.records
-    assert "100% of the validation windows" in record.getMessage() and "verbatim" in record.getMessage()
+    assert "100.0% of the validation characters" in record.getMessage() and "verbatim" in record.getMessage()
     caplog.clear()
     other = tmp_path / "plain.txt"
     other.write_text(

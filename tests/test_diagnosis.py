@@ -722,9 +722,10 @@ def test_validation_that_is_training_is_named_first_and_is_no_failure_of_the_run
     run = constructed(CONVERGED, HEALTHY)
     run.val_in_training = 1.0
     found = diagnose(run, LEVELS)
-    assert found[0].kind == VALIDATION_IN_TRAINING and "100% of its validation windows" in found[0].evidence
+    assert found[0].kind == VALIDATION_IN_TRAINING
+    assert "100% of its validation characters" in found[0].evidence
     assert not failed(shared([run], {run.path: found}))  # a finding about the data (issue 59)
-    run.val_in_training = 0.03  # what Python source repeats of itself: below the threshold
+    run.val_in_training = 0.138  # what the shipped python_docs repeats of itself: below the threshold
     assert VALIDATION_IN_TRAINING not in kinds(run)
 
 

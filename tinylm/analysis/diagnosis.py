@@ -17,8 +17,8 @@ from scipy.stats import linregress
 
 from tinylm.analysis.estimates import MIN_EFFECT
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary
-from tinylm.data.overlap import VAL_IN_TRAINING_SHARE
 from tinylm.layout import TRAIN_LOSS as TRAIN_TAG
+from tinylm.layout import VAL_IN_TRAINING_SHARE
 from tinylm.layout import VAL_LOSS as VAL_TAG
 
 # nats/char. Within this of a reference level a run has learned almost nothing beyond it: 6% of the gap
@@ -145,9 +145,9 @@ def diagnose(run: RunSummary, reference: Mapping[str, float] | None = None) -> l
     share = run.val_in_training
     if share is not None and share > VAL_IN_TRAINING_SHARE:
         findings.insert(0, Finding(
-            VALIDATION_IN_TRAINING, f"{share:.0%} of its validation windows occur verbatim in its training "
-            f"split (above {VAL_IN_TRAINING_SHARE:.0%}): its validation loss measures what it memorised, not "
-            "what it generalises to; the corpus repeats itself", None, "loss/val",
+            VALIDATION_IN_TRAINING, f"{share:.0%} of its validation characters lie in lines or passages found "
+            f"verbatim in its training split (above {VAL_IN_TRAINING_SHARE:.0%}): its validation loss measures "
+            "what it memorised, not what it generalises to; the corpus repeats itself", None, "loss/val",
         ))  # fmt: skip
     return findings
 

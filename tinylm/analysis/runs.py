@@ -30,6 +30,7 @@ from tinylm.layout import (
     SWEEP_RECORD,
     TARGET_PREFIX,
     VAL_IN_TRAINING,
+    VAL_WINDOWS_IN_TRAINING,
     evaluated_windows,
     read_run_record,
 )
@@ -87,7 +88,7 @@ class RunSummary:
     train_curve: list[tuple[int, float]] = field(default_factory=list)
     # Every training_health/<quantity>/block_<k> curve it logged, as (step, value): what `diagnosis` reads.
     health: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
-    val_in_training: float | None = None  # share of its validation windows found in training (metrics.json)
+    val_in_training: float | None = None  # share of its validation found in training (metrics.json)
     diverged_at: int | None = None  # diverged: the step whose loss was first non-finite (metrics.json)
     # metrics.json's `target/<level>/step` and `target/<level>/time_s`: the levels its validation loss reached.
     targets: dict[str, float] = field(default_factory=dict)
@@ -296,7 +297,7 @@ def summarize_run(
         run.error = record.get("error")
         levels = record.get(REFERENCE_LEVELS)
         run.reference = {k: float(v) for k, v in levels.items()} if isinstance(levels, dict) else None
-        run.val_in_training = _number(record.get(VAL_IN_TRAINING))
+        run.val_in_training = _number(record.get(VAL_IN_TRAINING, record.get(VAL_WINDOWS_IN_TRAINING)))
         run.diverged_at = record[DIVERGED_AT] if isinstance(record.get(DIVERGED_AT), int) else None
         run.targets = {
             k: float(v) for k, v in record.items() if k.startswith(TARGET_PREFIX) and _number(v) is not None

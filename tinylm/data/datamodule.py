@@ -13,14 +13,15 @@ from tinylm.data.config import DataConfig
 from tinylm.data.corpora import CorpusError, load_corpus
 from tinylm.data.overlap import (
     OVERLAP_MIN_LENGTH,
+    OVERLAP_MIN_LINE,
     OVERLAP_SAMPLE,
-    VAL_IN_TRAINING_SHARE,
     cached_validation_in_training,
 )
 from tinylm.data.reference import ReferenceLevels, cached_reference_levels
 from tinylm.data.token_cache import TokenSpan, corpus_tokens
 from tinylm.data.tokenizer import CharTokenizer
 from tinylm.data.windows import FixedWindows, RandomWindows, UnpaddedDistributedSampler
+from tinylm.layout import VAL_IN_TRAINING_SHARE
 
 log = logging.getLogger(__name__)
 
@@ -68,15 +69,24 @@ class CharDataModule(L.LightningDataModule):
         self.tokenizer = tokenizer
         self.tokens_file = tokens.path
         self.train_tokens, self.val_tokens = splits["training"], splits["validation"]
-        share = self.validation_in_training()
-        if share > VAL_IN_TRAINING_SHARE:  # said once, at the start, where the user looks
+        if self.overlap_note() is None:  # said once, at the start, where the user looks
             log.warning(
-                "%.0f%% of the validation windows (%d-character, up to %d sampled) occur verbatim in the training "
-                "split: the corpus repeats itself, and the validation loss will measure memory, not "
-                "generalisation (docs/diagnosis.md)",
-                100 * share, self.overlap_length, OVERLAP_SAMPLE,
+                "%s: the corpus repeats itself, and the validation loss will measure memory, not generalisation "
+                "(docs/diagnosis.md)", self._overlap_found(),
             )  # fmt: skip
         return tokenizer
+
+    def _overlap_found(self) -> str:
+        return (
+            f"{100 * self.validation_in_training():.1f}% of the validation characters (up to {OVERLAP_SAMPLE} "
+            f"sampled) lie in lines of {OVERLAP_MIN_LINE}+ characters or {self.overlap_length}-character passages "
+            "found verbatim in the training split"
+        )
+
+    def overlap_note(self) -> str | None:
+        """The share of the validation split found in training, as the run's log states it once the run may
+        write its log; None above VAL_IN_TRAINING_SHARE, where `prepare` has warned of it already."""
+        return self._overlap_found() if self.validation_in_training() <= VAL_IN_TRAINING_SHARE else None
 
     @property
     def overlap_length(self) -> int:
@@ -84,12 +94,14 @@ class CharDataModule(L.LightningDataModule):
         return max(self.block_size + 1, OVERLAP_MIN_LENGTH)
 
     def validation_in_training(self) -> float:
-        """The share of the validation split's windows that also occur in the training split
-        (tinylm.data.overlap; computed once per token file and split)."""
-        assert self.train_tokens is not None and self.val_tokens is not None
+        """The share of the validation split's characters that lie in a line or passage found verbatim in the
+        training split (tinylm.data.overlap; computed once per token file and split)."""
+        assert self.train_tokens is not None and self.val_tokens is not None and self.tokenizer is not None
+        chars = self.tokenizer.chars
         return cached_validation_in_training(
-            str(self.tokens_file), self.train_tokens, self.val_tokens, self.overlap_length
-        )
+            str(self.tokens_file), self.train_tokens, self.val_tokens, self.overlap_length,
+            chars.index("\n") if "\n" in chars else None,
+        )  # fmt: skip
 
     def check_validation_shards(self, world_size: int) -> None:
         """Refuse, before a run writes anything, a validation set too small to give every rank a window."""

@@ -269,6 +269,8 @@ class PreparedRun:
                      f"{module.model.num_params():,}", left_out)  # fmt: skip
             log.info(batch.describe(settings.optim.lr))
             log.info("precision: %s; seed %s", settings.precision_reason, settings.seed)
+            if (overlap := self.datamodule.overlap_note()) is not None:
+                log.info(overlap)
 
         ckpt_path = self.resumed.path if self.resumed else None
         with warnings.catch_warnings():
