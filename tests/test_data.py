@@ -40,6 +40,7 @@ from tinylm.data.corpora import (
 from tinylm.data.reference import reference_levels
 from tinylm.data.token_cache import TokenSpan
 from tinylm.training.module import learning_rate
+from tinylm.training.run import state_overlap
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak. Café — naïve!\n"
 
@@ -785,19 +786,22 @@ def test_the_run_states_the_share_and_warns_of_single_lines_copied_into_validati
     path.write_text(head + tail, encoding="utf-8")
     config = DataConfig(source="text", files=str(path), block_size=64, batch_size=4)
     config.val_fraction = len(tail) / len(head + tail)
-    with caplog.at_level("INFO", logger="tinylm.data.datamodule"):
-        dm = CharDataModule(config)
-        dm.prepare()
+    dm = CharDataModule(config)
+    dm.prepare()
     assert dm.validation_in_training() == pytest.approx(0.5, abs=0.05)
+    with caplog.at_level("INFO", logger="tinylm.training.run"):
+        state_overlap(dm)
     (record,) = caplog.records
     assert record.levelname == "WARNING" and "of the validation characters" in record.getMessage()
     caplog.clear()
     path.write_text(head + "\n".join(line() for _ in range(300)) + "\n", encoding="utf-8")
-    with caplog.at_level("INFO", logger="tinylm.data.datamodule"):
+    with caplog.at_level("INFO"):
         plain = CharDataModule(config)
         plain.prepare()
-    assert not caplog.records  # stated by the run once it may write its log (`overlap_note`), not by prepare
-    assert plain.overlap_note().startswith("0.0% of the validation characters") and dm.overlap_note() is None
+        assert not caplog.records  # stated by the run once it may write its log, not by prepare
+        state_overlap(plain)
+    (record,) = caplog.records
+    assert record.levelname == "INFO" and record.getMessage().startswith("0.0% of the validation characters")
 
 
 def test_a_corpus_that_repeats_itself_warns_once_at_the_start(tmp_path, caplog):

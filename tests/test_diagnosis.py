@@ -278,7 +278,7 @@ def test_the_report_of_a_healthy_run_says_only_that_it_validates_on_its_training
     text, written = write_report(case_runs["healthy"])
     (line,) = [line for line in text.split("## Why")[1].splitlines() if line.startswith("- ")]
     assert "lost or failed" not in text.split("## Why")[1]  # a finding about its data, apart (issue 59)
-    assert "validation is training in 1/1 runs" in line and "100% of its validation windows" in line
+    assert "validation is training in 1/1 runs" in line and "100% of its validation characters" in line
     assert line.count(" in 1/1 runs") == 1  # nothing else
     assert not [p for p in written if p.name.startswith("why_")]
 

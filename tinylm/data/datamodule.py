@@ -21,7 +21,6 @@ from tinylm.data.reference import ReferenceLevels, cached_reference_levels
 from tinylm.data.token_cache import TokenSpan, corpus_tokens
 from tinylm.data.tokenizer import CharTokenizer
 from tinylm.data.windows import FixedWindows, RandomWindows, UnpaddedDistributedSampler
-from tinylm.layout import VAL_IN_TRAINING_SHARE
 
 log = logging.getLogger(__name__)
 
@@ -69,24 +68,16 @@ class CharDataModule(L.LightningDataModule):
         self.tokenizer = tokenizer
         self.tokens_file = tokens.path
         self.train_tokens, self.val_tokens = splits["training"], splits["validation"]
-        if self.overlap_note() is None:  # said once, at the start, where the user looks
-            log.warning(
-                "%s: the corpus repeats itself, and the validation loss will measure memory, not generalisation "
-                "(docs/diagnosis.md)", self._overlap_found(),
-            )  # fmt: skip
         return tokenizer
 
-    def _overlap_found(self) -> str:
+    def overlap_note(self) -> str:
+        """The share of the validation split found in training, as the run's log states it (tinylm.training.run
+        warns above its threshold, once the run may write its log)."""
         return (
             f"{100 * self.validation_in_training():.1f}% of the validation characters (up to {OVERLAP_SAMPLE} "
             f"sampled) lie in lines of {OVERLAP_MIN_LINE}+ characters or {self.overlap_length}-character passages "
             "found verbatim in the training split"
         )
-
-    def overlap_note(self) -> str | None:
-        """The share of the validation split found in training, as the run's log states it once the run may
-        write its log; None above VAL_IN_TRAINING_SHARE, where `prepare` has warned of it already."""
-        return self._overlap_found() if self.validation_in_training() <= VAL_IN_TRAINING_SHARE else None
 
     @property
     def overlap_length(self) -> int:

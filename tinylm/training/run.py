@@ -49,6 +49,7 @@ from tinylm.layout import (
     TENSORBOARD_DIR,
     TOKENIZER_FILE,
     VAL_IN_TRAINING,
+    VAL_IN_TRAINING_SHARE,
     VAL_LOSS,
     Checkpoint,
     CheckpointError,
@@ -246,6 +247,18 @@ def build_trainer(
 
 
 @dataclass
+def state_overlap(datamodule: CharDataModule) -> None:
+    """The share of the validation split found in training, in the run's log: a warning above
+    VAL_IN_TRAINING_SHARE (docs/diagnosis.md), where the validation loss measures memory."""
+    if datamodule.validation_in_training() > VAL_IN_TRAINING_SHARE:
+        log.warning(
+            "%s: the corpus repeats itself, and the validation loss will measure memory, not generalisation "
+            "(docs/diagnosis.md)", datamodule.overlap_note(),
+        )  # fmt: skip
+    else:
+        log.info(datamodule.overlap_note())
+
+
 class PreparedRun:
     """A run that has passed every check and written nothing yet."""
 
@@ -269,8 +282,7 @@ class PreparedRun:
                      f"{module.model.num_params():,}", left_out)  # fmt: skip
             log.info(batch.describe(settings.optim.lr))
             log.info("precision: %s; seed %s", settings.precision_reason, settings.seed)
-            if (overlap := self.datamodule.overlap_note()) is not None:
-                log.info(overlap)
+            state_overlap(self.datamodule)
 
         ckpt_path = self.resumed.path if self.resumed else None
         with warnings.catch_warnings():
