@@ -246,7 +246,6 @@ def build_trainer(
     return trainer
 
 
-@dataclass
 def state_overlap(datamodule: CharDataModule) -> None:
     """The share of the validation split found in training, in the run's log: a warning above
     VAL_IN_TRAINING_SHARE (docs/diagnosis.md), where the validation loss measures memory."""
@@ -259,6 +258,7 @@ def state_overlap(datamodule: CharDataModule) -> None:
         log.info(datamodule.overlap_note())
 
 
+@dataclass
 class PreparedRun:
     """A run that has passed every check and written nothing yet."""
 
