@@ -27,8 +27,11 @@ TINYSHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
 # Small enough for a few real optimizer steps per second on 2 cores, big enough to have every part. Every size
 # a run can reach is capped (its validation and final evaluation windows, its sample), and the precision is
 # pinned: `auto` would test bf16 on a CPU with AVX512-BF16 and fp32 on one without (tests whose subject is
-# precision set their own).
+# precision set their own). So is the optimizer: the default is the main job's speed recipe (Muon), which the
+# mission command (tests/test_train.py) and Muon's own tests (optim=muon) run; the rest test AdamW's path.
+ADAMW = "optim=adamw"
 SHRINK = [
+    ADAMW,
     "model.n_layer=2",
     "model.n_head=2",
     "model.d_model=32",

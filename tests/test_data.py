@@ -811,9 +811,10 @@ def test_a_corpus_that_repeats_itself_warns_once_at_the_start(tmp_path, caplog):
     path = tmp_path / "repeated.txt"
     path.write_text((paragraph * 401)[:200_000], encoding="utf-8")
     dm = CharDataModule(DataConfig(source="text", files=str(path), block_size=64, batch_size=4))
-    with caplog.at_level("WARNING", logger="tinylm.data.datamodule"):
+    with caplog.at_level("WARNING", logger="tinylm"):
         dm.prepare()
-        dm.setup("fit")  # prepared already: not measured, nor said, again
+        dm.setup("fit")  # prepared already: not measured again
+        state_overlap(dm)  # the run says it, once it may write its log
     assert dm.validation_in_training() == 1.0 > VAL_IN_TRAINING_SHARE
     (record,) = caplog.records
     assert "100.0% of the validation characters" in record.getMessage() and "verbatim" in record.getMessage()
@@ -822,7 +823,8 @@ def test_a_corpus_that_repeats_itself_warns_once_at_the_start(tmp_path, caplog):
     other.write_text(
         "".join(chr(97 + int(c)) for c in np.random.default_rng(3).integers(0, 26, 50_000)), encoding="utf-8"
     )
-    with caplog.at_level("WARNING", logger="tinylm.data.datamodule"):
+    with caplog.at_level("WARNING", logger="tinylm"):
         plain = CharDataModule(DataConfig(source="text", files=str(other), block_size=64, batch_size=4))
         plain.prepare()
+        state_overlap(plain)
     assert plain.validation_in_training() == 0.0 and not caplog.records

@@ -55,7 +55,10 @@ def _error_line(*args: str) -> str:
         # The section's keys are those of the group chosen: only data=text has `files`.
         (["data=text", "data.file=x.txt"], "error: data.file is not a setting; did you mean data.files?"),
         # A setting of another choice of its group: the choice to add, not a near name (optim.min_lr).
-        (["optim.muon_lr=1e-2"], "error: optim.muon_lr is a setting of optim=muon only: add optim=muon"),
+        (
+            ["optim=adamw", "optim.muon_lr=1e-2"],
+            "error: optim.muon_lr is a setting of optim=muon only: add optim=muon",
+        ),
         (["data.files=x.txt"], "error: data.files is a setting of data=text only: add data=text"),
         # Nothing near: every setting of the section, as for tinylm's own sections.
         (

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import tbparse
 import torch
-from conftest import REPO, SHRINK, TINYSHAKESPEARE, compose_train, run_script
+from conftest import ADAMW, REPO, SHRINK, TINYSHAKESPEARE, compose_train, run_script
 from omegaconf import OmegaConf
 from script_runner import run_script_in_process
 
@@ -500,8 +500,9 @@ def mission(tmp_path_factory) -> SimpleNamespace:
     """`python scripts/train.py norm=pre act=swiglu`, shrunk, as a user runs it: a fresh interpreter, its progress
     bar on (as by default), its output piped."""
     root = tmp_path_factory.mktemp("mission")
+    default_recipe = [o for o in SHRINK if o != ADAMW]  # the main job's optimizer, as it is by default
     result = run_script(
-        "train.py", "norm=pre", "act=swiglu", *SHRINK, "trainer.enable_progress_bar=true",
+        "train.py", "norm=pre", "act=swiglu", *default_recipe, "trainer.enable_progress_bar=true",
         f"hydra.run.dir={root / 'run'}", cwd=root,
     )  # fmt: skip
     return SimpleNamespace(result=result, run_dir=root / "run")
@@ -517,6 +518,7 @@ def test_mission_command_shrunk(mission):
     config = OmegaConf.load(run_dir / "config.yaml")
     assert config.run_dir == str(run_dir)
     assert "act=swiglu" in config.run_name and "norm=pre" in config.run_name
+    assert config.optim.name == "muon"  # the main job trains with the fastest recipe the project knows
 
 
 # --- packaging --------------------------------------------------------------------------------------------
