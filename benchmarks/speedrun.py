@@ -174,7 +174,18 @@ def main() -> None:
             took = f"step {result.step}, {result.time_s:.1f} s" if result.reached else "not reached"
             print(f"{name} seed {seed}: {took} ({result.steps_run} steps run)", flush=True)
     rows = summary(results, names)
-    cpu = platform.processor() or platform.machine()
+    cpu = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if "model name" in line
+            ),
+            platform.processor() or platform.machine(),
+        )
+        if Path("/proc/cpuinfo").is_file()
+        else platform.processor() or platform.machine()
+    )
     print(
         f"\ntime to loss/val <= {TARGET} on Tiny Shakespeare; {os.cpu_count()} cores ({cpu}); seeds {args.seeds}"
     )
