@@ -307,6 +307,13 @@ def console(monkeypatch):
     root.setLevel(level)
 
 
+def _started_bar() -> StepProgressBar:
+    bar = StepProgressBar(refresh_rate=5)
+    bar.setup(_trainer(0), None, "fit")
+    bar.on_train_start(_trainer(0), None)
+    return bar
+
+
 def _validate(bar: StepProgressBar, step: int) -> None:
     trainer = _trainer(step)
     bar.on_validation_start(trainer, None)
@@ -317,9 +324,7 @@ def test_on_a_terminal_a_log_line_starts_a_line_of_its_own_above_the_bar(console
     """Lightning logs `Trainer.fit stopped` while the bar is still drawn: it once ran on from the bar's end
     (`…loss/val=1.640][2026-12-05 …][INFO] - Trainer.fit stopped`)."""
     terminal = console(terminal=True)
-    bar = StepProgressBar(refresh_rate=5)
-    bar.setup(_trainer(0), None, "fit")
-    bar.on_train_start(_trainer(0), None)
+    bar = _started_bar()
     for step in range(1, 11):
         bar.on_train_batch_end(_trainer(step), None)
     _validate(bar, 10)
@@ -336,9 +341,7 @@ def test_piped_the_bar_draws_nothing_and_each_validation_logs_one_line(console):
     """Into a file or `tee` every redraw stays as a frame (41 for a 200-step run) and validation bars leave
     raw cursor-up codes: instead, one plain line per validation."""
     piped = console(terminal=False)
-    bar = StepProgressBar(refresh_rate=5)
-    bar.setup(_trainer(0), None, "fit")
-    bar.on_train_start(_trainer(0), None)
+    bar = _started_bar()
     for step in range(1, 21):
         bar.on_train_batch_end(_trainer(step), None)
         if step % 10 == 0:
