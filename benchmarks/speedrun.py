@@ -142,6 +142,21 @@ def summary(results: list[Result], recipes: list[str]) -> list[dict]:
     return rows
 
 
+def cpu_name() -> str:
+    """The CPU's model name, as /proc/cpuinfo gives it (Linux), else what `platform` knows."""
+    info = Path("/proc/cpuinfo")
+    names = (
+        [
+            line.split(":", 1)[1].strip()
+            for line in info.read_text().splitlines()
+            if line.startswith("model name")
+        ]
+        if info.is_file()
+        else []
+    )
+    return names[0] if names else platform.processor() or platform.machine()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="Tiny Shakespeare (1,115,394 characters) on local disk")
@@ -174,18 +189,7 @@ def main() -> None:
             took = f"step {result.step}, {result.time_s:.1f} s" if result.reached else "not reached"
             print(f"{name} seed {seed}: {took} ({result.steps_run} steps run)", flush=True)
     rows = summary(results, names)
-    cpu = (
-        next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if "model name" in line
-            ),
-            platform.processor() or platform.machine(),
-        )
-        if Path("/proc/cpuinfo").is_file()
-        else platform.processor() or platform.machine()
-    )
+    cpu = cpu_name()
     print(
         f"\ntime to loss/val <= {TARGET} on Tiny Shakespeare; {os.cpu_count()} cores ({cpu}); seeds {args.seeds}"
     )
