@@ -86,7 +86,9 @@ def resume_hint(run_dir: str | Path) -> str:
     if not HydraConfig.initialized():
         return f"resume in place with the run's own settings and {' '.join(shlex.quote(o) for o in in_place)}"
     own = [
-        choice.text for choice in parse(list(HydraConfig.get().overrides.task)) if choice.key != "ckpt_path"
+        choice.text
+        for choice in parse(list(HydraConfig.get().overrides.task))
+        if choice.key not in ("ckpt_path", "hydra.run.dir")  # both given below
     ]
     script = Path(sys.argv[0]).resolve()
     return "resume with: " + shlex.join(["python", str(script), *own, *in_place])

@@ -19,10 +19,11 @@ from tinylm.training.logging_steps import write_at
 class LossTargets(L.Callback):
     """At each validation, every level of `levels` (nats/char) that `loss/val` reaches for the first time gets
     `target/<level>/step` (the optimizer steps the weights had taken) and `target/<level>/time_s` (seconds of
-    training since the run began, summed over resumed segments; each validation, with the checkpoints written at
-    it, is left out: the clock stops when a validation starts and runs again at the next training batch), written to the loggers
-    at that step and kept among the run's final metrics (metrics.json). A level never reached has neither.
-    The levels reached and the time so far are saved in checkpoints, so a resumed run continues them."""
+    training since the run began, summed over resumed segments; each validation, with the checkpoints written
+    at it, is left out: the clock stops when a validation starts and runs again at the next training batch),
+    written to the loggers at that step and kept among the run's final metrics (metrics.json). A level never
+    reached has neither. The levels reached and the time so far are saved in checkpoints, so a resumed run
+    continues them."""
 
     def __init__(self, levels: Sequence[float] = ()) -> None:
         self.levels = sorted(
