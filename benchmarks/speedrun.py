@@ -31,6 +31,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from omegaconf import OmegaConf
 from scipy import stats
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,15 +88,7 @@ def train(recipe: str, overrides: list[str], seed: int, data: str, out: Path, th
         sys.exit(f"{recipe} (seed {seed}) failed:\n{done.stderr[-2000:]}")
     record = json.loads((run_dir / "metrics.json").read_text())
     step, time_s = record.get(f"target/{TARGET:g}/step"), record.get(f"target/{TARGET:g}/time_s")
-    config = (run_dir / "config.yaml").read_text()
-    precision = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in config.splitlines()
-            if line.strip().startswith("precision:")
-        ),
-        "?",
-    )
+    precision = str(OmegaConf.load(run_dir / "config.yaml").trainer.precision)  # as `auto` resolved it
     return Result(
         recipe,
         seed,
