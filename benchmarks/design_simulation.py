@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 from statsmodels.stats.proportion import proportion_confint
 
-from tinylm.analysis.extension import Design, judge_added
+from tinylm.analysis.grouping import LR, Rules, Setting, judge_families, pick_baseline, tuned_settings
 from tinylm.analysis.outcome import Outcome
-from tinylm.analysis.settings import LR, Rules, Setting, judge_families, pick_baseline, tuned_settings
+from tinylm.analysis.sequential_design import Design, judge_added
 
 RATES = (1e-3, 3e-3, 1e-2)
 RATE_PENALTY = {1e-3: 0.06, 3e-3: 0.0, 1e-2: 0.01}  # nats/char above the optimum at each rate

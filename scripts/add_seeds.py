@@ -43,8 +43,8 @@ def main() -> None:
 
     from tinylm.analysis.add_seeds import Budget  # after parsing: --help stays fast
     from tinylm.analysis.estimates import MIN_EFFECT
-    from tinylm.analysis.sweep_report import write_report
     from tinylm.analysis.verdicts import ALPHA
+    from tinylm.analysis.write_report import write_report
     from tinylm.errors import ReportedError
     from tinylm.seed_rounds import add_seeds
 

@@ -154,8 +154,8 @@ def simulated_words(
     import numpy as np
 
     from tinylm.analysis.estimates import paired_tests
+    from tinylm.analysis.grouping import Setting
     from tinylm.analysis.ladder import Rung, TrendWord, trends
-    from tinylm.analysis.settings import Setting
     from tinylm.analysis.verdicts import judge
 
     rng = np.random.default_rng(seed)

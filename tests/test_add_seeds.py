@@ -19,7 +19,7 @@ from tinylm.analysis.add_seeds import ADDED_DIR, Budget
 from tinylm.analysis.estimates import Failures, paired_tests
 from tinylm.analysis.report import DESIGN_FILE, PREVIOUS_REPORTS, build_report
 from tinylm.analysis.runs import ReportError
-from tinylm.analysis.sweep_report import write_report
+from tinylm.analysis.write_report import write_report
 from tinylm.layout import read_run_record, write_run_record
 from tinylm.seed_rounds import add_seeds
 
@@ -215,9 +215,9 @@ def test_a_comparison_whose_sides_diverge_unequally_is_judged_on_the_runs_that_t
 def _judged_sweep(base_results: dict[str, float], row_results: dict[str, float], **row_fields):
     """A sweep of `act=swiglu` against the baseline `act=gelu` with these results by seed (and, for the row,
     `row_fields` of its Setting), as a report holds it."""
+    from tinylm.analysis.grouping import Setting
     from tinylm.analysis.report import SweepReport
     from tinylm.analysis.runs import RunSummary
-    from tinylm.analysis.settings import Setting
 
     def runs(act: str, results: dict[str, float]) -> list[RunSummary]:
         return [
@@ -237,8 +237,8 @@ def test_add_seeds_counts_a_looks_seeds_as_the_report_does_and_prints_the_verdic
     report says `look 2 (2 added seeds)`, and never the verdict it reached."""
     from tinylm.analysis.add_seeds import next_round
     from tinylm.analysis.estimates import Comparison
-    from tinylm.analysis.extension import Design
     from tinylm.analysis.outcome import Outcome, Verdict
+    from tinylm.analysis.sequential_design import Design
 
     seeds = {"1": 2.0, "2": 2.0, "3": 2.0, "4": 2.0}
     own = Comparison(("1", "2"), verdict=Verdict("not resolved", Outcome.NOT_RESOLVED))
@@ -258,8 +258,8 @@ def test_a_row_left_open_by_its_looks_level_says_so_in_its_verdict():
     """Issue 59: a row at p (Holm) 0.011, its interval outside ±δ, read `not resolved` and only a paragraph
     below said why (the look's level). Here 4 added seeds, 0.03-0.06 worse on each: p 0.0061 (Holm, one test)
     is within α, but the second look of a design of up to 14 added seeds gives it 0.00025."""
-    from tinylm.analysis.extension import Design, judge_added
-    from tinylm.analysis.settings import Rules
+    from tinylm.analysis.grouping import Rules
+    from tinylm.analysis.sequential_design import Design, judge_added
 
     base_results = {str(seed): 2.0 for seed in range(1, 7)}
     row_results = {"1": 2.0, "2": 2.0, "3": 2.03, "4": 2.05, "5": 2.04, "6": 2.06}

@@ -50,8 +50,8 @@ from tinylm.analysis.diagnosis import (
 )
 from tinylm.analysis.report import REPORT_MD, shared_reference
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary, read_runs, summarize_run
-from tinylm.analysis.sweep_report import write_report
 from tinylm.analysis.why import failed, run_failure, shared
+from tinylm.analysis.write_report import write_report
 from tinylm.layout import DIVERGED_AT, VAL_IN_TRAINING, write_run_record
 
 # Every case logs its health curves and validates every 20 steps; each overrides the shrunk config's budget.
@@ -764,7 +764,7 @@ def tuned_runs(findings_at: dict[tuple[str, float], list[Finding]]) -> tuple[lis
 def test_a_tuned_row_not_yet_judged_is_explained_by_its_runs_at_the_rate_its_seeds_chose():
     """Issue 59: `dead units in 2/6 runs (seed 1, …)` where the settings table said 2/2: a tuned row before any
     judging seed counted every rate's runs, here the two at lr 1e-2, a rate its seeds did not choose."""
-    from tinylm.analysis.settings import (
+    from tinylm.analysis.grouping import (
         LR,
         Rules,
         group_settings,
@@ -811,10 +811,10 @@ def test_the_why_names_the_seed_of_every_run_that_showed_a_finding():
 def test_the_answer_says_when_the_budget_stopped_every_run_of_both_sides_before_they_stopped_learning():
     """Issue 59: the Answer gave a difference where every run of both sides was `still improving`. The report
     value holds the rows where that is so (built once, kept in report.json); the Answer words them."""
+    from tinylm.analysis.grouping import Rules, group_settings, judge_families, pick_baseline
     from tinylm.analysis.render_answer import answer_section
     from tinylm.analysis.report import SweepReport
     from tinylm.analysis.report_json import from_json, to_json
-    from tinylm.analysis.settings import Rules, group_settings, judge_families, pick_baseline
     from tinylm.analysis.why import still_learning
 
     improving = [Finding(STILL_IMPROVING, "falling", None, "loss/val")]
@@ -848,9 +848,9 @@ def test_validation_that_is_training_is_listed_apart_as_a_finding_about_the_data
     """Issue 59, item 7: `validation is training` put a setting at `fails 0/1` among those that "lost or
     failed": it is a finding about the data the runs were measured on, not about how they trained. Listed
     apart; a setting that failed as well keeps its failure in the list, the data finding moves out of it."""
+    from tinylm.analysis.grouping import group_settings
     from tinylm.analysis.render_sections import why_section
     from tinylm.analysis.report import SweepReport
-    from tinylm.analysis.settings import group_settings
     from tinylm.analysis.why import why_rows
 
     runs = [constructed(CONVERGED, HEALTHY) for _ in range(2)]

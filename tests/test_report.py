@@ -26,7 +26,7 @@ from tinylm.analysis.report import (
     build_report,
 )
 from tinylm.analysis.runs import ReportError
-from tinylm.analysis.sweep_report import write_report
+from tinylm.analysis.write_report import write_report
 from tinylm.layout import RECORD_FILE, read_run_record, write_run_record
 from tinylm.model import ModelConfig
 from tinylm.probe.depth import depth_probe

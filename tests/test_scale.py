@@ -13,14 +13,14 @@ from conftest import SHRINK, rate_not_above, run_script, simulated_words, small_
 from hydra import compose, initialize_config_module
 
 from tinylm.analysis.estimates import Comparison, Estimate, Failures
+from tinylm.analysis.grouping import Setting
+from tinylm.analysis.grouping import tests_against as comparison_against
 from tinylm.analysis.ladder import SCALE_KEY, Rung, TrendWord, trends
 from tinylm.analysis.outcome import Outcome, Verdict
+from tinylm.analysis.render_ladder import LADDER_PNG, SCALE_PNG
 from tinylm.analysis.report import REPORT_JSON, build_report
-from tinylm.analysis.scale import LADDER_PNG, SCALE_PNG
-from tinylm.analysis.settings import Setting
-from tinylm.analysis.settings import tests_against as comparison_against
-from tinylm.analysis.sweep_report import write_report
 from tinylm.analysis.verdicts import verdict as judged_verdict
+from tinylm.analysis.write_report import write_report
 
 
 @pytest.mark.parametrize(
@@ -199,9 +199,9 @@ def _tuned_ladder():
     """The stored optimizer ladder's shape: Muon against AdamW along `norm`, each rate tuned on the sweep's
     seeds (its own comparison "not yet judged", no test) and judged on added seeds; post-norm AdamW failed on
     2 of 8."""
+    from tinylm.analysis.grouping import LR
     from tinylm.analysis.ladder import Ladder
     from tinylm.analysis.report import SweepReport
-    from tinylm.analysis.settings import LR
 
     rungs = []
     for level, judged in (
@@ -227,7 +227,7 @@ def test_a_tuned_ladders_family_counts_the_judging_seeds_tests():
     """Issue 59, item 6: a ladder whose rates were tuned on the sweep's seeds and judged on added ones said
     "one family (0 tests, …)": it counted the sweep's own comparisons, which test nothing. The stored
     optimizer ladder's family had two loss tests and one failure test."""
-    from tinylm.analysis.scale import ladder_section
+    from tinylm.analysis.render_ladder import ladder_section
 
     report, ladder = _tuned_ladder()
     (line,) = [line for line in ladder_section(report, ladder) if "one family" in line]

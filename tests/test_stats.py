@@ -17,8 +17,8 @@ from script_runner import run_script_in_process
 
 from tinylm.analysis.add_seeds import ADDED_DIR, Budget, round_settings, start_design
 from tinylm.analysis.estimates import Failures, estimate, paired_tests
-from tinylm.analysis.extension import read_design, write_design
 from tinylm.analysis.formats import fmt_interval
+from tinylm.analysis.grouping import LR, Setting, chosen_rate, group_settings, tuned_settings
 from tinylm.analysis.ladder import TrendWord
 from tinylm.analysis.outcome import (
     BETTER,
@@ -30,13 +30,13 @@ from tinylm.analysis.outcome import (
 )
 from tinylm.analysis.plots import forest_rows
 from tinylm.analysis.render import markdown
+from tinylm.analysis.render_ladder import ladder_section
 from tinylm.analysis.report import PREVIOUS_REPORTS, REPORT_MD, build_report
 from tinylm.analysis.report_json import from_json, to_json
 from tinylm.analysis.runs import ReportError, RunSummary, runs_frame
-from tinylm.analysis.scale import ladder_section
-from tinylm.analysis.settings import LR, Setting, chosen_rate, group_settings, tuned_settings
-from tinylm.analysis.sweep_report import keep_previous, write_report
+from tinylm.analysis.sequential_design import read_design, write_design
 from tinylm.analysis.verdicts import compare, judge
+from tinylm.analysis.write_report import keep_previous, write_report
 from tinylm.layout import REFERENCE_LEVELS, SWEEP_RECORD, target_tags, write_run_record
 
 # --- estimate -----------------------------------------------------------------------------------------------

@@ -12,8 +12,8 @@ from typing import Any
 
 from tinylm.analysis.add_seeds import Budget, next_round, round_launches, start_design
 from tinylm.analysis.estimates import MIN_EFFECT
-from tinylm.analysis.extension import Design, write_design
 from tinylm.analysis.report import SweepReport, build_report
+from tinylm.analysis.sequential_design import Design, write_design
 from tinylm.analysis.verdicts import ALPHA
 from tinylm.training.launch import command_for, launch
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from tinylm.analysis.extension import Design, Round, read_design, write_design
+from tinylm.analysis.grouping import LR, Setting, setting_label
 from tinylm.analysis.report import (
     DESIGN_FILE,
     ReportError,
@@ -36,7 +36,7 @@ from tinylm.analysis.report import (
     parse_choices,
 )
 from tinylm.analysis.runs import RunSummary, natural_key, read_runs
-from tinylm.analysis.settings import LR, Setting, setting_label
+from tinylm.analysis.sequential_design import Design, Round, read_design, write_design
 from tinylm.layout import HYDRA_DIR
 
 ADDED_DIR = "added"

@@ -33,9 +33,9 @@ from typing import Any
 from scipy.stats import ttest_ind_from_stats
 
 from tinylm.analysis.estimates import Comparison
+from tinylm.analysis.grouping import Rules, Setting, judge_families, pick_baseline, varying
 from tinylm.analysis.outcome import Outcome
 from tinylm.analysis.runs import shared_reference
-from tinylm.analysis.settings import Rules, Setting, judge_families, pick_baseline, varying
 from tinylm.analysis.verdicts import decided_by_failures, failure_words, holm
 from tinylm.overrides import shown
 

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tinylm.analysis.estimates import Estimate, estimate
+from tinylm.analysis.grouping import LR, Setting, setting_label
 from tinylm.analysis.outcome import Outcome
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.runs import runs_frame
-from tinylm.analysis.settings import LR, Setting, setting_label
 from tinylm.analysis.why import judged_runs, quantity, why_figure
 
 if TYPE_CHECKING:

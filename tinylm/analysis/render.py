@@ -10,11 +10,7 @@ from collections.abc import Sequence
 
 from tinylm.analysis.estimates import Comparison
 from tinylm.analysis.formats import fmt_interval, fmt_number, fmt_p, fmt_wall_time, md_table
-from tinylm.analysis.metric import STEPS_TO
-from tinylm.analysis.render_answer import answer_section, ladder_title
-from tinylm.analysis.render_sections import added_section, cost_lines
-from tinylm.analysis.report import SweepReport
-from tinylm.analysis.settings import (
+from tinylm.analysis.grouping import (
     CROSS_FITTED,
     TUNED_THEN_JUDGED,
     Setting,
@@ -23,6 +19,10 @@ from tinylm.analysis.settings import (
     setting_label,
     varying,
 )
+from tinylm.analysis.metric import STEPS_TO
+from tinylm.analysis.render_answer import answer_section, ladder_title
+from tinylm.analysis.render_sections import added_section, cost_lines
+from tinylm.analysis.report import SweepReport
 from tinylm.analysis.verdicts import family_size
 from tinylm.analysis.why import Shared
 from tinylm.overrides import shown

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from tinylm.analysis.estimates import Comparison
 from tinylm.analysis.formats import fmt_interval, fmt_number
+from tinylm.analysis.grouping import CROSS_FITTED, Setting, setting_label
 from tinylm.analysis.ladder import Ladder
 from tinylm.analysis.report import SweepReport
-from tinylm.analysis.settings import CROSS_FITTED, Setting, setting_label
 
 
 def answer_section(report: SweepReport) -> list[str]:

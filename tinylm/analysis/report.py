@@ -1,9 +1,9 @@
 """A sweep, compared: which setting is better, by how much, and how sure that is (docs/sweeps.md).
 
 `build_report` is the one pass, in the order the modules go: read the runs as typed records (runs.py), group
-the settings that differ only in their seed (settings.py), estimate and test (estimates.py), judge the family
+the settings that differ only in their seed (grouping.py), estimate and test (estimates.py), judge the family
 against its baseline or level by level (verdicts.py, ladder.py), judge a sequential design's added seeds apart
-(extension.py, sequential.py), diagnose each run and explain each setting (diagnosis.py, why.py), size what
+(sequential_design.py, sequential.py), diagnose each run and explain each setting (diagnosis.py, why.py), size what
 is still open (sizing.py); then the `SweepReport` is built once from those parts, and nothing changes it.
 report.md, report.json and the figures are rendered from it (render.py, report_json.py, plots.py). A run's
 result is its final validation loss, or by `--metric` the steps or seconds at which it reached a level
@@ -21,17 +21,7 @@ from typing import Any
 
 from tinylm.analysis.diagnosis import Finding, diagnose
 from tinylm.analysis.estimates import MIN_EFFECT
-from tinylm.analysis.extension import Design, baseline_keys, read_design, with_added_seeds
-from tinylm.analysis.ladder import SCALE_KEY, Ladder, judge_ladder
-from tinylm.analysis.metric import FINAL_LOSS, LOSS, STEPS_TO, TIME_TO, Metric
-from tinylm.analysis.runs import (
-    DESIGN_CHOICES,
-    ReportError,
-    RunSummary,
-    read_runs,
-    shared_reference,
-)
-from tinylm.analysis.settings import (
+from tinylm.analysis.grouping import (
     CROSS_FITTED,
     LR,
     TUNED_THEN_JUDGED,
@@ -43,6 +33,16 @@ from tinylm.analysis.settings import (
     tuned_settings,
     varying,
 )
+from tinylm.analysis.ladder import SCALE_KEY, Ladder, judge_ladder
+from tinylm.analysis.metric import FINAL_LOSS, LOSS, STEPS_TO, TIME_TO, Metric
+from tinylm.analysis.runs import (
+    DESIGN_CHOICES,
+    ReportError,
+    RunSummary,
+    read_runs,
+    shared_reference,
+)
+from tinylm.analysis.sequential_design import Design, baseline_keys, read_design, with_added_seeds
 from tinylm.analysis.sizing import Sizing, size_open_rows
 from tinylm.analysis.sweep_probe import probe_rows
 from tinylm.analysis.verdicts import ALPHA

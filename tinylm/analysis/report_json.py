@@ -17,14 +17,14 @@ from typing import Any
 
 from tinylm.analysis.diagnosis import Finding
 from tinylm.analysis.estimates import Comparison, Estimate, Failures, Power
-from tinylm.analysis.extension import design_from
+from tinylm.analysis.grouping import CROSS_FITTED, LR, Setting
 from tinylm.analysis.ladder import Ladder, Rung, Trend, TrendWord, ladder_levels
 from tinylm.analysis.ladder import trends as judge_trends
 from tinylm.analysis.metric import Metric
 from tinylm.analysis.outcome import Outcome, Verdict
 from tinylm.analysis.report import SweepReport, parse_metric, run_columns
 from tinylm.analysis.runs import RunSummary, natural_key
-from tinylm.analysis.settings import CROSS_FITTED, LR, Setting
+from tinylm.analysis.sequential_design import design_from
 from tinylm.analysis.sizing import RowSize, Sizing, size_open_rows
 from tinylm.analysis.sweep_probe import probe_rows
 from tinylm.analysis.why import Shared, WhyRow, judged_runs, shared, still_learning, why_rows

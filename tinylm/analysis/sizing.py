@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tinylm.analysis.estimates import seeds_needed
-from tinylm.analysis.settings import LR, Setting
+from tinylm.analysis.grouping import LR, Setting
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ from tinylm.analysis.diagnosis import (
     VALIDATION_IN_TRAINING,
     Finding,
 )
+from tinylm.analysis.grouping import LR, Setting
 from tinylm.analysis.outcome import Outcome, Verdict
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary, natural_key
-from tinylm.analysis.settings import LR, Setting
 
 # A setting that shows only these has not failed: its budget ended first, or it trained to the bigram level and
 # no further (it underfits, as a strongly regularised or small model does: it learned, it did not collapse).

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from tinylm.analysis.estimates import Comparison
+from tinylm.analysis.grouping import Rules, Setting, only, tests_against, tuned_settings
 from tinylm.analysis.ladder import Ladder, with_added
 from tinylm.analysis.outcome import UNRESOLVED, Outcome, Verdict
 from tinylm.analysis.runs import ReportError
 from tinylm.analysis.sequential import Look, first_verdicts, sequential_plan
-from tinylm.analysis.settings import Rules, Setting, only, tests_against, tuned_settings
 from tinylm.analysis.verdicts import judge, tests_of_difference
 from tinylm.files import write_json
 from tinylm.layout import DESIGN_FILE

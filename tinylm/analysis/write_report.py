@@ -12,6 +12,13 @@ from pathlib import Path
 
 from tinylm.analysis.plots import draw_why, plot_lr_sensitivity, plot_report
 from tinylm.analysis.render import markdown
+from tinylm.analysis.render_ladder import (
+    LADDER_PNG,
+    SCALE_PNG,
+    draw_ladder,
+    draw_ladder_verdicts,
+    ladder_section,
+)
 from tinylm.analysis.render_sections import probe_section, why_section
 from tinylm.analysis.report import (
     PREVIOUS_REPORTS,
@@ -24,7 +31,6 @@ from tinylm.analysis.report import (
     build_report,
 )
 from tinylm.analysis.report_json import from_json, to_json
-from tinylm.analysis.scale import LADDER_PNG, SCALE_PNG, draw_ladder, draw_ladder_verdicts, ladder_section
 from tinylm.files import write_json
 
 

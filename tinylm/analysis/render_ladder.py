@@ -8,12 +8,12 @@ from pathlib import Path
 
 from tinylm.analysis.estimates import Comparison, Estimate
 from tinylm.analysis.formats import fmt_interval, fmt_number, fmt_p, md_table
+from tinylm.analysis.grouping import CROSS_FITTED, Setting, gain_over_unigram, setting_label
 from tinylm.analysis.ladder import Ladder, Rung
 from tinylm.analysis.plots import ForestRow, plot_ladder, plot_scale
 from tinylm.analysis.render import rates_cell
 from tinylm.analysis.render_answer import ladder_title
 from tinylm.analysis.report import SweepReport
-from tinylm.analysis.settings import CROSS_FITTED, Setting, gain_over_unigram, setting_label
 from tinylm.analysis.verdicts import family_size
 
 SCALE_PNG = "scale.png"
