@@ -2,15 +2,15 @@
 logged (docs/diagnosis.md): validation that is training, stalled at a reference level, tokens collapsed,
 attention saturated, queries and keys starved of gradient, FFN units dead, diverged, destabilised or
 overfitting, a loss spike, or still improving when the budget ended (from the training curve when validation
-has fewer than two points). Each finding is an episode: the step where it began, the step it last held when it ended before
-the run did (a collapse that recovered), and the TensorBoard tag that shows it.
+has fewer than two points). Each finding is an episode: the step where it began, the step it last held when it
+ended before the run did (a collapse that recovered), and the TensorBoard tag that shows it.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from scipy.stats import linregress
@@ -21,61 +21,41 @@ from tinylm.layout import TRAIN_LOSS as TRAIN_TAG
 from tinylm.layout import VAL_IN_TRAINING_SHARE
 from tinylm.layout import VAL_LOSS as VAL_TAG
 
-# nats/char. Within this of a reference level a run has learned almost nothing beyond it: 6% of the gap
-# between Tiny Shakespeare's unigram and bigram levels (0.86), and 3× the noise of a 200-window validation.
+# Each threshold's reason and the runs it was set against: docs/diagnosis.md's table.
+# nats/char within which of a reference level a run learned almost nothing beyond it: 3× a validation's noise.
 STALL_MARGIN = 0.05
-# Token spread is about 1 for independent tokens and 0.75-0.9 in healthy training; below 1% of that, the
-# deepest block sends (nearly) one vector per sequence to the head, whatever the tokens were.
+# Token spread is about 1 for independent tokens: below 1% of that, one vector per sequence reaches the head.
 COLLAPSED_SPREAD = 0.01
-# W_q/W_k gradients below this fraction of W_v/W_o's: three orders of magnitude, where healthy runs sit
-# within one (0.1-1); attention that cannot learn where to look.
+# W_q/W_k gradients below this fraction of W_v/W_o's: attention that cannot learn where to look.
 STARVED_RATIO = 1e-3
-# Mean attention entropy (nats) below this: queries put ~98% of their weight on one key. Healthy pre-norm
-# runs at their best rate stay above 0.25 (the baby model at lr 1e-2).
+# Mean attention entropy (nats) below this: queries put ~98% of their weight on one key...
 SATURATED_ENTROPY = 0.1
-# ...with a largest attention logit above this (about 0.05 at initialisation): softmax gradients then vanish
-# like e^-(logit gap).
+# ...with a largest attention logit above this (about 0.05 at initialisation): the softmax passes no gradient.
 SATURATED_LOGIT = 100.0
-# nats/char a run's validation loss may climb back from its minimum before it is destabilised (or
-# overfitting): 10× δ, and more than a cosine schedule's last steps ever add to a healthy run.
+# nats/char a validation loss may climb back from its minimum before the run is destabilised (or overfitting): 10× δ.
 DESTABILISED_RISE = 0.1
-# ...overfitting when its training loss meanwhile fell by at least as much: the train–val gap widened by
-# twice the rise that calls a run unstable, far beyond the batch-to-batch noise of the training loss.
+# ...overfitting when its training loss meanwhile fell by at least as much: the train–val gap widened.
 OVERFITTING_TRAIN_DROP = DESTABILISED_RISE
-# The training loss at a step: its median over this fraction of the run's steps around it (one batch's loss
-# is too noisy to compare two steps by).
+# The training loss at a step: its median over this fraction of the steps around it (one batch's is too noisy).
 TRAIN_WINDOW = 0.1
-# Still improving: the last validations fell by more than this per IMPROVING_TAIL of the run's steps. Below
-# it the curve has flattened (a tenth more steps moves the result by under half of δ, the smallest difference
-# worth a claim): only then is a stall named, so a run is either still improving or stalled, never both.
+# Still improving: the last validations fell by more than IMPROVING_DROP per IMPROVING_TAIL of the steps; a stall
+# is named only below it, so a run is either still improving or stalled, never both.
 IMPROVING_TAIL = 0.1
 IMPROVING_DROP = MIN_EFFECT / 2
-# With fewer than two validations there is no validation slope: the training curve is read instead, over its
-# last IMPROVING_TRAIN_SPAN of the steps (at least IMPROVING_TRAIN_POINTS logged values). A logged training loss
-# is one batch's, so a fall must also be a least-squares slope below 0 at one-sided p <= IMPROVING_TRAIN_ALPHA
-# (with independent batch noise, a flat curve is called improving at most that often; docs/diagnosis.md), and
-# as steep as IMPROVING_DROP per IMPROVING_TAIL of the steps.
+# Fewer than two validations: the training curve's last IMPROVING_TRAIN_SPAN of the steps (at least
+# IMPROVING_TRAIN_POINTS values) is read, a fall a least-squares slope below 0 at one-sided p <= the ALPHA.
 IMPROVING_TRAIN_SPAN = 1 / 3
 IMPROVING_TRAIN_POINTS = 4
 IMPROVING_TRAIN_ALPHA = 0.05
-# nats/char a validation loss must rise above its lowest value before to be a loss spike: 5× the rise that
-# calls a run destabilised, over half of Tiny Shakespeare's unigram-to-bigram gap (0.86), about 30× the noise
-# of a 200-window validation. A smaller transient is not named; one that lasts to the end is `destabilised`.
+# nats/char a validation loss must rise above its lowest before to be a loss spike (5× DESTABILISED_RISE)...
 SPIKE_RISE = 0.5
-# ...and it came back down when a later validation is below the earlier lowest + SPIKE_RISE (recovered), or at
-# least fell this share of its rise from the peak by the end (came down, not recovered); a rise that stays
-# up is not a spike but `destabilised`.
+# ...that came back down: below that lowest + SPIKE_RISE (recovered), or by this share of its rise by the end.
 SPIKE_RETURN = 0.5
-# Fraction of a block's FFN units (for a gated FFN, its gate's) that never fired on the health callback's
-# fixed batch: a tenth of the block's width lost. Healthy runs sit under 1% (ReLU at lr 1e-3: 0-0.8%); ReLU
-# at lr 3e-2 lost 13-38% per block.
+# Fraction of a block's FFN units (a gated FFN: its gate's) that never fired on the fixed batch: a tenth of its width.
 DEAD_FRACTION = 0.1
-# Logged measurements an episode that ended must span to be named: one is a single batch's reading (a run's
-# first steps often cross a threshold once); one lasting to the end is named from its first.
+# Readings an episode that ended must span to be named (one is a single batch's); one to the end needs one.
 RECOVERED_EPISODE = 2
-# Consecutive logged readings the rule must fail in to end an episode (a recovery): one reading back across
-# the threshold is a single batch's, as an episode of one reading is; a shorter break, at the end of the run
-# too, belongs to the episode, which then began at its first reading (docs/diagnosis.md).
+# Readings in a row the rule must fail in to end an episode: a shorter break belongs to the episode.
 RECOVERY_READINGS = 2
 
 DIVERGED = "diverged"
@@ -113,6 +93,15 @@ class Finding:
         return self.until is not None
 
 
+@dataclass(frozen=True)
+class HealthCurve:
+    """One `training_health/<quantity>/block_<block>` curve: its tag, its block and its (step, value) readings."""
+
+    tag: str
+    block: int
+    series: Series
+
+
 def diagnose(run: RunSummary, reference: Mapping[str, float] | None = None) -> list[Finding]:
     """Everything `run` shows, most severe first; `reference`: its validation split's uniform, unigram and
     bigram levels. A run without curves gets only what its record says."""
@@ -120,8 +109,6 @@ def diagnose(run: RunSummary, reference: Mapping[str, float] | None = None) -> l
         return [_diverged(run)]
     if run.status != "completed":
         return []
-    # One token of context has no spread and no key to choose: its health curves say nothing.
-    context = (run.model or {}).get("block_size")
     val = [(step, value) for step, value, _ in run.val_curve if math.isfinite(value)]
     spike = _spike(val)
     # The fall back from a spike is its recovery, not the budget ending: the slope is read without it.
@@ -129,50 +116,50 @@ def diagnose(run: RunSummary, reference: Mapping[str, float] | None = None) -> l
     improving = _improving_by(run, calm) if len(val) >= 2 else _improving_from_training(run, len(val))
     low_step, low = min(val, key=lambda point: point[1]) if val else (None, math.nan)
     rose = len(val) >= 2 and val[-1][1] - low > DESTABILISED_RISE
-    # A stall only once the validation curve has flattened: one point cannot show that (can't tell is not
-    # flat); and not for a loss that rose back above a level: the rise is the cause then.
-    stalls = _stalls(run, reference) if improving is None and not rose and len(val) >= 2 else []
-    findings = [*stalls, *(_health(run) if context != 1 else [])]
-    if spike is not None:
-        findings.insert(0, spike[0])
-    if rose:
-        findings.insert(0, _rose(run, low_step, low, val[-1], val[-1][1] - low))
-    elif improving is not None:
-        what, tag = improving
-        # What the curve shows, no more: whether the budget or the design limits the result is for the
-        # comparison to say (a setting still learning can still be `worse` at this budget).
-        findings.append(Finding(STILL_IMPROVING, f"{what}: {STILL_LEARNING}", None, tag))
-    share = run.val_in_training
-    if share is not None and share > VAL_IN_TRAINING_SHARE:
-        findings.insert(0, Finding(
-            VALIDATION_IN_TRAINING, f"{share:.0%} of its validation characters lie in lines or passages found "
-            f"verbatim in its training split (above {VAL_IN_TRAINING_SHARE:.0%}): its validation loss measures "
-            "what it memorised, not what it generalises to; the corpus repeats itself", None, "loss/val",
-        ))  # fmt: skip
-    return findings
+    # A stall only once the validation curve has flattened (one point cannot show that), and not for a loss
+    # that rose back above a level: the rise is the cause then.
+    stall = _stall(run, reference) if improving is None and not rose and len(val) >= 2 else None
+    # One token of context has no spread and no key to choose: its health curves say nothing.
+    health = (
+        (_collapse, _starved, _saturated, _dead_units) if (run.model or {}).get("block_size") != 1 else ()
+    )
+    # What the curve shows, no more: whether budget or design limits the result is the comparison's to say.
+    found = [
+        _validation_in_training(run), _rose(run, low_step, low, val[-1]) if rose else None,
+        spike and spike[0], stall, *(check(run) for check in health), None if rose else improving,
+    ]  # fmt: skip
+    return [finding for finding in found if finding is not None]
 
 
 def _diverged(run: RunSummary) -> Finding:
     """Where the loss became non-finite: the step its record names (a run before it recorded one: the first
-    non-finite training loss logged, else the last step it logged; the stop comes up to a logging interval
-    after the step that broke)."""
-    if run.diverged_at is not None:
-        return Finding(
-            DIVERGED, f"the loss became non-finite at step {run.diverged_at}", run.diverged_at, TRAIN_TAG
-        )
+    non-finite training loss logged, else the last step it logged)."""
     logged = next((step for step, value in run.train_curve if not math.isfinite(value)), None)
-    if logged is not None:
-        return Finding(
-            DIVERGED, f"the training loss was first logged non-finite at step {logged}", logged, TRAIN_TAG
-        )
-    return Finding(DIVERGED, f"the loss became non-finite by step {run.steps}", run.steps, TRAIN_TAG)
+    if run.diverged_at is not None:
+        step, what = run.diverged_at, "the loss became non-finite at step"
+    elif logged is not None:
+        step, what = logged, "the training loss was first logged non-finite at step"
+    else:
+        step, what = run.steps, "the loss became non-finite by step"
+    return Finding(DIVERGED, f"{what} {step}", step, TRAIN_TAG)
+
+
+def _validation_in_training(run: RunSummary) -> Finding | None:
+    share = run.val_in_training
+    if share is None or not share > VAL_IN_TRAINING_SHARE:
+        return None
+    return Finding(
+        VALIDATION_IN_TRAINING, f"{share:.0%} of its validation characters lie in lines or passages found "
+        f"verbatim in its training split (above {VAL_IN_TRAINING_SHARE:.0%}): its validation loss measures "
+        "what it memorised, not what it generalises to; the corpus repeats itself", None, VAL_TAG,
+    )  # fmt: skip
 
 
 def _spike(val: Series) -> tuple[Finding, int, int] | None:
     """The highest loss spike of the validation curve, with its first step and the last step before the curve
-    was back within DESTABILISED_RISE of its lowest before (what a slope must not read): a rise
-    of more than SPIKE_RISE above the lowest loss before it that came back down (below that lowest +
-    SPIKE_RISE: recovered, `until` its last step above; or by SPIKE_RETURN of its rise by the end)."""
+    was back within DESTABILISED_RISE of its lowest before (what a slope must not read): a rise of more than
+    SPIKE_RISE above the lowest loss before it that came back down (below that lowest + SPIKE_RISE: recovered,
+    `until` its last step above; or by SPIKE_RETURN of its rise by the end)."""
     found = []
     low, index = math.inf, 0
     while index < len(val):
@@ -180,21 +167,15 @@ def _spike(val: Series) -> tuple[Finding, int, int] | None:
             low = min(low, val[index][1])
             index += 1
             continue
-        end = index
-        while end < len(val) and val[end][1] > low + SPIKE_RISE:
-            end += 1
+        end = _first_below(val, index, low + SPIKE_RISE)
+        settled = _first_below(val, end, low + DESTABILISED_RISE)  # still falling back until within it
         inside = val[index:end]
         peak_step, peak = max(inside, key=lambda point: point[1])
         recovered = end < len(val)
         after_step, after = val[end] if recovered else val[-1]
-        settled = end  # still falling back until within DESTABILISED_RISE of the lowest before
-        while settled < len(val) and val[settled][1] > low + DESTABILISED_RISE:
-            settled += 1
         if recovered or peak - after >= SPIKE_RETURN * (peak - low):
-            found.append(
-                (peak, low, inside[0][0], inside[-1][0], peak_step, after_step, after, recovered,
-                 val[settled - 1][0])
-            )  # fmt: skip
+            found.append((peak, low, inside[0][0], inside[-1][0], peak_step, after_step, after, recovered,
+                          val[settled - 1][0]))  # fmt: skip
         index = end
     if not found:
         return None
@@ -208,29 +189,35 @@ def _spike(val: Series) -> tuple[Finding, int, int] | None:
     finding = Finding(
         LOSS_SPIKE, f"the validation loss rose from {low:.2f} (its lowest before) to a peak of {peak:.2f} at "
         f"step {peak_step}, more than {SPIKE_RISE:g} above it from step {first} to {last}, {ended}{others}",
-        first, "loss/val", last if recovered else None,
+        first, VAL_TAG, last if recovered else None,
     )  # fmt: skip
     return finding, first, settled
 
 
-def _rose(run: RunSummary, low_step: int, low: float, end: tuple[int, float], rise: float) -> Finding:
+def _first_below(val: Series, start: int, level: float) -> int:
+    """The index of the first value of `val` from `start` at or below `level` (len(val): none is)."""
+    return next((index for index in range(start, len(val)) if val[index][1] <= level), len(val))
+
+
+def _rose(run: RunSummary, low_step: int, low: float, end: tuple[int, float]) -> Finding:
     """Overfitting when the training loss kept falling while the validation loss rose from its minimum (the
     gap widened from that step); destabilised when it did not (both rose), or when there is no training curve
     to tell."""
+    rise = end[1] - low
     then, now = train_loss_near(run, low_step), train_loss_near(run, end[0])
     if then is not None and now is not None and then - now >= OVERFITTING_TRAIN_DROP:
         gap_then, gap_now = low - then, end[1] - now
         return Finding(
             OVERFITTING, f"the training loss fell {then:.3f} → {now:.3f} while the validation loss rose {rise:.2f} "
             f"from its minimum {low:.3f}: the train–val gap widened {gap_then:.2f} → {gap_now:.2f}, too little "
-            "data or regularisation for the steps", low_step, "loss/val",
+            "data or regularisation for the steps", low_step, VAL_TAG,
         )  # fmt: skip
     trained = f" (training loss {then:.3f} → {now:.3f})" if then is not None and now is not None else ""
     return Finding(
         DESTABILISED,
         f"the validation loss rose {rise:.2f} from its minimum {low:.3f}{trained}",
         low_step,
-        "loss/val",
+        VAL_TAG,
     )
 
 
@@ -245,61 +232,52 @@ def train_loss_near(run: RunSummary, step: int) -> float | None:
     return statistics.median(near) if near else min(curve, key=lambda point: abs(point[0] - step))[1]
 
 
-def _stalls(run: RunSummary, reference: Mapping[str, float] | None) -> list[Finding]:
+def _stall(run: RunSummary, reference: Mapping[str, float] | None) -> Finding | None:
+    """Ignores context (at or above the unigram level) or stalled at the bigram level, from the final loss."""
     final = run.final_val_loss
     if not reference or final is None or not math.isfinite(final):
-        return []
-    val = [(step, value) for step, value, _ in run.val_curve]
+        return None
     unigram, bigram = reference["unigram"], reference["bigram"]
     if final >= unigram - STALL_MARGIN:
-        step = since(val, lambda v: v <= unigram + STALL_MARGIN)  # reached it, and got no further
         where = "is" if final <= unigram + STALL_MARGIN else "is above"
-        return [Finding(
-            IGNORES_CONTEXT, f"its final loss {final:.3f} {where} the unigram level {unigram:.3f}: it learned "
-            "at most the characters' frequencies, nothing of their context", step, "loss/val",
-        )]  # fmt: skip
-    if abs(final - bigram) <= STALL_MARGIN:
-        step = since(val, lambda v: v <= bigram + STALL_MARGIN)
-        return [Finding(
-            BIGRAM_STALL, f"its final loss {final:.3f} is the bigram level {bigram:.3f}: it predicts from "
-            "the last character alone", step, "loss/val",
-        )]  # fmt: skip
-    return []
+        kind, level = IGNORES_CONTEXT, unigram
+        what = f"{where} the unigram level {unigram:.3f}: it learned at most the characters' frequencies, nothing of their context"
+    elif abs(final - bigram) <= STALL_MARGIN:
+        kind, level = BIGRAM_STALL, bigram
+        what = f"is the bigram level {bigram:.3f}: it predicts from the last character alone"
+    else:
+        return None
+    val = [(step, value) for step, value, _ in run.val_curve]
+    step = since(val, lambda v: v <= level + STALL_MARGIN)  # reached it, and got no further
+    return Finding(kind, f"its final loss {final:.3f} {what}", step, VAL_TAG)
 
 
-def _health(run: RunSummary) -> list[Finding]:
-    findings = []
-    spread = deepest(run, "token_spread")
-    if spread is not None:
-        tag, series = spread
-        found = episode(series, _collapsed)
-        if found is not None:
-            start, until = found
-            low = min(v for s, v in series if start <= s <= (until if until is not None else math.inf))
-            after = "" if until is None else f", then recovered to {_after(series, until):.2g}"
-            breaks = brief_breaks(series, start, until, _collapsed)
-            if breaks:  # named, so that a reader of the curve sees why they are not a recovery
-                readings = ", ".join(f"{value:.2g} at step {step}" for step, value in breaks)
-                after += (
-                    f"; back above {COLLAPSED_SPREAD:g} at {len(breaks)} reading{'s' if len(breaks) > 1 else ''} "
-                    f"({readings}), never {RECOVERY_READINGS} in a row: not a recovery"
-                )
-            if until is None:  # a collapse to the end may have begun earlier, with a recovery between
-                earlier = episode([(step, v) for step, v in series if step < start], _collapsed)
-                if earlier is not None and earlier[1] is not None:
-                    after += (
-                        f"; it had collapsed before, from step {earlier[0]} to {earlier[1]}, and recovered to "
-                        f"{_after(series, earlier[1]):.2g} in between"
-                    )
-            findings.append(Finding(
-                COLLAPSED, f"the last block's token spread fell to {low:.1e}{_span(start, until)} (below "
-                f"{COLLAPSED_SPREAD:g}; about 1 for independent tokens){after}", start, tag, until,
-            ))  # fmt: skip
-    for check in (_starved, _saturated, _dead_units):
-        found = check(run)
-        if found is not None:
-            findings.append(found)
-    return findings
+def _collapse(run: RunSummary) -> Finding | None:
+    """The deepest block's token spread below COLLAPSED_SPREAD, in its episode."""
+    curve = _deepest(run, "token_spread")
+    found = None if curve is None else episode(curve.series, _collapsed)
+    if found is None:
+        return None
+    series, (start, until) = curve.series, found
+    inside = _within(series, start, until)
+    after = "" if until is None else f", then recovered to {_after(series, until):.2g}"
+    breaks = [(step, value) for step, value in inside if not _collapsed(value)]
+    if breaks:  # named, so that a reader of the curve sees why they are not a recovery
+        readings = ", ".join(f"{value:.2g} at step {step}" for step, value in breaks)
+        after += (
+            f"; back above {COLLAPSED_SPREAD:g} at {len(breaks)} reading{'s' if len(breaks) > 1 else ''} "
+            f"({readings}), never {RECOVERY_READINGS} in a row: not a recovery"
+        )
+    earlier = episode([(s, v) for s, v in series if s < start], _collapsed) if until is None else None
+    if earlier is not None and earlier[1] is not None:  # a collapse to the end that had recovered before
+        after += (
+            f"; it had collapsed before, from step {earlier[0]} to {earlier[1]}, and recovered to "
+            f"{_after(series, earlier[1]):.2g} in between"
+        )
+    return Finding(
+        COLLAPSED, f"the last block's token spread fell to {min(v for _, v in inside):.1e}{_span(start, until)} "
+        f"(below {COLLAPSED_SPREAD:g}; about 1 for independent tokens){after}", start, curve.tag, until,
+    )  # fmt: skip
 
 
 def _collapsed(spread: float) -> bool:
@@ -309,77 +287,72 @@ def _collapsed(spread: float) -> bool:
 def _dead_units(run: RunSummary) -> Finding | None:
     """The block with the most FFN units dead in its episode above DEAD_FRACTION (one lasting to the end
     before one that recovered)."""
-    found = []
-    for tag, series in _by_block(run, "dead_units").items():
-        span = episode(series, lambda v: v > DEAD_FRACTION)
-        if span is not None:
-            start, until = span
-            worst = max(v for s, v in series if start <= s <= (until if until is not None else math.inf))
-            found.append((until is None, worst, -start, tag, span))
+    found = [
+        (until is None, max(v for _, v in inside), -start, curve.tag, curve, start, until)
+        for curve, (start, until), inside in _episodes(_by_block(run, "dead_units").values(), lambda v: v > DEAD_FRACTION)
+    ]  # fmt: skip
     if not found:
         return None
-    *_, tag, (start, until) = max(found)
-    worst = max(v for s, v in run.health[tag] if start <= s <= (until if until is not None else math.inf))
-    after = "" if until is None else f", then {_after(run.health[tag], until):.0%}"
+    _, worst, *_, curve, start, until = max(found)
+    after = "" if until is None else f", then {_after(curve.series, until):.0%}"
     return Finding(
-        DEAD_UNITS, f"up to {worst:.0%} of block {_block(tag)}'s FFN units never fired on the fixed batch"
+        DEAD_UNITS, f"up to {worst:.0%} of block {curve.block}'s FFN units never fired on the fixed batch"
         f"{_span(start, until)} (above {DEAD_FRACTION:.0%}; healthy runs under 1%){after}: width the run pays "
-        "for and does not use", start, tag, until,
+        "for and does not use", start, curve.tag, until,
     )  # fmt: skip
 
 
 def _starved(run: RunSummary) -> Finding | None:
-    grads = {name: deepest(run, f"grad_{name}") for name in ("w_q", "w_k", "w_v", "w_o")}
-    if any(found is None for found in grads.values()):
+    """The deepest block's W_q and W_k gradient norms below STARVED_RATIO of W_v's and W_o's, in its episode."""
+    grads = {name: _deepest(run, f"grad_{name}") for name in ("w_q", "w_k", "w_v", "w_o")}
+    if any(curve is None for curve in grads.values()):
         return None
-    by_step = {name: dict(found[1]) for name, found in grads.items()}
-    steps = sorted(set.intersection(*(set(values) for values in by_step.values())))
+    by_step = {name: dict(curve.series) for name, curve in grads.items()}
+    q, k, v, o = by_step.values()
+    steps = sorted(set(q) & set(k) & set(v) & set(o))
     ratios = [
-        (step, max(by_step["w_q"][step], by_step["w_k"][step]) / max(by_step["w_v"][step], by_step["w_o"][step]))
-        for step in steps
-        if min(by_step["w_v"][step], by_step["w_o"][step]) > 0
-    ]  # fmt: skip
+        (step, max(q[step], k[step]) / max(v[step], o[step])) for step in steps if min(v[step], o[step]) > 0
+    ]
     found = episode(ratios, lambda r: r < STARVED_RATIO)
     if found is None:
         return None
     step, until = found
     last = until if until is not None else steps[-1]
     return Finding(
-        STARVED, f"the last block's W_q gradient norm is {by_step['w_q'][last]:.1e} against W_v's "
-        f"{by_step['w_v'][last]:.1e}{_span(step, until)} (below {STARVED_RATIO:g}×): its attention cannot learn "
-        "where to look", step, grads["w_q"][0], until,
+        STARVED, f"the last block's W_q gradient norm is {q[last]:.1e} against W_v's {v[last]:.1e}"
+        f"{_span(step, until)} (below {STARVED_RATIO:g}×): its attention cannot learn where to look",
+        step, grads["w_q"].tag, until,
     )  # fmt: skip
 
 
 def _saturated(run: RunSummary) -> Finding | None:
     """The block whose attention saturated first: entropy below the floor with its largest logit above the
     ceiling, in an episode (one lasting to the end before one that recovered)."""
+    logit_curves = _by_block(run, "attn_max_logit")
+    logits = {block: dict(curve.series) for block, curve in logit_curves.items()}
+    joint = [  # each block's entropy where its largest logit was read too, under the logit's tag
+        HealthCurve(logit_curves[block].tag, block, [(s, v) for s, v in c.series if s in logits[block]])
+        for block, c in _by_block(run, "attn_entropy").items() if block in logits
+    ]  # fmt: skip
     found = []
-    for tag, entropy in _by_block(run, "attn_entropy").items():
-        logits = dict(run.health.get(tag.replace("/attn_entropy/", "/attn_max_logit/"), []))
-        joint = [(step, value) for step, value in entropy if step in logits]
-        span = episode(joint, lambda v: v < SATURATED_ENTROPY)
-        if span is None:
-            continue
-        step, until = span
-        inside = [(s, v) for s, v in joint if step <= s <= (until if until is not None else math.inf)]
-        logit = max(logits[s] for s, _ in inside)
+    for curve, (step, until), inside in _episodes(joint, lambda v: v < SATURATED_ENTROPY):
+        logit = max(logits[curve.block][s] for s, _ in inside)
         if logit > SATURATED_LOGIT:
             held = [v for _, v in inside if v < SATURATED_ENTROPY]  # not a brief break's reading
-            found.append((until is not None, step, tag, held[-1], logit, until))
+            found.append((until is not None, step, curve.block, held[-1], logit, until, curve.tag))
     if not found:
         return None
-    _, step, tag, entropy, logit, until = min(found)
+    _, step, block, entropy, logit, until, tag = min(found)
     return Finding(
-        SATURATED, f"block {_block(tag)}'s attention entropy is {entropy:.3f} nats with logits up to "
+        SATURATED, f"block {block}'s attention entropy is {entropy:.3f} nats with logits up to "
         f"{logit:.0f}{_span(step, until)}: each query attends to one key and its softmax passes no gradient",
-        step, tag.replace("/attn_entropy/", "/attn_max_logit/"), until,
+        step, tag, until,
     )  # fmt: skip
 
 
-def _improving_by(run: RunSummary, val: Series) -> tuple[str, str] | None:
-    """What shows the validation loss still falling more than IMPROVING_DROP per IMPROVING_TAIL of the run's
-    steps over its last validations, and its tag; None if it is not."""
+def _improving_by(run: RunSummary, val: Series) -> Finding | None:
+    """Still improving: the validation loss still falling more than IMPROVING_DROP per IMPROVING_TAIL of the
+    run's steps over its last validations."""
     if len(val) < 2 or not run.max_steps:
         return None
     end_step, end = val[-1]
@@ -387,18 +360,13 @@ def _improving_by(run: RunSummary, val: Series) -> tuple[str, str] | None:
     earlier = [point for point in val[:-1] if point[0] <= end_step - tail] or [val[-2]]
     start_step, start = earlier[-1]
     drop = (start - end) * tail / (end_step - start_step)
-    if drop <= IMPROVING_DROP:
-        return None
-    return (
-        f"its validation loss was still falling {drop:.3f} per {IMPROVING_TAIL:.0%} of its steps at the end",
-        VAL_TAG,
-    )
+    return None if drop <= IMPROVING_DROP else _still_falling("validation", drop, "at the end", VAL_TAG)
 
 
-def _improving_from_training(run: RunSummary, validations: int) -> tuple[str, str] | None:
-    """With fewer than two validations, what shows the training loss still falling: its least-squares slope
-    over the last IMPROVING_TRAIN_SPAN of the steps (at least IMPROVING_TRAIN_POINTS logged values) below 0 at
-    one-sided p <= IMPROVING_TRAIN_ALPHA and steeper than IMPROVING_DROP per IMPROVING_TAIL of the steps."""
+def _improving_from_training(run: RunSummary, validations: int) -> Finding | None:
+    """With fewer than two validations, still improving: the training loss's least-squares slope over the last
+    IMPROVING_TRAIN_SPAN of the steps (at least IMPROVING_TRAIN_POINTS logged values) below 0 at one-sided
+    p <= IMPROVING_TRAIN_ALPHA and steeper than IMPROVING_DROP per IMPROVING_TAIL of the steps."""
     curve = [(step, value) for step, value in run.train_curve if math.isfinite(value)]
     if len(curve) < IMPROVING_TRAIN_POINTS or not run.max_steps:
         return None
@@ -411,11 +379,18 @@ def _improving_from_training(run: RunSummary, validations: int) -> tuple[str, st
     if drop <= IMPROVING_DROP or not p_value <= IMPROVING_TRAIN_ALPHA:
         return None
     points = "no validation point" if validations == 0 else "one validation point"
-    return (
-        f"its training loss was still falling {drop:.3f} per {IMPROVING_TAIL:.0%} of its steps over its last "
-        f"{len(last)} logged values ({last[0][1]:.2f} at step {last[0][0]} → {last[-1][1]:.2f} at step "
-        f"{last[-1][0]}; slope p = {p_value:.2g}), read from the training curve: it has {points}",
-        TRAIN_TAG,
+    return _still_falling("training", drop, (
+        f"over its last {len(last)} logged values ({last[0][1]:.2f} at step {last[0][0]} → {last[-1][1]:.2f} at "
+        f"step {last[-1][0]}; slope p = {p_value:.2g}), read from the training curve: it has {points}"
+    ), TRAIN_TAG)  # fmt: skip
+
+
+def _still_falling(loss: str, drop: float, how: str, tag: str) -> Finding:
+    return Finding(
+        STILL_IMPROVING,
+        f"its {loss} loss was still falling {drop:.3f} per {IMPROVING_TAIL:.0%} of its steps {how}: {STILL_LEARNING}",
+        None,
+        tag,
     )
 
 
@@ -441,11 +416,21 @@ def episode(series: Series, holds: Callable[[float], bool]) -> tuple[int, int | 
     return series[first][0], series[end][0]
 
 
-def brief_breaks(series: Series, start: int, until: int | None, holds: Callable[[float], bool]) -> Series:
-    """The readings inside the episode from `start` to `until` (None: the end) where `holds` failed: breaks
-    shorter than RECOVERY_READINGS, not recoveries."""
-    last = until if until is not None else math.inf
-    return [(step, value) for step, value in series if start <= step <= last and not holds(value)]
+def _episodes(
+    curves: Sequence[HealthCurve], holds: Callable[[float], bool]
+) -> Iterator[tuple[HealthCurve, tuple[int, int | None], Series]]:
+    """Each curve's `episode` where `holds`, with the readings inside it."""
+    for curve in curves:
+        found = episode(curve.series, holds)
+        if found is not None:
+            yield curve, found, _within(curve.series, *found)
+
+
+def _within(series: Series, start: int, until: int | None) -> Series:
+    """The readings of `series` from step `start` to `until` (None: the end)."""
+    return [
+        (step, value) for step, value in series if start <= step <= (math.inf if until is None else until)
+    ]
 
 
 def _after(series: Series, until: int) -> float:
@@ -457,10 +442,6 @@ def _span(start: int, until: int | None) -> str:
     return "" if until is None else f" at steps {start}–{until}"
 
 
-def _block(tag: str) -> str:
-    return tag.rsplit("_", 1)[1].lstrip("0")
-
-
 def since(series: Series, holds: Callable[[float], bool]) -> int | None:
     """The first step from which `holds` is true of every later value of `series` (the last included);
     None if it does not hold at the end."""
@@ -470,15 +451,14 @@ def since(series: Series, holds: Callable[[float], bool]) -> int | None:
     return start
 
 
-def _by_block(run: RunSummary, quantity: str) -> dict[str, list[tuple[int, float]]]:
+def _by_block(run: RunSummary, quantity: str) -> dict[int, HealthCurve]:
+    """The run's `training_health/<quantity>/block_<k>` curves that have readings, by block."""
     prefix = f"{HEALTH_PREFIX}{quantity}/block_"
-    return {tag: series for tag, series in run.health.items() if tag.startswith(prefix) and series}
+    curves = (HealthCurve(tag, int(tag.removeprefix(prefix)), series) for tag, series in run.health.items()
+              if tag.startswith(prefix) and series)  # fmt: skip
+    return {curve.block: curve for curve in curves}
 
 
-def deepest(run: RunSummary, quantity: str) -> tuple[str, list[tuple[int, float]]] | None:
-    """The deepest block's `training_health/<quantity>` curve: (tag, (step, value) by step)."""
-    tags = _by_block(run, quantity)
-    if not tags:
-        return None
-    tag = max(tags, key=lambda t: int(t.rsplit("_", 1)[1]))
-    return tag, tags[tag]
+def _deepest(run: RunSummary, quantity: str) -> HealthCurve | None:
+    curves = _by_block(run, quantity)
+    return curves[max(curves)] if curves else None
