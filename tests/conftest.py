@@ -17,7 +17,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="tinylm-tests-hf-"))
 
 from hydra import compose, initialize_config_module
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 import tinylm.training.resolvers  # noqa: F401  (registers the resolvers the configs use)
 
@@ -60,6 +60,13 @@ def compose_train(tmp_path: Path, overrides: list[str] = ()) -> DictConfig:
         cfg.run_dir = str(tmp_path)
         cfg.run_name = ",".join(o for o in overrides if not o.startswith(("+", "~"))) or "test"
     return cfg
+
+
+def job_cfg(run_dir: Path) -> DictConfig:
+    """The least config a job passes the checks before imports with, for tests that replace its training."""
+    trainer = {"max_steps": 1, "val_check_interval": 1, "log_every_n_steps": 1}
+    job = {"run_dir": str(run_dir), "run_name": "test", "optimized_metric": "loss/val", "seed": 0}
+    return OmegaConf.create({**job, "trainer": trainer})
 
 
 class PickledCode:

@@ -151,6 +151,12 @@ ROWS = [
         ["model.n_layers is not a setting; did you mean model.n_layer?"],
     ),
     BadInput(
+        "data-block-size-is-the-models",
+        "train.py",
+        lambda t, e: ["data.block_size=16"],
+        ["data.block_size is not a setting; did you mean model.block_size?"],
+    ),
+    BadInput(
         "unparsable-override",
         "train.py",
         lambda t, e: ["norm"],

@@ -23,11 +23,10 @@ from types import SimpleNamespace
 import pytest
 import tbparse
 import torch
-from conftest import REPO, SHRINK, PickledCode, compose_train
+from conftest import REPO, SHRINK, PickledCode, compose_train, job_cfg
 from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import OmegaConf
 from script_runner import run_script_in_process
 
 import tinylm.training.run
@@ -495,7 +494,7 @@ def test_a_signal_stops_a_sweep_and_its_job_is_recorded_interrupted(tmp_path, mo
         raise Interrupted("stopped by SIGINT after step 3; saved ...", signum=signal.SIGINT, step=3)
 
     monkeypatch.setattr(tinylm.training.run, "prepare", lambda cfg, *passed: SimpleNamespace(fit=stopped))
-    cfg = OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "loss/val"})
+    cfg = job_cfg(tmp_path)
     with pytest.raises(Interrupted):
         objective(cfg, keep_going=True)  # a sweep that goes on after failures still stops here
     assert read_run_record(tmp_path)["status"] == "interrupted"
@@ -511,7 +510,7 @@ def test_a_diverged_job_records_the_step_whose_loss_became_non_finite(tmp_path, 
         )
 
     monkeypatch.setattr(tinylm.training.run, "prepare", lambda cfg, *passed: SimpleNamespace(fit=diverged))
-    cfg = OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "loss/val"})
+    cfg = job_cfg(tmp_path)
     assert objective(cfg, keep_going=True) == math.inf
     record = read_run_record(tmp_path)
     assert (record["status"], record[DIVERGED_AT]) == ("diverged", 104)
@@ -524,7 +523,7 @@ def test_bad_input_never_replaces_the_record_of_a_run_already_there(tmp_path, mo
         raise ConfigError("model.d_model=30 must be divisible by n_head=4")
 
     monkeypatch.setattr(tinylm.training.run, "prepare", mistyped)  # refused by the checks
-    cfg = OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "loss/val"})
+    cfg = job_cfg(tmp_path)
     with pytest.raises(ConfigError):
         objective(cfg)
     assert read_run_record(tmp_path) == {"status": "completed", "step": 6}
@@ -539,7 +538,7 @@ def test_a_refused_command_records_nothing_in_a_killed_run(tmp_path, monkeypatch
         raise ConfigError("optim.lr=-1 must be a number > 0")
 
     monkeypatch.setattr(tinylm.training.run, "prepare", mistyped)  # refused by the checks
-    cfg = OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "loss/val"})
+    cfg = job_cfg(tmp_path)
     with pytest.raises(ConfigError):
         objective(cfg)
     assert read_run_record(tmp_path) is None and sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]

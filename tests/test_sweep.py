@@ -13,7 +13,7 @@ import optuna
 import pytest
 import tbparse
 import tinylm.conf
-from conftest import run_sweep, small_corpus, sweep_args
+from conftest import job_cfg, run_sweep, small_corpus, sweep_args
 from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
@@ -103,7 +103,7 @@ def fake_run(monkeypatch):
 
 
 def _job_cfg(tmp_path: Path):
-    return OmegaConf.create({"run_dir": str(tmp_path), "run_name": "test", "optimized_metric": "loss/val"})
+    return job_cfg(tmp_path)
 
 
 def test_run_job_returns_the_optimized_metric(tmp_path, fake_run):

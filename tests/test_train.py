@@ -72,7 +72,7 @@ def _assert_run_dir_complete(run_dir: Path, norm: str, act: str) -> None:
     config = OmegaConf.load(config_file)
     assert (config.model.norm, config.model.act) == (norm, act)
     assert config.run_dir == str(run_dir)
-    assert config.data.block_size == config.model.block_size == 32
+    assert config.model.block_size == 32 and "block_size" not in config.data  # the model's, not data's
 
     tokenizer = CharTokenizer.load(run_dir / "tokenizer.json")
     assert tokenizer.vocab_size > 10
@@ -710,13 +710,16 @@ def test_a_script_run_checks_each_setting_once(tmp_path, monkeypatch):
     assert sorted(key for key in set(checked) if checked.count(key) > 1) == []
 
 
-def test_a_data_block_size_other_than_the_models_is_refused(tmp_path):
-    from tinylm.training.early_checks import check_before_imports
+def test_the_windows_are_the_models_context_and_the_vocabulary_the_corpus_not_settings(tmp_path):
     from tinylm.training.settings import RunSettings
 
-    cfg = compose_train(tmp_path, ["data.block_size=16"])
-    with pytest.raises(ConfigError, match=r"data.block_size=16 must equal model.block_size=32"):
-        RunSettings.from_cfg(cfg, check_before_imports(cfg))
+    assert RunSettings.from_cfg(compose_train(tmp_path)).data.block_size == 32  # model.block_size
+    for key, why in [
+        ("data.block_size", r"did you mean model\.block_size\?"),
+        ("model.vocab_size", "the vocabulary is the corpus's characters"),
+    ]:
+        with pytest.raises(ConfigError, match=rf"^{re.escape(key)} is not a setting; {why}"):
+            RunSettings.from_cfg(compose_train(tmp_path, [f"+{key}=16"]))
 
 
 def test_a_resume_names_the_schedule_settings_that_moved_and_the_rate_before_and_after():

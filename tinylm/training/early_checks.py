@@ -1,7 +1,7 @@
-"""The settings of a training run that plain Python can check from the config alone, checked here and nowhere
-else, before torch and Lightning load: `trainer.max_steps=abc` is refused in a moment, not after seconds of
-imports. scripts/train.py checks them at its boundary and hands the result on; `run(cfg)` checks them itself
-for the callers that do not come through a script."""
+"""The part of a training run's settings that plain Python can check from the config alone, checked here and
+nowhere else, before torch and Lightning load: `trainer.max_steps=abc` is refused in a moment, not after
+seconds of imports. scripts/train.py checks them at its boundary and hands the result on; `run(cfg)` checks
+them itself for the callers that do not come through a script. The rest of the schema: settings.py."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from tinylm import checks
+from tinylm.layout import METRICS
 
 
 @dataclass(frozen=True)
@@ -21,11 +22,13 @@ class EarlySettings:
     # The trainer settings that count optimizer steps, by their `trainer.` name: training windows are an
     # endless stream, so steps, not epochs, end a run, and intervals are whole steps.
     steps: dict[str, int]
+    # The metric a run hands its sweeper (None: none), one of the metrics a run records.
+    optimized_metric: str | None = None
 
 
 def check_before_imports(cfg: DictConfig) -> EarlySettings:
-    """Check the step counts, the seed and a local corpus's files; what scripts/train.py runs before it imports
-    torch and Lightning."""
+    """Check the step counts, the seed, the optimized metric and a local corpus's files; what scripts/train.py
+    runs before it imports torch and Lightning."""
     trainer = cfg.get("trainer")
     values: dict[str, Any] = OmegaConf.to_container(trainer, resolve=True) if trainer is not None else {}
     steps = {
@@ -42,8 +45,13 @@ def check_before_imports(cfg: DictConfig) -> EarlySettings:
             "trainer.log_every_n_steps", values.get("log_every_n_steps")
         ),
     }
+    metric = cfg.get("optimized_metric")
     _check_local_corpus(cfg.get("data"))
-    return EarlySettings(seed=checks.whole_number("seed", cfg.get("seed"), minimum=0), steps=steps)
+    return EarlySettings(
+        seed=checks.whole_number("seed", cfg.get("seed"), minimum=0),
+        steps=steps,
+        optimized_metric=None if metric is None else checks.choice("optimized_metric", metric, METRICS),
+    )
 
 
 def _check_local_corpus(data: DictConfig | None) -> None:

@@ -6,7 +6,8 @@ objective(cfg, early)                          scripts/train.py's task: run, the
       settings = RunSettings.from_cfg(...)       every setting checked, once (the step counts and seed
                                                  came checked from early_checks.py, before torch loaded)
       resumed  = resume_checkpoint(...)          the checkpoint to continue, read once
-      data     = load_data(settings, resumed)    the corpus tokenised (cached), split, prompt checked
+      data     = load_data(settings, resumed)    the corpus tokenised (cached), split
+      prompt   = settings.sample.prompt_for(...)  the sample's prompt, checked against the corpus
       module   = build_module(settings, ...)     the GPT in its LightningModule
       trainer  = build_trainer(settings, ...)    callbacks, logger, checkpoint writer
     PreparedRun.fit()                          only now is anything written into the run directory
@@ -14,6 +15,7 @@ objective(cfg, early)                          scripts/train.py's task: run, the
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import math
@@ -77,7 +79,7 @@ from tinylm.training.distributed import (
     refuse_relaunch_in_sweep,
     shards_parameters,
 )
-from tinylm.training.early_checks import EarlySettings
+from tinylm.training.early_checks import EarlySettings, check_before_imports
 from tinylm.training.module import CharLM, schedule_change
 from tinylm.training.run_dir import RunDirectoryError, hold, point_latest_at, save_hydra_record
 from tinylm.training.settings import RunSettings
@@ -104,6 +106,7 @@ def objective(
     """
     multirun = in_multirun()
     keep_going = multirun if keep_going is None else keep_going
+    early = early or check_before_imports(cfg)
     try:
         metrics = run(cfg, early=early, multirun=multirun)
     except Exception as error:
@@ -117,7 +120,7 @@ def objective(
             log.exception("run %s %s; the sweep goes on", cfg.get("run_name"), status)
         return math.inf if isinstance(error, DIVERGENCE_ERRORS) else None
 
-    name = cfg.get("optimized_metric")
+    name = early.optimized_metric
     if not name:
         return None
     if name not in metrics:
@@ -182,10 +185,13 @@ def prepare(
             "or choose another hydra.run.dir"
         )
     datamodule = load_data(settings, resumed)
+    # A prompt the model cannot read is refused now, not after training; the sample after it uses this one.
+    prompt = settings.sample.prompt_for(datamodule.tokenizer)
     module = build_module(settings, datamodule, resumed)
     trainer = build_trainer(settings, resumed, observers)
     datamodule.check_validation_shards(trainer.world_size)
-    return PreparedRun(settings, datamodule, module, trainer, resumed, earlier_segments(settings.run_dir))
+    segments = earlier_segments(settings.run_dir)
+    return PreparedRun(settings, datamodule, module, trainer, resumed, prompt, segments)
 
 
 def load_data(settings: RunSettings, resumed: Checkpoint | None) -> CharDataModule:
@@ -193,7 +199,7 @@ def load_data(settings: RunSettings, resumed: Checkpoint | None) -> CharDataModu
     it was trained with, so its tokenizer comes from the checkpoint."""
     datamodule = CharDataModule(settings.data, resumed.tokenizer() if resumed else None)
     try:
-        tokenizer = datamodule.prepare()
+        datamodule.prepare()
     except VocabularyError as err:
         if resumed is None:
             raise
@@ -202,15 +208,16 @@ def load_data(settings: RunSettings, resumed: Checkpoint | None) -> CharDataModu
             f"{str(resumed.path)!r} lacks; resume on the corpus it was trained on, or drop ckpt_path to train "
             "from scratch"
         ) from None
-    settings.sample.prompt_for(tokenizer)  # a prompt the model cannot read is refused now, not after training
     return datamodule
 
 
 def build_module(settings: RunSettings, datamodule: CharDataModule, resumed: Checkpoint | None) -> CharLM:
     tokenizer = datamodule.tokenizer
     assert tokenizer is not None
-    model = settings.model
-    model.vocab_size = tokenizer.vocab_size  # the corpus's, not a setting: set, not checked again
+    # The checked settings with the corpus's vocabulary (not a setting): a new config, not a changed one, and
+    # not checked again.
+    model = copy.copy(settings.model)
+    model.vocab_size = tokenizer.vocab_size
     if resumed is not None:
         check_resumable(resumed, model, settings.trainer["max_steps"], settings.optim.name)
         trained = resumed.contents["hyper_parameters"].get("optim") or {}
@@ -267,6 +274,7 @@ class PreparedRun:
     module: CharLM
     trainer: L.Trainer
     resumed: Checkpoint | None
+    prompt: str  # the sample's, as the corpus's tokenizer reads it
     # How the run's earlier segments ended, when it is resumed in place (metrics.json keeps them).
     segments: list[dict[str, Any]] = field(default_factory=list)
 
@@ -318,8 +326,7 @@ class PreparedRun:
         metrics["run_dir"] = str(run_dir)
         sampler = whole_model(trainer, module)
         if trainer.is_global_zero and settings.sample.chars > 0 and sampler is not None:
-            sample = settings.sample
-            prompt = sample.prompt_for(module.tokenizer)
+            sample, prompt = settings.sample, self.prompt
             metrics["sample"] = sample_text(
                 sampler, module.tokenizer, sample.chars, prompt, sample.temperature, sample.top_k, sample.seed
             )

@@ -1,10 +1,14 @@
-"""A training run's settings as typed sections, each checked once, when the run starts, with messages that
-name the user's key (`optim.lr=0 must be a number > 0`). The step counts and the seed come checked from
-early_checks.py (before torch loads); nothing after this module re-checks a setting."""
+"""The schema of a training run's settings: typed sections (ModelConfig, DataConfig, OptimConfig, SampleConfig,
+the Trainer's keyword arguments), each checked once, when the run starts, with messages that name the user's
+key (`optim.lr=0 must be a number > 0`). The step counts, the seed and the optimized metric come checked from
+early_checks.py (before torch loads); nothing after this module re-checks a setting. The settings dataclasses,
+not Hydra's structured configs: they already name the user's key in one line, check ranges and pairs of
+settings, and ModelConfig is rebuilt from a checkpoint without Hydra."""
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -15,12 +19,11 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from tinylm import checks
 from tinylm.data import CharTokenizer, DataConfig, VocabularyError
 from tinylm.errors import ConfigError
-from tinylm.layout import METRICS
 from tinylm.model import ModelConfig
 from tinylm.training.distributed import strategy_splits_matrices
 from tinylm.training.early_checks import EarlySettings, check_before_imports
 from tinylm.training.optimizers import MUON_LR_ADJUSTMENTS, NS_DTYPES
-from tinylm.training.precision import describe_precision, resolve_precision
+from tinylm.training.precision import FULL_FP32, describe_precision, resolve_precision
 
 # AdamW's kernel: "loop" (one tensor at a time), "foreach" (batched ops), "fused" (one fused kernel).
 ADAMW_IMPLEMENTATIONS = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
@@ -100,12 +103,35 @@ class SampleConfig:
         return str(self.prompt)
 
 
+# The trainer section's settings: the keyword arguments of Lightning's Trainer (which checks their values).
+TRAINER_KEYS = frozenset(inspect.signature(L.Trainer.__init__).parameters) - {"self"}
+# Keys of a section that follow another setting, refused as settings of their own, and why: the run sets them
+# from the one setting they follow.
+FOLLOWING = {
+    "data.block_size": "did you mean model.block_size? (the windows are the model's context)",
+    "model.vocab_size": "the vocabulary is the corpus's characters, read from the corpus",
+}
+
+
+def section(cfg: DictConfig, name: str, keys: Iterable[str], see: str = "") -> dict[str, Any]:
+    """The section `name` of `cfg`, resolved, each of its keys one of `keys`, else a `ConfigError` naming it."""
+    values = OmegaConf.to_container(cfg[name], resolve=True) if cfg.get(name) is not None else {}
+    for key in values:
+        if f"{name}.{key}" in FOLLOWING:
+            raise ConfigError(f"{name}.{key} is not a setting; {FOLLOWING[f'{name}.{key}']}")
+    checks.known_keys(f"{name}.", values, keys, see)
+    return values
+
+
+def settings_of(config: type, name: str) -> list[str]:
+    """The fields of the dataclass `config` that section `name` sets (those FOLLOWING others left out)."""
+    return [f.name for f in fields(config) if f"{name}.{f.name}" not in FOLLOWING]
+
+
 def trainer_settings(trainer: dict[str, Any], steps: dict[str, int]) -> dict[str, Any]:
     """The `trainer` section: keyword arguments of `lightning.pytorch.Trainer`, its step counts as
     early_checks.py checked them, and `precision: auto` resolved to what this machine runs."""
-    known = set(inspect.signature(L.Trainer.__init__).parameters) - {"self"}
-    checks.known_keys("trainer.", trainer, known, see=" of Lightning's Trainer")
-    precision = resolve_precision(trainer.get("precision", "32-true"), trainer.get("accelerator", "auto"))
+    precision = resolve_precision(trainer.get("precision", FULL_FP32), trainer.get("accelerator", "auto"))
     return {**trainer, **steps, "precision": precision}
 
 
@@ -117,7 +143,7 @@ class RunSettings:
     cfg: DictConfig
     run_dir: Path
     seed: int
-    model: ModelConfig  # vocab_size is the corpus's, set once the corpus is read (run.build_module)
+    model: ModelConfig  # checked; the run's model has the corpus's vocabulary (run.build_module)
     optim: OptimConfig
     data: DataConfig
     trainer: dict[str, Any]
@@ -132,55 +158,46 @@ class RunSettings:
     def from_cfg(
         cls, cfg: DictConfig, early: EarlySettings | None = None, multirun: bool = False
     ) -> RunSettings:
-        """`early`: the step counts and seed as scripts/train.py checked them before torch loaded; None
-        checks them here (a caller that does not come through the script)."""
+        """`early`: the settings scripts/train.py checked before torch loaded; None checks them here (a
+        caller that does not come through the script)."""
         early = early or check_before_imports(cfg)
-
-        def section(name: str, config: type | None = None) -> dict[str, Any]:
-            values = OmegaConf.to_container(cfg[name], resolve=True) if cfg.get(name) is not None else {}
-            if config is not None:
-                checks.known_keys(f"{name}.", values, (f.name for f in fields(config)))
-            return values
-
-        requested = section("trainer")
+        requested = section(cfg, "trainer", TRAINER_KEYS, see=" of Lightning's Trainer")
         trainer = trainer_settings(requested, early.steps)
-        resolved = cfg.copy()
-        with open_dict(resolved):
-            resolved.trainer = cfg.trainer.copy()
-            resolved.trainer.precision = trainer["precision"]
-        metric = cfg.get("optimized_metric")
-        if metric is not None:
-            checks.choice("optimized_metric", metric, METRICS)
-        model = ModelConfig.from_dict(section("model"))
-        optim = OptimConfig(**section("optim", OptimConfig))
-        data = DataConfig(**section("data", DataConfig))
-        if data.block_size != model.block_size:  # the windows are the model's context, checked as model's
-            raise ConfigError(
-                f"data.block_size={data.block_size!r} must equal model.block_size={model.block_size} (the "
-                "model's context); set model.block_size and leave data.block_size to follow it"
-            )
+        model = ModelConfig(**section(cfg, "model", settings_of(ModelConfig, "model")))
+        optim = OptimConfig(**section(cfg, "optim", settings_of(OptimConfig, "optim")))
+        data = DataConfig(
+            **section(cfg, "data", settings_of(DataConfig, "data")), block_size=model.block_size
+        )
         if optim.name == "muon" and strategy_splits_matrices(trainer.get("strategy")):
             raise ConfigError(
                 f"optim.name=muon cannot train with trainer.strategy={trainer['strategy']}: Muon orthogonalises "
                 "whole weight matrices and this strategy splits them over the ranks; use optim=adamw, or "
                 "trainer=ddp"
             )
+        accelerator = trainer.get("accelerator", "auto")
         return cls(
-            cfg=resolved,
+            cfg=with_precision(cfg, trainer["precision"]),
             run_dir=Path(str(cfg.run_dir)),
             seed=early.seed,
             model=model,
             optim=optim,
             data=data,
             trainer=trainer,
-            sample=SampleConfig(**section("sample", SampleConfig)),
+            sample=SampleConfig(**section(cfg, "sample", settings_of(SampleConfig, "sample"))),
             precision_reason=describe_precision(
-                requested.get("precision", "32-true"),
-                trainer["precision"],
-                trainer.get("accelerator", "auto"),
+                requested.get("precision", FULL_FP32), trainer["precision"], accelerator
             ),
             ckpt_path=cfg.get("ckpt_path") or None,
             compile=checks.boolean("compile", cfg.get("compile", False)),
-            optimized_metric=metric,
+            optimized_metric=early.optimized_metric,
             multirun=multirun,
         )
+
+
+def with_precision(cfg: DictConfig, precision: str | int) -> DictConfig:
+    """A copy of `cfg` with `trainer.precision` as the run resolved it (what config.yaml saves)."""
+    resolved = cfg.copy()
+    with open_dict(resolved):
+        resolved.trainer = cfg.trainer.copy()
+        resolved.trainer.precision = precision
+    return resolved
