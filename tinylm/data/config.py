@@ -11,7 +11,7 @@ from tinylm.data.corpora import SOURCES
 @dataclass
 class DataConfig:
     source: str = "shakespeare"  # one of corpora.SOURCES
-    # The model's context: conf/data/*.yaml follow model.block_size, which ModelConfig checks (not again here).
+    # The model's context: a run sets it to model.block_size (training/settings.py), which ModelConfig checks.
     block_size: int = 64
     batch_size: int = 12
     val_fraction: float = 0.1  # the last fraction of the corpus validates

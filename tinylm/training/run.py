@@ -246,7 +246,7 @@ def build_trainer(
             default_root_dir=str(settings.run_dir),
             plugins=[AtomicCheckpointIO(resumed), *slurm_plugins()],
         )
-    except (TypeError, ValueError, MisconfigurationException) as err:
+    except (TypeError, ValueError, MisconfigurationException) as err:  # Lightning's checks of the values
         raise ConfigError(f"Lightning rejects the trainer settings: {err}") from None
     if settings.multirun:
         refuse_relaunch_in_sweep(trainer)

@@ -113,19 +113,16 @@ FOLLOWING = {
 }
 
 
-def section(cfg: DictConfig, name: str, keys: Iterable[str], see: str = "") -> dict[str, Any]:
-    """The section `name` of `cfg`, resolved, each of its keys one of `keys`, else a `ConfigError` naming it."""
+def section(cfg: DictConfig, name: str, settings: type | Iterable[str], see: str = "") -> dict[str, Any]:
+    """The section `name` of `cfg`, resolved, each key a setting of it (`settings`: the keys, or a dataclass
+    whose fields they are, less those FOLLOWING others), else a `ConfigError` naming the key."""
     values = OmegaConf.to_container(cfg[name], resolve=True) if cfg.get(name) is not None else {}
     for key in values:
         if f"{name}.{key}" in FOLLOWING:
             raise ConfigError(f"{name}.{key} is not a setting; {FOLLOWING[f'{name}.{key}']}")
-    checks.known_keys(f"{name}.", values, keys, see)
+    keys = [f.name for f in fields(settings)] if isinstance(settings, type) else settings
+    checks.known_keys(f"{name}.", values, [key for key in keys if f"{name}.{key}" not in FOLLOWING], see)
     return values
-
-
-def settings_of(config: type, name: str) -> list[str]:
-    """The fields of the dataclass `config` that section `name` sets (those FOLLOWING others left out)."""
-    return [f.name for f in fields(config) if f"{name}.{f.name}" not in FOLLOWING]
 
 
 def trainer_settings(trainer: dict[str, Any], steps: dict[str, int]) -> dict[str, Any]:
@@ -163,11 +160,9 @@ class RunSettings:
         early = early or check_before_imports(cfg)
         requested = section(cfg, "trainer", TRAINER_KEYS, see=" of Lightning's Trainer")
         trainer = trainer_settings(requested, early.steps)
-        model = ModelConfig(**section(cfg, "model", settings_of(ModelConfig, "model")))
-        optim = OptimConfig(**section(cfg, "optim", settings_of(OptimConfig, "optim")))
-        data = DataConfig(
-            **section(cfg, "data", settings_of(DataConfig, "data")), block_size=model.block_size
-        )
+        model = ModelConfig(**section(cfg, "model", ModelConfig))
+        optim = OptimConfig(**section(cfg, "optim", OptimConfig))
+        data = DataConfig(**section(cfg, "data", DataConfig), block_size=model.block_size)
         if optim.name == "muon" and strategy_splits_matrices(trainer.get("strategy")):
             raise ConfigError(
                 f"optim.name=muon cannot train with trainer.strategy={trainer['strategy']}: Muon orthogonalises "
@@ -183,7 +178,7 @@ class RunSettings:
             optim=optim,
             data=data,
             trainer=trainer,
-            sample=SampleConfig(**section(cfg, "sample", settings_of(SampleConfig, "sample"))),
+            sample=SampleConfig(**section(cfg, "sample", SampleConfig)),
             precision_reason=describe_precision(
                 requested.get("precision", FULL_FP32), trainer["precision"], accelerator
             ),
