@@ -790,7 +790,7 @@ def test_the_why_names_the_seed_of_every_run_that_showed_a_finding():
     """Issue 59: `dead units in 2/2 runs (seed 1, …)` named one seed for two runs: each is named, and the
     numbers are one of them's, said so."""
     from tinylm.analysis.render_sections import why_section
-    from tinylm.analysis.report_json import from_json
+    from tinylm.analysis.schema import from_json
 
     runs = [constructed(CONVERGED, HEALTHY) for _ in range(3)]
     for seed, run in zip(("2", "10", "1"), runs, strict=True):
@@ -814,7 +814,7 @@ def test_the_answer_says_when_the_budget_stopped_every_run_of_both_sides_before_
     from tinylm.analysis.grouping import Rules, group_settings, judge_families, pick_baseline
     from tinylm.analysis.render_answer import answer_section
     from tinylm.analysis.report import SweepReport
-    from tinylm.analysis.report_json import from_json, to_json
+    from tinylm.analysis.schema import from_json, to_json
     from tinylm.analysis.why import still_learning
 
     improving = [Finding(STILL_IMPROVING, "falling", None, "loss/val")]

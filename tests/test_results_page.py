@@ -135,7 +135,7 @@ def test_every_stored_report_renders_again_from_its_json_alone(report):
     """Each stored report.md is what its report.json renders to, byte for byte (issue 47, point 2), and a stored
     ladder's words across levels are re-judged when the rule changes (issues 49 and 59)."""
     from tinylm.analysis.ladder import trends
-    from tinylm.analysis.report_json import from_json
+    from tinylm.analysis.schema import from_json
     from tinylm.analysis.write_report import report_markdown
 
     folder = DOCS / "results" / report
@@ -169,7 +169,7 @@ def test_no_stored_seed_both_chose_a_rate_and_was_judged_at_it():
 def test_an_answer_open_at_the_designs_horizon_says_add_seeds_adds_no_more_and_what_it_would_take():
     """rms_vs_layer's one row is open after the 12 added seeds its design allows: the Answer must not send
     the reader to add_seeds (which stops there), and says the added seeds the row's spread would need."""
-    from tinylm.analysis.report_json import from_json
+    from tinylm.analysis.schema import from_json
     from tinylm.analysis.write_report import report_markdown
 
     record = json.loads((DOCS / "results" / "rms_vs_layer" / "report.json").read_text(encoding="utf-8"))

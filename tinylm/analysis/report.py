@@ -3,9 +3,9 @@
 `build_report` is the one pass, in the order the modules go: read the runs as typed records (runs.py), group
 the settings that differ only in their seed (grouping.py), estimate and test (estimates.py), judge the family
 against its baseline or level by level (verdicts.py, ladder.py), judge a sequential design's added seeds apart
-(sequential_design.py, sequential.py), diagnose each run and explain each setting (diagnosis.py, why.py), size what
+(sequential_design.py), diagnose each run and explain each setting (diagnosis.py, why.py), size what
 is still open (sizing.py); then the `SweepReport` is built once from those parts, and nothing changes it.
-report.md, report.json and the figures are rendered from it (render.py, report_json.py, plots.py). A run's
+report.md, report.json and the figures are rendered from it (render.py, schema.py, plots.py). A run's
 result is its final validation loss, or by `--metric` the steps or seconds at which it reached a level
 (metric.py). A run that diverged or collapsed (or, by steps or seconds, never reached the level) fails: a
 result (+inf, the worst) counted apart; a crashed or unfinished one is none.
@@ -28,12 +28,10 @@ from tinylm.analysis.grouping import (
     Rules,
     Setting,
     group_settings,
-    judge_families,
-    pick_baseline,
     tuned_settings,
     varying,
 )
-from tinylm.analysis.ladder import SCALE_KEY, Ladder, judge_ladder
+from tinylm.analysis.ladder import SCALE_KEY, Ladder, baseline_keys, judge_family
 from tinylm.analysis.metric import FINAL_LOSS, LOSS, STEPS_TO, TIME_TO, Metric
 from tinylm.analysis.runs import (
     DESIGN_CHOICES,
@@ -42,7 +40,7 @@ from tinylm.analysis.runs import (
     read_runs,
     shared_reference,
 )
-from tinylm.analysis.sequential_design import Design, baseline_keys, read_design, with_added_seeds
+from tinylm.analysis.sequential_design import Design, read_design
 from tinylm.analysis.sizing import Sizing, size_open_rows
 from tinylm.analysis.sweep_probe import probe_rows
 from tinylm.analysis.verdicts import ALPHA
@@ -95,52 +93,47 @@ class SweepReport:
     metric: Metric = (
         FINAL_LOSS  # what each run's result is: its final loss, or its steps or seconds to a level
     )
+    # The level each look after a sequential design's first judges at (None: it judges nothing); a Monte Carlo.
+    look_levels: tuple[float | None, ...] = ()
+    # Derived once, here, from the fields above (`_derived`): what every renderer reads.
+    lr_varies: bool = field(init=False)  # the rate varies and is tuned per setting (not a ladder's axis)
+    judged_apart: bool = field(init=False)  # the rate is tuned on the sweep's seeds and judged on others
+    family: list[Setting] = field(
+        init=False
+    )  # what the verdicts are about: the tuned settings when lr varies
+    family_columns: list[str] = field(init=False)  # the columns the family differs in (less a tuned rate)
+    family_baseline: Setting | None = field(init=False)
+    baselines: list[Setting] = field(init=False)  # one per level on a ladder, else the one (or none)
+    # Each family row's baseline, key to key (over the family's columns): its level's on a ladder.
+    baseline_keys: dict[tuple[Any, ...], tuple[Any, ...] | None] = field(init=False)
+    own_seeds: tuple[str, ...] | None = field(init=False)  # a sequential design's first look: the sweep's own
+    rules: Rules = field(init=False)
+    shown_family_columns: list[str] = field(
+        init=False
+    )  # the family's columns whose value varies between rows
+    # The axes the sweep varies: setting columns whose value differs between settings (a tuned rate is one).
+    swept_columns: list[str] = field(init=False)
 
-    @property
-    def lr_varies(self) -> bool:
-        """The rate varies and is tuned per setting (not a ladder's axis, where each rate is a level)."""
-        return LR in self.setting_columns and LR not in self.axis
+    def __post_init__(self) -> None:
+        for name, value in self._derived().items():
+            object.__setattr__(self, name, value)  # a frozen value's derived fields, set once as it is built
 
-    @property
-    def judged_apart(self) -> bool:
-        """The rate is tuned on the sweep's seeds and judged on others (the rule since 2026-12-04)."""
-        return self.lr_varies and self.rule != CROSS_FITTED
-
-    @property
-    def family(self) -> list[Setting]:
-        """The settings the verdicts are about: the tuned ones when the learning rate varies."""
-        return self.tuned if self.lr_varies else self.settings
-
-    @property
-    def family_columns(self) -> list[str]:
-        """The columns the family's settings differ in: all but the rate when it is tuned per setting."""
-        return [c for c in self.setting_columns if c != LR] if self.lr_varies else self.setting_columns
-
-    @property
-    def family_baseline(self) -> Setting | None:
-        return self.tuned_baseline if self.lr_varies else self.baseline
-
-    @property
-    def baselines(self) -> list[Setting]:
-        """The family's baselines: one per level on a ladder, else the one (none before it is judged)."""
-        if self.ladder is not None:
-            return [rung.baseline for rung in self.ladder.rungs]
-        return [self.family_baseline] if self.family_baseline is not None else []
-
-    @property
-    def baseline_keys(self) -> dict[tuple[Any, ...], tuple[Any, ...] | None]:
-        """Each family row's baseline, key to key (over the family's columns): its level's on a ladder."""
-        return baseline_keys(self.family, self.family_baseline, self.ladder, self.family_columns)
-
-    @property
-    def own_seeds(self) -> tuple[str, ...] | None:
-        """With a sequential design, the sweep's own seeds (its first look), the only ones its verdicts use;
-        None without one (every seed is the sweep's own)."""
-        return self.design.first_seeds if self.design is not None and self.design.looks else None
-
-    @property
-    def rules(self) -> Rules:
-        return Rules(self.confidence, self.alpha, self.min_effect, self.lr_varies)
+    def _derived(self) -> dict[str, Any]:
+        lr_varies = rate_tuned(self.setting_columns, self.axis)
+        family = self.tuned if lr_varies else self.settings
+        family_base = self.tuned_baseline if lr_varies else self.baseline
+        columns = family_columns_of(self.setting_columns, lr_varies)
+        ladder = self.ladder
+        return {
+            "lr_varies": lr_varies, "judged_apart": lr_varies and self.rule != CROSS_FITTED, "family": family,
+            "family_columns": columns, "family_baseline": family_base,
+            "baselines": [r.baseline for r in ladder.rungs] if ladder else [family_base] if family_base else [],
+            "baseline_keys": baseline_keys(family, family_base, ladder, columns),
+            "own_seeds": own_seeds(self.design),
+            "rules": Rules(self.confidence, self.alpha, self.min_effect, lr_varies),
+            "shown_family_columns": varying(columns, [s.choices for s in family]),
+            "swept_columns": varying(self.setting_columns, [s.choices for s in self.settings]),
+        }  # fmt: skip
 
     def baseline_of(self, setting: Setting) -> Setting | None:
         """The setting `setting` is judged against: the family's baseline, or on a ladder its level's."""
@@ -150,16 +143,21 @@ class SweepReport:
             (rung.baseline for rung in self.ladder.rungs if any(s is setting for s in rung.settings)), None
         )
 
-    @property
-    def shown_family_columns(self) -> list[str]:
-        """The family's columns a table shows: those whose value varies between its rows."""
-        return varying(self.family_columns, [s.choices for s in self.family])
 
-    @property
-    def swept_columns(self) -> list[str]:
-        """The axes the sweep varies: the setting columns whose value differs between its settings (a design
-        choice every run shares is no axis; a tuned rate is one)."""
-        return varying(self.setting_columns, [s.choices for s in self.settings])
+def rate_tuned(setting_columns: Sequence[str], axis: Sequence[str]) -> bool:
+    """The rate varies and is tuned per setting: a rate that is the ladder's axis is a level."""
+    return LR in setting_columns and LR not in axis
+
+
+def family_columns_of(setting_columns: Sequence[str], lr_varies: bool) -> list[str]:
+    """The columns the family's settings differ in: all but the rate when it is tuned per setting."""
+    return [c for c in setting_columns if c != LR] if lr_varies else list(setting_columns)
+
+
+def own_seeds(design: Design | None) -> tuple[str, ...] | None:
+    """With a sequential design, the sweep's own seeds (its first look), the only ones its verdicts use; None
+    without one (every seed is the sweep's own)."""
+    return design.first_seeds if design is not None and design.looks else None
 
 
 def parse_choices(text: str) -> dict[str, Any]:
@@ -232,88 +230,124 @@ def build_report(
     columns, common = run_columns(runs)
     setting_columns = [c for c in columns if c != "seed"]
     design = read_design(sweep_dir)
-    if design is not None and not measured.is_loss:
+    wanted, source = resolve_baseline(baseline, runs, design, min_effect, measured)
+    axis = resolve_axis(ladder, runs, setting_columns, wanted, design)
+    lr_varies = rate_tuned(setting_columns, axis)
+    delta = design.min_effect if design else (measured.min_effect if min_effect is None else min_effect)
+    rules = Rules(confidence, design.alpha if design else ALPHA, delta, lr_varies)
+    findings = {run.path: diagnose(run, run.reference) for run in runs}
+    settings, family, base, judged = judge(runs, findings, setting_columns, wanted, rules, axis, design)
+    return SweepReport(
+        sweep_dir, rank_runs(runs), columns, common, settings if lr_varies else family, setting_columns,
+        None if lr_varies else base, family if lr_varies else [], base if lr_varies else None,
+        confidence=confidence, alpha=rules.alpha,
+        min_effect=rules.min_effect, baseline_source=source, design=design, reference=shared_reference(runs),
+        axis=axis, ladder=judged, findings=findings, metric=measured,
+        **explain(settings, family, base, judged, setting_columns, findings, rules, design),
+        probe=probe_rows(runs) if probe else [],
+    )  # fmt: skip
+
+
+def judge(
+    runs: Sequence[RunSummary],
+    findings: dict[Path, list[Finding]],
+    setting_columns: list[str],
+    wanted: dict[str, Any] | None,
+    rules: Rules,
+    axis: list[str],
+    design: Design | None,
+) -> tuple[list[Setting], list[Setting], Setting | None, Ladder | None]:
+    """The settings (failed runs counted apart), the family (each setting at its tuned rate when the rate is
+    tuned: chosen on the sweep's own seeds, judged on those added since), its baseline and its ladder, judged
+    against `wanted` (no verdicts without one), with a sequential design's added seeds judged apart."""
+    failed = {path for path, found in findings.items() if run_failure(found) is not None}
+    settings = group_settings(runs, setting_columns, rules.confidence, failed)
+    columns = family_columns_of(setting_columns, rules.lr_varies)
+    seeds = own_seeds(design)
+    family = tuned_settings(settings, columns, rules.confidence, seeds) if rules.lr_varies else settings
+    if wanted is None:
+        return settings, family, None, None
+    named = {k: v for k, v in wanted.items() if not (rules.lr_varies and k == LR)}
+    family, base, ladder = judge_family(family, named, columns, rules, axis, design, settings)
+    return settings, family, base, ladder
+
+
+def explain(
+    settings: list[Setting],
+    family: list[Setting],
+    base: Setting | None,
+    ladder: Ladder | None,
+    setting_columns: list[str],
+    findings: dict[Path, list[Finding]],
+    rules: Rules,
+    design: Design | None,
+) -> dict[str, Any]:
+    """What the runs' findings explain (each setting's, and each row that lost or failed), the rows whose runs
+    were all still learning, what resolving the open rows would take, and the levels a design's looks judge at."""
+    columns = family_columns_of(setting_columns, rules.lr_varies)
+    baselines = [rung.baseline for rung in ladder.rungs] if ladder else [base] if base else []
+    explained = (family, columns) if len(family) > 1 else (settings, setting_columns)
+    horizon = design.horizon if design is not None else None
+    plan = design.added_plan() if design is not None else []
+    return {
+        "setting_why": [tuple(shared(s.runs, findings)) for s in (settings if rules.lr_varies else family)],
+        "why": why_rows(*explained, findings, baselines),
+        "still_learning": still_learning(family, base, findings),
+        "sizing": None if ladder else size_open_rows(
+            family, base, columns, rules.min_effect, False, horizon, rules.alpha
+        ),
+        "look_levels": tuple(None if look is None else look.level(rules.alpha) for look in plan),
+    }  # fmt: skip
+
+
+def resolve_baseline(
+    flag: str | None,
+    runs: Sequence[RunSummary],
+    design: Design | None,
+    min_effect: float | None,
+    metric: Metric,
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The baseline's choices and who named them (`named_baseline`), each name parsed once; with a sequential
+    design, the options its verdicts were reached under, or a ReportError naming the one that differs."""
+    if design is not None and not metric.is_loss:
         raise ReportError(
-            f"--metric {measured.flag}: this sweep's seeds were added to resolve its final losses ({DESIGN_FILE}); "
+            f"--metric {metric.flag}: this sweep's seeds were added to resolve its final losses ({DESIGN_FILE}); "
             "its verdicts hold only for them"
         )
-    named, source = named_baseline(baseline, runs, design)
+    named, source = named_baseline(flag, runs, design)
     wanted = parse_choices(named) if named is not None else None
-    if design is not None:
-        if min_effect is not None and min_effect != design.min_effect:
-            raise ReportError(
-                f"--min-effect {min_effect:g}: this sweep's seeds were added to resolve comparisons within "
-                f"±{design.min_effect:g} ({DESIGN_FILE}); its verdicts hold only at that δ"
-            )
-        if baseline is not None and wanted != parse_choices(design.baseline):
-            raise ReportError(
-                f"--baseline {baseline}: this sweep's seeds were added against {design.baseline} "
-                f"({DESIGN_FILE}); its verdicts hold only against that baseline"
-            )
-    axis = ladder_axis(ladder, runs, setting_columns, wanted, design.ladder if design else None)
+    if design is None:
+        return wanted, source
+    if min_effect is not None and min_effect != design.min_effect:
+        raise ReportError(
+            f"--min-effect {min_effect:g}: this sweep's seeds were added to resolve comparisons within "
+            f"±{design.min_effect:g} ({DESIGN_FILE}); its verdicts hold only at that δ"
+        )
+    if flag is not None and wanted != parse_choices(design.baseline):
+        raise ReportError(
+            f"--baseline {flag}: this sweep's seeds were added against {design.baseline} "
+            f"({DESIGN_FILE}); its verdicts hold only against that baseline"
+        )
+    return wanted, source
+
+
+def resolve_axis(
+    flag: str | None,
+    runs: Sequence[RunSummary],
+    columns: list[str],
+    wanted: dict[str, Any] | None,
+    design: Design | None,
+) -> list[str]:
+    """`ladder_axis`, and with a sequential design whose looks were judged along a ladder, that one."""
+    axis = ladder_axis(flag, runs, columns, wanted, design.ladder if design else None)
     if design is not None and design.ladder is not None and tuple(axis) != design.ladder:
         along = f"along {', '.join(design.ladder)}" if design.ladder else "without a ladder"
-        asked = f"--ladder {ladder}" if ladder else f"the experiment's ladder ({', '.join(axis)})"
+        asked = f"--ladder {flag}" if flag else f"the experiment's ladder ({', '.join(axis)})"
         raise ReportError(
             f"{asked}: this sweep's seeds were added {along} ({DESIGN_FILE}); its verdicts hold only for the "
             "families they were judged in"
         )
-    lr_varies = LR in setting_columns and LR not in axis  # a rate that is the ladder's axis is a level
-    family_columns = [c for c in setting_columns if c != LR] if lr_varies else setting_columns
-    rules = Rules(
-        confidence, design.alpha if design else ALPHA,
-        design.min_effect if design else (measured.min_effect if min_effect is None else min_effect), lr_varies,
-    )  # fmt: skip
-    own_seeds = design.first_seeds if design is not None and design.looks else None
-    findings = {run.path: diagnose(run, run.reference) for run in runs}
-    failed = {path for path, found in findings.items() if run_failure(found) is not None}
-    settings = group_settings(runs, setting_columns, confidence, failed)
-    # Each setting's rate chosen on the sweep's own seeds, judged on the seeds added since (none before).
-    family = tuned_settings(settings, family_columns, confidence, own_seeds) if lr_varies else settings
-    base, judged_ladder = None, None
-    if wanted is not None:
-        family, base, judged_ladder = judge_family(
-            family, {k: v for k, v in wanted.items() if not (lr_varies and k == LR)}, family_columns, rules,
-            axis, own_seeds,
-        )  # fmt: skip
-        if design is not None and len(design.looks) >= 2:
-            family, judged_ladder = with_added_seeds(
-                family, base, judged_ladder, settings, family_columns, rules, design
-            )
-    baselines = [rung.baseline for rung in judged_ladder.rungs] if judged_ladder else [base] if base else []
-    explained = (family, family_columns) if len(family) > 1 else (settings, setting_columns)
-    horizon = design.horizon if design is not None else None
-    return SweepReport(
-        sweep_dir, rank_runs(runs), columns, common, settings if lr_varies else family, setting_columns,
-        None if lr_varies else base, family if lr_varies else [], base if lr_varies else None,
-        confidence=confidence, alpha=rules.alpha, min_effect=rules.min_effect, baseline_source=source,
-        design=design, reference=shared_reference(runs), axis=axis, ladder=judged_ladder, findings=findings,
-        setting_why=[tuple(shared(s.runs, findings)) for s in (settings if lr_varies else family)],
-        why=why_rows(*explained, findings, baselines), still_learning=still_learning(family, base, findings),
-        sizing=None if judged_ladder else size_open_rows(
-            family, base, family_columns, rules.min_effect, False, horizon, rules.alpha
-        ),
-        probe=probe_rows(runs) if probe else [], metric=measured,
-    )  # fmt: skip
-
-
-def judge_family(
-    family: list[Setting],
-    wanted: dict[str, Any],
-    columns: list[str],
-    rules: Rules,
-    axis: list[str],
-    seeds: tuple[str, ...] | None,
-) -> tuple[list[Setting], Setting | None, Ladder | None]:
-    """The family judged against the baseline `wanted` names (on a ladder, each level's), on `seeds` only
-    when given: its settings in their order, each with its comparison, the baseline, and the ladder."""
-    if axis:
-        ladder = judge_ladder(family, wanted, columns, rules, axis, seeds)
-        by_key = {s.key(columns): s for rung in ladder.rungs for s in rung.settings}
-        return [by_key[s.key(columns)] for s in family], None, ladder
-    base = pick_baseline(family, wanted, columns)
-    [judged] = judge_families([(family, base)], rules, seeds)
-    return judged, base, None
+    return axis
 
 
 def run_columns(runs: Sequence[RunSummary]) -> tuple[list[str], dict[str, Any]]:
@@ -342,13 +376,12 @@ def ladder_axis(
         raise ReportError(
             f"the runs name different ladders ({', '.join(sorted(named))}); choose one with --ladder"
         )
-    if flag:
-        where, axis = "--ladder", [key.strip() for key in flag.split(",") if key.strip()]
+    if flag or (named and not design):
+        text = flag or named.pop()
+        where = "--ladder" if flag else "the experiment's `ladder:`"
+        axis = [key.strip() for key in text.split(",") if key.strip()]
     elif design:
         where, axis = f"the ladder of {DESIGN_FILE}", list(design)
-    elif named:
-        text = named.pop()
-        where, axis = "the experiment's `ladder:`", [key.strip() for key in text.split(",") if key.strip()]
     else:
         return [SCALE_KEY] if SCALE_KEY in columns and wanted is not None and SCALE_KEY not in wanted else []
     text = ",".join(axis) if flag is None else flag

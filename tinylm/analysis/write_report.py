@@ -1,6 +1,6 @@
 """`write_report`: the files `scripts/report.py` writes into a sweep directory. The report is assembled once
 (`tinylm.analysis.report.build_report`), then rendered: its text (`tinylm.analysis.render`, with the ladder's
-section), its json (`tinylm.analysis.report_json`) and its figures (`tinylm.analysis.plots`) meet only here.
+section), its json (`tinylm.analysis.schema`) and its figures (`tinylm.analysis.plots`) meet only here.
 `write_from_json` renders report.md again from a report.json alone."""
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ import json
 import os
 from datetime import datetime
 from pathlib import Path
+
+from cattrs import BaseValidationError
 
 from tinylm.analysis.plots import draw_why, plot_lr_sensitivity, plot_report
 from tinylm.analysis.render import markdown
@@ -30,7 +32,7 @@ from tinylm.analysis.report import (
     SweepReport,
     build_report,
 )
-from tinylm.analysis.report_json import from_json, to_json
+from tinylm.analysis.schema import from_json, to_json
 from tinylm.files import write_json
 
 
@@ -104,7 +106,7 @@ def write_from_json(path: str | Path) -> tuple[str, list[Path]]:
         )
     try:
         report = from_json(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError, StopIteration) as err:
+    except (OSError, ValueError, KeyError, TypeError, StopIteration, BaseValidationError) as err:
         raise ReportError(f"{path} is not a report.json that scripts/report.py wrote: {err!r}") from None
     directory = path.parent
     text = report_markdown(report)

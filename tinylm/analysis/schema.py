@@ -1,0 +1,211 @@
+"""report.json: the report value through one schema, both ways (`to_json`, `from_json`), so that
+`python scripts/report.py --from-json PATH/report.json` renders the same report.md from it alone.
+
+cattrs (un)structures the report's frozen stdlib dataclasses from their own type hints, with no second
+declaration of them (msgspec would need its own Structs; pydantic, models or TypeAdapters over a compiled core).
+The json follows the types, with three exceptions declared here: a value is written once and named elsewhere
+(a setting's runs by name; a baseline, a level's settings and a *Why* row's setting by the setting's
+choices); the runs' curves and the settings' per-window losses are left out (too long; only the figures
+read them, and a report read back draws none of those); non-finite floats are the strings "inf"/"nan".
+A settings row also carries, for readers, its `seeds` (`judged_on` for a tuned row) and `fails`.
+
+`upgrade` turns a report.json of an earlier `format` into the current one; nothing else knows old formats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from pathlib import Path
+from typing import Any
+
+from cattrs import Converter
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+from tinylm.analysis.grouping import CROSS_FITTED, Setting
+from tinylm.analysis.ladder import Rung
+from tinylm.analysis.outcome import Outcome, Verdict
+from tinylm.analysis.report import SweepReport, parse_metric
+from tinylm.analysis.runs import ReportError, RunSummary, natural_key
+from tinylm.analysis.why import Shared, WhyRow, judged_runs, still_learning
+from tinylm.files import plain
+
+# 6: the report value as its types hold it (cattrs); 5: a settings row's seeds are `seeds` (a tuned row's,
+# `judged_on`); 4: `metric`, each run's `targets`; 3: `rule`, each tuned setting's rate, tuned_on, judged_on;
+# 2: everything report.md shows. A report.json before 2 lacked what report.md shows: it is not read.
+FORMAT = 6
+_LEFT_OUT = {
+    RunSummary: ("val_curve", "train_curve", "curve", "health", "window_losses"),
+    Setting: ("windows",),
+}
+_REFERENCES = {
+    SweepReport: ("baseline", "tuned_baseline"),
+    Rung: ("baseline", "settings"),
+    WhyRow: ("setting",),
+}
+
+
+def to_json(report: SweepReport) -> dict[str, Any]:
+    """The report as JSON-ready data."""
+    return plain({"format": FORMAT} | _converter(None).unstructure(report))
+
+
+def from_json(data: Mapping[str, Any]) -> SweepReport:
+    """The report `to_json` wrote, of this format or (`upgrade`) an earlier one."""
+    return _read(upgrade(dict(data)))
+
+
+def _read(data: Mapping[str, Any]) -> SweepReport:
+    runs = _converter(None).structure(data["runs"], list[RunSummary])
+    return _converter({run.name: run for run in runs}).structure(data, SweepReport)
+
+
+# An earlier format's key -> the current one's (a comparison's; before format 3 failures were divergences).
+_RENAMED = {
+    "p": "p_value", "p_holm": "p_adjusted", "p_equivalence_holm": "p_equivalence_adjusted",
+    "p_failures_holm": "p_failures_adjusted", "divergence": "failures", "p_divergence_holm": "p_failures_adjusted",
+    "diverges_differently": "fails_differently", "final_val_loss": "estimate", "vs_baseline": "comparison",
+    "added_seeds_vs_baseline": "added", "reference_levels": "reference",
+}  # fmt: skip
+_TESTS = (
+    "seeds",
+    "unmatched",
+    "difference",
+    "p_value",
+    "p_equivalence",
+    "constant",
+    "untested",
+    "failures",
+    "eval_se",
+)
+_KEPT = ("sweep_dir", "columns", "common", "setting_columns", "confidence", "alpha", "min_effect", "baseline_source",
+         "design", "baseline", "tuned_baseline", "sizing", "probe", "reference")  # fmt: skip
+
+
+def upgrade(old: dict[str, Any]) -> dict[str, Any]:
+    """A report.json of an earlier format (2 to 5) as this one writes it. What those lack is derived from what
+    they hold, as `build_report` derives it: the runs of each *Why* finding (from the runs' stored findings),
+    the rows whose runs were all still learning, and the level each look of a sequential design judges at."""
+    version = int(old.get("format", 1))
+    if version >= FORMAT:
+        return old
+    if version < 2:
+        raise ReportError(f"report.json format {version} lacks what report.md shows: report its sweep again")
+    old = {_RENAMED.get(key, key): value for key, value in old.items()}
+    metric = plain(parse_metric(old.get("metric")))
+    settings, tuned = [[_setting(row) for row in old[rows]] for rows in ("settings", "tuned")]
+    family = tuned or settings
+    ladder = old.get("ladder")
+    new = {key: old[key] for key in _KEPT} | {
+        "format": FORMAT, "rule": old.get("rule", CROSS_FITTED), "metric": metric, "settings": settings,
+        "tuned": tuned, "axis": ladder["axis"] if ladder else old.get("axis") or [],
+        "runs": [{k: v for k, v in r.items() if k != "diagnosis"} | {"metric": metric} for r in old["runs"]],
+        "findings": {r["path"]: r.get("diagnosis") or [] for r in old["runs"]},
+        "setting_why": [row.get("why") or [] for row in old["settings"]],
+        "ladder": ladder and ladder | {"trends": old["scale"]},
+        "why": [_why(row, family if len(family) > 1 else settings) for row in old["why"]],
+    }  # fmt: skip
+    report = _read(new)
+    for row, stored in zip(report.why, new["why"], strict=True):
+        for found, written in zip(row.findings, stored["findings"], strict=True):
+            written["seeds"] = _seeds(found, row.setting, report)
+    plan = report.design.added_plan() if report.design else []
+    base = report.family_baseline
+    learning = still_learning(report.family if report.ladder is None else [], base, report.findings)
+    return new | {
+        "still_learning": old.get("still_learning", list(learning)),
+        "look_levels": [None if look is None else look.level(report.alpha) for look in plan],
+    }
+
+
+def _setting(row: Mapping[str, Any]) -> dict[str, Any]:
+    named = {_RENAMED.get(key, key): value for key, value in row.items()}
+    return named | {
+        "comparison": _comparison(named.get("comparison")),
+        "added": _comparison(named.get("added")),
+    }
+
+
+def _comparison(old: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if old is None:
+        return None
+    named = {_RENAMED.get(key, key): value for key, value in old.items()}
+    judged = {key: value for key, value in named.items() if key not in _TESTS} | {"verdict": _verdict(old)}
+    return {"tests": {key: named[key] for key in _TESTS if key in named}, "judgement": judged}
+
+
+def _verdict(old: Mapping[str, Any]) -> dict[str, str] | None:
+    return None if old.get("verdict") is None else {"text": old["verdict"], "outcome": old["outcome"]}
+
+
+def _why(row: Mapping[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A *Why* row, naming the family row (else the settings row) it stands for by that row's choices."""
+    named = next(s for s in rows if all(s["choices"].get(k) == v for k, v in row["design"].items()))
+    return {key: row[key] for key in ("design", "difference", "baseline", "findings")} | {
+        "setting": named["choices"], "verdict": _verdict(row),
+    }  # fmt: skip
+
+
+def _seeds(found: Shared, setting: Setting, report: SweepReport) -> list[str]:
+    """A *Why* finding's seeds, for a report.json written before each one named them: those of its row's
+    judged runs whose stored findings show it, where as many do as it counts (else none is named)."""
+    if found.seeds:
+        return list(found.seeds)
+    showed = [
+        run.seed
+        for run in judged_runs(setting)
+        if run.result is not None and any(f.kind == found.kind for f in report.findings.get(run.path, ()))
+    ]
+    return sorted(showed, key=natural_key) if len(showed) == found.count else []
+
+
+def _key(choices: Mapping[str, Any]) -> frozenset[tuple[str, Any]]:
+    return frozenset(choices.items())
+
+
+def _converter(runs: Mapping[str, RunSummary] | None) -> Converter:
+    """The schema: for writing (`runs` None), or for reading a report whose runs are `runs`, by name; each
+    setting it reads is the one its references name, by its choices (a setting's choices are its own)."""
+    c = Converter()
+    read: dict[frozenset[tuple[str, Any]], Setting] = {}
+    c.register_structure_hook(float, lambda v, _: float(v))  # "inf", "nan"
+    c.register_structure_hook_func(lambda kind: kind is Hashable, lambda v, _: v)  # a seed, as written
+    c.register_structure_hook(Path, lambda v, _: Path(v))
+    c.register_unstructure_hook(Verdict, lambda v: {"text": str(v), "outcome": v.outcome.value})
+    c.register_structure_hook(Verdict, lambda v, _: Verdict(v["text"], Outcome(v["outcome"])))
+
+    def ref(setting: Setting | list[Setting] | None) -> Any:
+        return [s.choices for s in setting] if isinstance(setting, list) else setting and setting.choices
+
+    def deref(value: Any, _: Any) -> Any:
+        return [read[_key(v)] for v in value] if isinstance(value, list) else value and read[_key(value)]
+
+    for kind in (RunSummary, Setting, Rung, WhyRow, SweepReport):  # each after those it holds
+        hooks = {name: override(omit=True) for name in _LEFT_OUT.get(kind, ())}
+        refs = _REFERENCES.get(kind, ())
+        written = hooks | {name: override(unstruct_hook=ref) for name in refs}
+        if kind is Setting:
+            written["runs"] = override(unstruct_hook=lambda rs: [r.name for r in rs])
+            hooks["runs"] = override(struct_hook=lambda names, _: [runs[name] for name in names])
+        if kind is SweepReport:
+            written["tuned"] = override(unstruct_hook=lambda rows: [_row(c, s, "judged_on") for s in rows])
+            written["settings"] = override(unstruct_hook=lambda rows: [_row(c, s, "seeds") for s in rows])
+        c.register_unstructure_hook(kind, make_dict_unstructure_fn(kind, c, **written))
+        made = make_dict_structure_fn(
+            kind, c, **hooks, **{name: override(struct_hook=deref) for name in refs}
+        )
+        c.register_structure_hook(kind, _remembered(made, read) if kind is Setting else made)
+    return c
+
+
+def _remembered(made: Any, read: dict[frozenset[tuple[str, Any]], Setting]) -> Any:
+    def structure(value: Any, kind: Any) -> Setting:
+        setting = made(value, kind)
+        read[_key(setting.choices)] = setting
+        return setting
+
+    return structure
+
+
+def _row(c: Converter, setting: Setting, seeds: str) -> dict[str, Any]:
+    """A settings row with, for readers, its seeds (a tuned row's: those it is judged on) and its failures."""
+    return c.unstructure(setting, Setting) | {seeds: list(setting.seeds), "fails": setting.fails}
