@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 from omegaconf import OmegaConf
@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 from tinylm.analysis.metric import FINAL_LOSS, Metric
 from tinylm.errors import ConfigError, UserError
 from tinylm.layout import (
+    BEST_VAL_LOSS,
     CONFIG_FILE,
     DESIGN_FILE,
     DIVERGED_AT,
@@ -29,7 +30,10 @@ from tinylm.layout import (
     REFERENCE_LEVELS,
     SWEEP_RECORD,
     TARGET_PREFIX,
+    TRAIN_LOSS,
+    VAL_BPC,
     VAL_IN_TRAINING,
+    VAL_LOSS,
     VAL_WINDOWS_IN_TRAINING,
     evaluated_windows,
     read_run_record,
@@ -39,11 +43,11 @@ from tinylm.overrides import choices
 # Always shown: the design choices tinylm exists to compare.
 DESIGN_CHOICES = ("norm", "norm_type", "act")
 _THROUGHPUT_TAGS = ("train/device/items_per_sec", "train/items_per_sec")
-# Each metric's name, then what runs logged before the losses were grouped under loss/ (still read).
-_VAL_LOSS = ("loss/val", "val/loss")
-_VAL_BPC = ("loss/val_bpc", "val/bpc")
-_TRAIN_LOSS = ("loss/train", "train/loss")
-_BEST_VAL_LOSS = ("loss/val_best", "best/val_loss")
+# Each metric's tag, then what runs logged before the losses were grouped under loss/ (still read).
+_VAL_LOSS = (VAL_LOSS, "val/loss")
+_VAL_BPC = (VAL_BPC, "val/bpc")
+_TRAIN_LOSS = (TRAIN_LOSS, "train/loss")
+_BEST_VAL_LOSS = (BEST_VAL_LOSS, "best/val_loss")
 HEALTH_PREFIX = "training_health/"
 # What a run without a final evaluation is read at: its last periodic validation (data.val_windows).
 LAST_VALIDATION = "last validation"
@@ -176,27 +180,15 @@ def read_overrides(run_dir: Path) -> dict[str, Any]:
     return {choice.key: choice.typed for choice in choices([str(line) for line in lines])}
 
 
-def _from_config(run_dir: Path) -> dict[str, Any]:
-    """What the run's composed config (Hydra's copy, always there) says about its choices and sizes."""
-    config = OmegaConf.load(run_dir / HYDRA_DIR / CONFIG_FILE)
+def _config_value(config: Any, key: str) -> Any:
+    return OmegaConf.select(config, key, default=None, throw_on_resolution_failure=False)
 
-    def get(key: str) -> Any:
-        return OmegaConf.select(config, key, default=None, throw_on_resolution_failure=False)
 
-    batch, block = get("data.batch_size"), get("model.block_size")
-    accumulate = get("trainer.accumulate_grad_batches") or 1
-    return {
-        "choices": {name: str(get(f"model.{name}")) for name in DESIGN_CHOICES},
-        "model": _buildable_model(config),
-        "seed": str(get("seed")),
-        "baseline": get("baseline"),
-        "ladder": get("ladder"),
-        "max_steps": get("trainer.max_steps"),
-        "watched": _levels(get("callbacks.targets.levels")),
-        "chars_per_step": batch * block * accumulate
-        if isinstance(batch, int) and isinstance(block, int)
-        else None,
-    }
+def _chars_per_step(config: Any) -> int | None:
+    """Characters per optimizer step: batch × block × accumulated batches."""
+    batch, block = _config_value(config, "data.batch_size"), _config_value(config, "model.block_size")
+    accumulate = _config_value(config, "trainer.accumulate_grad_batches") or 1
+    return batch * block * accumulate if isinstance(batch, int) and isinstance(block, int) else None
 
 
 def _levels(levels: Any) -> tuple[float, ...] | None:
@@ -207,8 +199,8 @@ def _levels(levels: Any) -> tuple[float, ...] | None:
 
 
 def _buildable_model(config: Any) -> dict[str, Any] | None:
-    """The run's model section, checked as training checks it: a job refused for its model settings (a
-    `failed` row, its error recorded) has no model to rebuild, e.g. for the depth probe beside the sweep."""
+    """The run's model section where `ModelConfig` accepts it: a job refused for its model settings (a `failed`
+    row, its error recorded) has no model to rebuild, e.g. for the depth probe beside the sweep."""
     if "model" not in config:
         return None
     from tinylm.model.config import ModelConfig  # torch only once a sweep is read
@@ -230,8 +222,6 @@ def read_scalars(sweep_dir: Path, run_dirs: Sequence[Path]) -> dict[Path, Any]:
     ).scalars
     if frame.empty:
         return {}
-    import pandas as pd
-
     owners = set(run_dirs)
     parts: dict[Path, list[Any]] = {}
     for dir_name, rows in frame.groupby("dir_name"):
@@ -268,6 +258,77 @@ def _tokens_per_second(scalars: Any) -> float | None:
     return None
 
 
+class _Curves(NamedTuple):
+    """A run's TensorBoard scalars, each as (step, value, seconds since the run's first scalar)."""
+
+    val: list[tuple[int, float, float]]
+    shown: list[tuple[int, float, float]]  # the tag the report plots (`curve_tag`; else the validation loss)
+    train: list[tuple[int, float, float]]
+    bpc: list[tuple[int, float, float]]
+    health: dict[str, list[tuple[int, float]]]
+    tokens_per_s: float | None
+
+
+def _curves(scalars: Any | None, curve_tag: str | None) -> _Curves:
+    if scalars is None or scalars.empty:
+        return _Curves([], [], [], [], {}, None)
+    start = float(scalars.wall_time.min())
+
+    def since_start(tags: str | Sequence[str]) -> list[tuple[int, float, float]]:
+        return [(s, v, w - start) for s, v, w in _series(scalars, tags)]
+
+    val = since_start(_VAL_LOSS)
+    health = {
+        str(tag): [(step, value) for step, value, _ in _series(scalars, str(tag))]
+        for tag in scalars.tag.unique()
+        if str(tag).startswith(HEALTH_PREFIX)
+    }
+    shown = since_start(curve_tag) if curve_tag else val
+    return _Curves(
+        val, shown, since_start(_TRAIN_LOSS), since_start(_VAL_BPC), health, _tokens_per_second(scalars)
+    )
+
+
+class _FinalEvaluation(NamedTuple):
+    """The run's evaluation after its last step (metrics.json): the mean loss, each window's, what it covered."""
+
+    loss: float
+    window_losses: list[float] | None
+    evaluated: str
+
+
+def _final_evaluation(record: dict[str, Any]) -> _FinalEvaluation | None:
+    loss = _number(record.get(FINAL_VAL_LOSS))
+    if loss is None:
+        return None
+    windows = record.get(FINAL_WINDOW_LOSSES)
+    losses = [float(v) for v in windows] if isinstance(windows, list) else None
+    available = record.get(FINAL_SPLIT_WINDOWS)
+    covered = (
+        evaluated_windows(len(losses), available if isinstance(available, int) else None) if losses else ""
+    )
+    return _FinalEvaluation(loss, losses, f"final, {covered}" if covered else "final")
+
+
+def _last_bpc(record: dict[str, Any], curves: _Curves) -> float | None:
+    """The bits per character of the last validation: logged beside its loss, or recorded without TensorBoard."""
+    if curves.val:
+        return curves.bpc[-1][1] if curves.bpc else None
+    return _recorded(record, _VAL_BPC)
+
+
+def _best_val_loss(record: dict[str, Any], val: list[tuple[int, float, float]]) -> float | None:
+    if val:
+        return min((v for _, v, _ in val if math.isfinite(v)), default=None)
+    return _recorded(record, _BEST_VAL_LOSS)
+
+
+def _steps(record: dict[str, Any], train: list[tuple[int, float, float]]) -> int | None:
+    if isinstance(record.get("step"), int):
+        return record["step"]
+    return train[-1][0] + 1 if train else None
+
+
 def summarize_run(
     run_dir: Path,
     sweep_dir: Path,
@@ -275,76 +336,66 @@ def summarize_run(
     curve_tag: str | None = None,
     metric: Metric = FINAL_LOSS,
 ) -> RunSummary:
-    config = _from_config(run_dir)
-    record = read_run_record(run_dir)
-    run = RunSummary(
+    """One run from its composed config (Hydra's copy), its record (metrics.json; none: `unfinished`) and its
+    TensorBoard `scalars`; without TensorBoard its record's last validation stands for the curve's."""
+    config = OmegaConf.load(run_dir / HYDRA_DIR / CONFIG_FILE)
+    record = read_run_record(run_dir) or {}
+    curves = _curves(scalars, curve_tag)
+    final = _final_evaluation(record)
+    last = curves.val[-1][1] if curves.val else _recorded(record, _VAL_LOSS)
+    return RunSummary(
         path=run_dir,
         name=_short_name(run_dir, sweep_dir),
         status=str(record["status"]) if record else "unfinished",
-        choices={**read_overrides(run_dir), **config["choices"]},
-        seed=config["seed"],
-        max_steps=config["max_steps"] if isinstance(config["max_steps"], int) else None,
-        chars_per_step=config["chars_per_step"],
-        model=config["model"],
-        baseline=str(config["baseline"]) if config["baseline"] else None,
-        ladder=str(config["ladder"]) if config["ladder"] else None,
-        watched=config["watched"],
+        choices={
+            **read_overrides(run_dir),
+            **{n: str(_config_value(config, f"model.{n}")) for n in DESIGN_CHOICES},
+        },
+        seed=str(_config_value(config, "seed")),
+        max_steps=_integer(_config_value(config, "trainer.max_steps")),
+        chars_per_step=_chars_per_step(config),
+        steps=_steps(record, curves.train),
+        params=int(record["params"]) if _number(record.get("params")) is not None else None,
+        final_val_loss=final.loss if final else last,
+        best_val_loss=_best_val_loss(record, curves.val),
+        final_bpc=final.loss / math.log(2) if final else _last_bpc(record, curves),
+        tokens_per_s=curves.tokens_per_s,
+        wall_time_s=_number(record.get("wall_time_s")),
+        error=record.get("error"),
+        window_losses=final.window_losses if final else None,
+        evaluated=final.evaluated if final else LAST_VALIDATION if last is not None else "—",
+        baseline=_text(_config_value(config, "baseline")),
+        ladder=_text(_config_value(config, "ladder")),
+        reference=_reference(record.get(REFERENCE_LEVELS)),
+        model=_buildable_model(config),
+        val_curve=curves.val,
+        curve=curves.shown,
+        train_curve=[(step, value) for step, value, _ in curves.train],
+        health=curves.health,
+        val_in_training=_number(record.get(VAL_IN_TRAINING, record.get(VAL_WINDOWS_IN_TRAINING))),
+        diverged_at=_integer(record.get(DIVERGED_AT)),
+        targets={
+            k: float(v) for k, v in record.items() if k.startswith(TARGET_PREFIX) and _number(v) is not None
+        },
+        watched=_levels(_config_value(config, "callbacks.targets.levels")),
         metric=metric,
     )
-    if record:
-        run.params = int(record["params"]) if isinstance(record.get("params"), int | float) else None
-        run.wall_time_s = _number(record.get("wall_time_s"))
-        run.error = record.get("error")
-        levels = record.get(REFERENCE_LEVELS)
-        run.reference = {k: float(v) for k, v in levels.items()} if isinstance(levels, dict) else None
-        run.val_in_training = _number(record.get(VAL_IN_TRAINING, record.get(VAL_WINDOWS_IN_TRAINING)))
-        run.diverged_at = record[DIVERGED_AT] if isinstance(record.get(DIVERGED_AT), int) else None
-        run.targets = {
-            k: float(v) for k, v in record.items() if k.startswith(TARGET_PREFIX) and _number(v) is not None
-        }
-    if scalars is not None and not scalars.empty:
-        start = float(scalars.wall_time.min())
-        run.val_curve = [(s, v, w - start) for s, v, w in _series(scalars, _VAL_LOSS)]
-        run.curve = (
-            [(s, v, w - start) for s, v, w in _series(scalars, curve_tag)] if curve_tag else run.val_curve
-        )
-        finite = [v for _, v, _ in run.val_curve if math.isfinite(v)]
-        if run.val_curve:
-            run.final_val_loss = run.val_curve[-1][1]
-            run.evaluated = LAST_VALIDATION
-        run.best_val_loss = min(finite) if finite else None
-        bpc = _series(scalars, _VAL_BPC)
-        run.final_bpc = bpc[-1][1] if bpc else None
-        run.tokens_per_s = _tokens_per_second(scalars)
-        train = _series(scalars, _TRAIN_LOSS)
-        run.steps = train[-1][0] + 1 if train else None
-        run.train_curve = [(step, value) for step, value, _ in train]
-        run.health = {
-            str(tag): [(step, value) for step, value, _ in _series(scalars, str(tag))]
-            for tag in scalars.tag.unique()
-            if str(tag).startswith(HEALTH_PREFIX)
-        }
-    if record and run.final_val_loss is None:  # a run logged without TensorBoard still has its record
-        run.final_val_loss = _recorded(record, _VAL_LOSS)
-        run.evaluated = LAST_VALIDATION if run.final_val_loss is not None else run.evaluated
-        run.best_val_loss = _recorded(record, _BEST_VAL_LOSS)
-        run.final_bpc = _recorded(record, _VAL_BPC)
-    if record and _number(record.get(FINAL_VAL_LOSS)) is not None:
-        run.final_val_loss = _number(record[FINAL_VAL_LOSS])
-        run.final_bpc = run.final_val_loss / math.log(2)
-        windows = record.get(FINAL_WINDOW_LOSSES)
-        run.window_losses = [float(v) for v in windows] if isinstance(windows, list) else None
-        available = record.get(FINAL_SPLIT_WINDOWS)
-        available = available if isinstance(available, int) else None
-        count = len(run.window_losses or [])
-        run.evaluated = f"final, {evaluated_windows(count, available)}" if count else "final"
-    if record and isinstance(record.get("step"), int):
-        run.steps = record["step"]
-    return run
 
 
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) else None
+
+
+def _integer(value: Any) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _text(value: Any) -> str | None:
+    return str(value) if value else None
+
+
+def _reference(levels: Any) -> dict[str, float] | None:
+    return {k: float(v) for k, v in levels.items()} if isinstance(levels, dict) else None
 
 
 def _recorded(record: dict[str, Any], names: Sequence[str]) -> float | None:
