@@ -17,9 +17,7 @@ from scipy.stats import linregress
 
 from tinylm.analysis.estimates import MIN_EFFECT
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary
-from tinylm.layout import TRAIN_LOSS as TRAIN_TAG
-from tinylm.layout import VAL_IN_TRAINING_SHARE
-from tinylm.layout import VAL_LOSS as VAL_TAG
+from tinylm.layout import TRAIN_LOSS, VAL_IN_TRAINING_SHARE, VAL_LOSS
 
 # Each threshold's reason and the runs it was set against: docs/diagnosis.md's table.
 # nats/char within which of a reference level a run learned almost nothing beyond it: 3× a validation's noise.
@@ -141,7 +139,7 @@ def _diverged(run: RunSummary) -> Finding:
         step, what = logged, "the training loss was first logged non-finite at step"
     else:
         step, what = run.steps, "the loss became non-finite by step"
-    return Finding(DIVERGED, f"{what} {step}", step, TRAIN_TAG)
+    return Finding(DIVERGED, f"{what} {step}", step, TRAIN_LOSS)
 
 
 def _validation_in_training(run: RunSummary) -> Finding | None:
@@ -151,7 +149,7 @@ def _validation_in_training(run: RunSummary) -> Finding | None:
     return Finding(
         VALIDATION_IN_TRAINING, f"{share:.0%} of its validation characters lie in lines or passages found "
         f"verbatim in its training split (above {VAL_IN_TRAINING_SHARE:.0%}): its validation loss measures "
-        "what it memorised, not what it generalises to; the corpus repeats itself", None, VAL_TAG,
+        "what it memorised, not what it generalises to; the corpus repeats itself", None, VAL_LOSS,
     )  # fmt: skip
 
 
@@ -160,12 +158,10 @@ def _spike(val: Series) -> tuple[Finding, int, int] | None:
     was back within DESTABILISED_RISE of its lowest before (what a slope must not read): a rise of more than
     SPIKE_RISE above the lowest loss before it that came back down (below that lowest + SPIKE_RISE: recovered,
     `until` its last step above; or by SPIKE_RETURN of its rise by the end)."""
-    found = []
-    low, index = math.inf, 0
+    found, low, index = [], math.inf, 0
     while index < len(val):
         if val[index][1] <= low + SPIKE_RISE:
-            low = min(low, val[index][1])
-            index += 1
+            low, index = min(low, val[index][1]), index + 1
             continue
         end = _first_below(val, index, low + SPIKE_RISE)
         settled = _first_below(val, end, low + DESTABILISED_RISE)  # still falling back until within it
@@ -189,7 +185,7 @@ def _spike(val: Series) -> tuple[Finding, int, int] | None:
     finding = Finding(
         LOSS_SPIKE, f"the validation loss rose from {low:.2f} (its lowest before) to a peak of {peak:.2f} at "
         f"step {peak_step}, more than {SPIKE_RISE:g} above it from step {first} to {last}, {ended}{others}",
-        first, VAL_TAG, last if recovered else None,
+        first, VAL_LOSS, last if recovered else None,
     )  # fmt: skip
     return finding, first, settled
 
@@ -210,15 +206,11 @@ def _rose(run: RunSummary, low_step: int, low: float, end: tuple[int, float]) ->
         return Finding(
             OVERFITTING, f"the training loss fell {then:.3f} → {now:.3f} while the validation loss rose {rise:.2f} "
             f"from its minimum {low:.3f}: the train–val gap widened {gap_then:.2f} → {gap_now:.2f}, too little "
-            "data or regularisation for the steps", low_step, VAL_TAG,
+            "data or regularisation for the steps", low_step, VAL_LOSS,
         )  # fmt: skip
     trained = f" (training loss {then:.3f} → {now:.3f})" if then is not None and now is not None else ""
-    return Finding(
-        DESTABILISED,
-        f"the validation loss rose {rise:.2f} from its minimum {low:.3f}{trained}",
-        low_step,
-        VAL_TAG,
-    )
+    return Finding(DESTABILISED, f"the validation loss rose {rise:.2f} from its minimum {low:.3f}{trained}",
+                   low_step, VAL_LOSS)  # fmt: skip
 
 
 def train_loss_near(run: RunSummary, step: int) -> float | None:
@@ -247,9 +239,9 @@ def _stall(run: RunSummary, reference: Mapping[str, float] | None) -> Finding | 
         what = f"is the bigram level {bigram:.3f}: it predicts from the last character alone"
     else:
         return None
-    val = [(step, value) for step, value, _ in run.val_curve]
-    step = since(val, lambda v: v <= level + STALL_MARGIN)  # reached it, and got no further
-    return Finding(kind, f"its final loss {final:.3f} {what}", step, VAL_TAG)
+    # From the validation that reached it, and got no further.
+    step = since([(step, value) for step, value, _ in run.val_curve], lambda v: v <= level + STALL_MARGIN)
+    return Finding(kind, f"its final loss {final:.3f} {what}", step, VAL_LOSS)
 
 
 def _collapse(run: RunSummary) -> Finding | None:
@@ -304,15 +296,12 @@ def _dead_units(run: RunSummary) -> Finding | None:
 
 def _starved(run: RunSummary) -> Finding | None:
     """The deepest block's W_q and W_k gradient norms below STARVED_RATIO of W_v's and W_o's, in its episode."""
-    grads = {name: _deepest(run, f"grad_{name}") for name in ("w_q", "w_k", "w_v", "w_o")}
-    if any(curve is None for curve in grads.values()):
+    grads = [_deepest(run, f"grad_{name}") for name in ("w_q", "w_k", "w_v", "w_o")]
+    if any(curve is None for curve in grads):
         return None
-    by_step = {name: dict(curve.series) for name, curve in grads.items()}
-    q, k, v, o = by_step.values()
+    q, k, v, o = (dict(curve.series) for curve in grads)
     steps = sorted(set(q) & set(k) & set(v) & set(o))
-    ratios = [
-        (step, max(q[step], k[step]) / max(v[step], o[step])) for step in steps if min(v[step], o[step]) > 0
-    ]
+    ratios = [(s, max(q[s], k[s]) / max(v[s], o[s])) for s in steps if min(v[s], o[s]) > 0]
     found = episode(ratios, lambda r: r < STARVED_RATIO)
     if found is None:
         return None
@@ -321,7 +310,7 @@ def _starved(run: RunSummary) -> Finding | None:
     return Finding(
         STARVED, f"the last block's W_q gradient norm is {q[last]:.1e} against W_v's {v[last]:.1e}"
         f"{_span(step, until)} (below {STARVED_RATIO:g}×): its attention cannot learn where to look",
-        step, grads["w_q"].tag, until,
+        step, grads[0].tag, until,
     )  # fmt: skip
 
 
@@ -360,7 +349,7 @@ def _improving_by(run: RunSummary, val: Series) -> Finding | None:
     earlier = [point for point in val[:-1] if point[0] <= end_step - tail] or [val[-2]]
     start_step, start = earlier[-1]
     drop = (start - end) * tail / (end_step - start_step)
-    return None if drop <= IMPROVING_DROP else _still_falling("validation", drop, "at the end", VAL_TAG)
+    return None if drop <= IMPROVING_DROP else _still_falling("validation", drop, "at the end", VAL_LOSS)
 
 
 def _improving_from_training(run: RunSummary, validations: int) -> Finding | None:
@@ -382,16 +371,12 @@ def _improving_from_training(run: RunSummary, validations: int) -> Finding | Non
     return _still_falling("training", drop, (
         f"over its last {len(last)} logged values ({last[0][1]:.2f} at step {last[0][0]} → {last[-1][1]:.2f} at "
         f"step {last[-1][0]}; slope p = {p_value:.2g}), read from the training curve: it has {points}"
-    ), TRAIN_TAG)  # fmt: skip
+    ), TRAIN_LOSS)  # fmt: skip
 
 
 def _still_falling(loss: str, drop: float, how: str, tag: str) -> Finding:
-    return Finding(
-        STILL_IMPROVING,
-        f"its {loss} loss was still falling {drop:.3f} per {IMPROVING_TAIL:.0%} of its steps {how}: {STILL_LEARNING}",
-        None,
-        tag,
-    )
+    what = f"its {loss} loss was still falling {drop:.3f} per {IMPROVING_TAIL:.0%} of its steps {how}"
+    return Finding(STILL_IMPROVING, f"{what}: {STILL_LEARNING}", None, tag)
 
 
 def episode(series: Series, holds: Callable[[float], bool]) -> tuple[int, int | None] | None:
