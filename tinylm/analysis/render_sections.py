@@ -11,8 +11,8 @@ from typing import Any
 from tinylm.analysis.formats import fmt_duration, fmt_interval, fmt_number, fmt_p, md_table
 from tinylm.analysis.grouping import setting_label
 from tinylm.analysis.report import DESIGN_FILE, REPORT_PNG, SweepReport
-from tinylm.analysis.sweep_probe import SHOWN
 from tinylm.analysis.why import Shared, quantity, why_figure
+from tinylm.probe.sweep_shapes import SHOWN
 from tinylm.overrides import shown
 
 

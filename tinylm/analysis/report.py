@@ -42,11 +42,11 @@ from tinylm.analysis.runs import (
 )
 from tinylm.analysis.sequential_design import Design, read_design
 from tinylm.analysis.sizing import Sizing, size_open_rows
-from tinylm.analysis.sweep_probe import probe_rows
 from tinylm.analysis.verdicts import ALPHA
 from tinylm.analysis.why import Shared, WhyRow, run_failure, shared, still_learning, why_rows
 from tinylm.layout import DESIGN_FILE
 from tinylm.overrides import OverrideError, parse
+from tinylm.probe.sweep_shapes import probe_rows
 
 REPORT_MD = "report.md"
 # Where a report that a new one would read differently from is kept (sweep_report.keep_previous).
@@ -244,7 +244,7 @@ def build_report(
         min_effect=rules.min_effect, baseline_source=source, design=design, reference=shared_reference(runs),
         axis=axis, ladder=judged, findings=findings, metric=measured,
         **explain(settings, family, base, judged, setting_columns, findings, rules, design),
-        probe=probe_rows(runs) if probe else [],
+        probe=probe_rows(run.model for run in runs if run.model) if probe else [],
     )  # fmt: skip
 
 
