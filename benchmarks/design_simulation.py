@@ -80,15 +80,15 @@ def one_sweep(
             results[(name, chosen[name])][s] = run_loss(rng, seed_effects[s], chosen[name], shifts[name])
     looks = tuple(tuple(seeds[:n]) for n in range(tuning_seeds, max_seeds + 1, PER_ROUND))
     design = Design(0.05, 0.01, max_seeds, "act=base", looks)
-    bases = {s.key(COLUMNS): base.key(COLUMNS) for s in family}
-    added = judge_added(family, bases, settings(), COLUMNS, rules, design)
+    bases = {s.key(COLUMNS): base.key(COLUMNS) for s in family if s is not base}  # every row is open
+    added = judge_added(bases, settings(), COLUMNS, rules, design)
     outcomes, resolved_on = [], []
     for s in family:
         if s is base:
             continue
         c = added[s.key(COLUMNS)]
-        outcomes.append(c.verdict.outcome)
-        resolved_on.append(len(c.seeds) if c.resolved else 0)
+        outcomes.append(c.judgement.verdict.outcome)
+        resolved_on.append(len(c.tests.seeds) if c.resolved else 0)
     # add_seeds adds seeds to the open rows and the baseline until each is resolved or the horizon.
     runs = len(names) * len(RATES) * tuning_seeds
     for judged in range(PER_ROUND, JUDGING_SEEDS + 1, PER_ROUND):

@@ -83,16 +83,16 @@ def test_rounds_add_seeds_to_the_open_comparison_only_and_the_report_counts_them
     # by the design's looks, from its file alone.
     again = build_report(sweep)
     rows = {(s.choices["act"], s.choices["optimized_metric"]): s for s in again.family if s.comparison}
-    assert rows["gelu", "loss/val"].comparison.verdict == "identical on every seed"
+    assert rows["gelu", "loss/val"].comparison.judgement.verdict == "identical on every seed"
     assert rows["gelu", "loss/val"].added is None  # resolved by the sweep: no seeds added to it
     swiglu = rows["swiglu", "loss/val_full"]
-    assert len(swiglu.comparison.seeds) == 2 and not swiglu.comparison.resolved
+    assert len(swiglu.comparison.tests.seeds) == 2 and not swiglu.comparison.resolved
     # Whichever way the second look went, it judged SwiGLU on the two added seeds.
-    added = str(swiglu.added.verdict)
+    added = str(swiglu.added.judgement.verdict)
     assert added.startswith("not resolved at look 2 (2 added seeds") or added.endswith(
         "(look 2, 2 added seeds)"
     )
-    assert sorted(swiglu.added.seeds) == ["3", "4"]
+    assert sorted(swiglu.added.tests.seeds) == ["3", "4"]
     assert len(list((sweep / ADDED_DIR).glob("*/*/metrics.json"))) == 3 * 2  # 3 settings, seeds 3 and 4
 
 
@@ -193,9 +193,10 @@ def test_a_comparison_whose_sides_diverge_unequally_is_judged_on_the_runs_that_t
     row = next(
         s for s in family if s.choices["act"] == "gelu" and s.choices["optimized_metric"] == "loss/val"
     )
-    assert row.comparison.failures == Failures(1, 0, 3, 1.0) and row.comparison.resolved
+    assert row.comparison.tests.failures == Failures(1, 0, 3, 1.0) and row.comparison.resolved
     assert (
-        str(row.comparison.verdict) == "identical on every seed when trained; fails 1/3 vs 0/3 (exact p = 1)"
+        str(row.comparison.judgement.verdict)
+        == "identical on every seed when trained; fails 1/3 vs 0/3 (exact p = 1)"
     )
     said = []
     with pytest.raises(ReportError, match="the last round added no result"):
@@ -236,13 +237,17 @@ def test_add_seeds_counts_a_looks_seeds_as_the_report_does_and_prints_the_verdic
     """Issue 59: add_seeds printed `look 2: 4 seeds` (the baseline's seeds, the sweep's own included) where the
     report says `look 2 (2 added seeds)`, and never the verdict it reached."""
     from tinylm.analysis.add_seeds import next_round
-    from tinylm.analysis.estimates import Comparison
+    from tinylm.analysis.estimates import PairedTests
     from tinylm.analysis.outcome import Outcome, Verdict
     from tinylm.analysis.sequential_design import Design
+    from tinylm.analysis.verdicts import Comparison, Judgement
 
     seeds = {"1": 2.0, "2": 2.0, "3": 2.0, "4": 2.0}
-    own = Comparison(("1", "2"), verdict=Verdict("not resolved", Outcome.NOT_RESOLVED))
-    added = Comparison(("3", "4"), verdict=Verdict("better (look 2, 2 added seeds)", Outcome.BETTER))
+    own = Comparison(
+        PairedTests(("1", "2")), Judgement(verdict=Verdict("not resolved", Outcome.NOT_RESOLVED))
+    )
+    better = Verdict("better (look 2, 2 added seeds)", Outcome.BETTER)
+    added = Comparison(PairedTests(("3", "4")), Judgement(verdict=better))
     report, *_ = _judged_sweep(seeds, seeds, comparison=own, added=added)
     design = Design(0.05, 0.01, 16, "act=gelu", (("1", "2"), ("1", "2", "3", "4")))
     lines: list[str] = []
@@ -260,18 +265,19 @@ def test_a_row_left_open_by_its_looks_level_says_so_in_its_verdict():
     is within α, but the second look of a design of up to 14 added seeds gives it 0.00025."""
     from tinylm.analysis.grouping import Rules
     from tinylm.analysis.sequential_design import Design, judge_added
+    from tinylm.analysis.verdicts import Comparison
 
     base_results = {str(seed): 2.0 for seed in range(1, 7)}
     row_results = {"1": 2.0, "2": 2.0, "3": 2.03, "4": 2.05, "5": 2.04, "6": 2.06}
-    own = paired_tests({"1": 2.0, "2": 2.0}, {"1": 2.0, "2": 2.0})  # the sweep's own: open
+    own = Comparison(paired_tests({"1": 2.0, "2": 2.0}, {"1": 2.0, "2": 2.0}))  # the sweep's own: open
     _, base, row = _judged_sweep(base_results, row_results, comparison=own)
     design = Design(0.05, 0.01, 16, "act=gelu", (("1", "2"), tuple(base_results)))
     rules = Rules(0.95, 0.05, 0.01, False)
     key, base_key = row.key(["act"]), base.key(["act"])
-    added = judge_added([base, row], {key: base_key}, [base, row], ["act"], rules, design)
+    added = judge_added({key: base_key}, [base, row], ["act"], rules, design)
     c = added[key]
-    assert c.p_adjusted == pytest.approx(0.0061, abs=5e-5) and c.difference.low > 0.01
+    assert c.judgement.p_adjusted == pytest.approx(0.0061, abs=5e-5) and c.tests.difference.low > 0.01
     assert (
-        str(c.verdict)
+        str(c.judgement.verdict)
         == "not resolved at look 2 (4 added seeds; p 0.0061 > 0.00025, the level look 2 gives it)"
     )

@@ -217,7 +217,7 @@ def test_the_forest_rows_are_the_verdict_table(three_settings):
     for row in rows[1:]:
         c = judged[row.label]
         assert (row.mean, row.low, row.high, row.verdict) == (
-            c.difference.mean, c.difference.low, c.difference.high, c.verdict
+            c.tests.difference.mean, c.tests.difference.low, c.tests.difference.high, c.judgement.verdict
         )  # fmt: skip
     worse = next(row for row in rows if row.label.startswith("norm=post"))
     assert worse.mean == pytest.approx(0.3) and str(worse.verdict).startswith("worse") and worse.low > 0

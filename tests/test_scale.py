@@ -12,13 +12,14 @@ import pytest
 from conftest import SHRINK, rate_not_above, run_script, simulated_words, small_corpus
 from hydra import compose, initialize_config_module
 
-from tinylm.analysis.estimates import Comparison, Estimate, Failures
+from tinylm.analysis.estimates import Estimate, Failures, PairedTests
 from tinylm.analysis.grouping import Setting
 from tinylm.analysis.grouping import tests_against as comparison_against
 from tinylm.analysis.ladder import SCALE_KEY, Rung, TrendWord, trends
 from tinylm.analysis.outcome import Outcome, Verdict
 from tinylm.analysis.render_ladder import LADDER_PNG, SCALE_PNG
 from tinylm.analysis.report import REPORT_JSON, build_report
+from tinylm.analysis.verdicts import Comparison, Judgement
 from tinylm.analysis.verdicts import verdict as judged_verdict
 from tinylm.analysis.write_report import write_report
 
@@ -82,8 +83,8 @@ def test_a_scaled_down_ladder_is_judged_size_by_size(ladder_sweep):
             SCALE_KEY: rung.level,
         }
         alone = comparison_against(post_setting, rung.baseline, report.rules)
-        assert post_setting.comparison.difference == alone.difference
-        assert post_setting.comparison.p_value == alone.p_value
+        assert post_setting.comparison.tests.difference == alone.difference
+        assert post_setting.comparison.tests.p_value == alone.p_value
     (trend,) = ladder.trends
     assert trend.design["norm"] == "post"
     record = json.loads((ladder_sweep / REPORT_JSON).read_text(encoding="utf-8"))
@@ -101,7 +102,7 @@ def _rungs(differences: list[tuple[float, float, str]]) -> list[Rung]:
         size = f"s{number}"
         base = Setting({"norm": "pre", SCALE_KEY: size}, [])
         outcome = OUTCOMES[verdict.split(" within")[0]]
-        compared = Comparison((1, 2, 3), difference=Estimate(mean, 3, sd), verdict=Verdict(verdict, outcome))
+        compared = Comparison(PairedTests((1, 2, 3), difference=Estimate(mean, 3, sd)), Judgement(verdict=Verdict(verdict, outcome)))
         other = Setting({"norm": "post", SCALE_KEY: size}, [], comparison=compared)
         rungs.append(Rung(size, 10**number, 100, base, [base, other]))
     return rungs
@@ -145,13 +146,14 @@ def _level(
     (sd 0.01 over 8 seeds), how often each side failed (mine, theirs, of, McNemar p) and the family's
     `decisions` (`differs`, `fails_differently`); its verdict worded by `verdicts.verdict`."""
     base = Setting({"norm": level, "optim": "adamw"}, [])
-    c = Comparison(
-        tuple(range(8)), difference=Estimate(mean, 8, 0.01), p_value=1e-4, p_adjusted=1e-3,
-        failures=Failures(*failed) if failed else None, **decisions,
+    tests = PairedTests(
+        tuple(range(8)), difference=Estimate(mean, 8, 0.01), p_value=1e-4,
+        failures=Failures(*failed) if failed else None,
     )  # fmt: skip
-    other = Setting(
-        {"norm": level, "optim": "muon"}, [], comparison=replace(c, verdict=judged_verdict(c, 0.01))
-    )
+    differs, fails = decisions.get("differs", False), decisions.get("fails_differently", False)
+    words = judged_verdict(tests, differs, False, fails, 0.01)
+    c = Comparison(tests, Judgement(p_adjusted=1e-3, verdict=words, **decisions))
+    other = Setting({"norm": level, "optim": "muon"}, [], comparison=c)
     return Rung(level, None, None, base, [base, other])
 
 
@@ -160,7 +162,7 @@ def test_a_word_across_levels_keeps_the_failure_clause_its_levels_carry():
     row read `better when trained; fails 0/8 vs 2/8` (in simulation every `holds` with failures dropped it)."""
     rungs = [_level("pre", -0.157, differs=True), _level("post", -0.161, (0, 2, 8, 0.5), differs=True)]
     assert (
-        str(rungs[1].settings[1].comparison.verdict)
+        str(rungs[1].settings[1].comparison.judgement.verdict)
         == "better when trained; fails 0/8 vs 2/8 (exact p = 0.5)"
     )
     (trend,) = trends(rungs, ["optim"], alpha=0.05, axis=["norm"])
@@ -178,7 +180,7 @@ def test_a_flip_needs_the_losses_resolved_in_opposite_directions_not_a_failure_d
     `better` and was called `flips`. The losses' sign is shown at one level only: not resolved, with both
     verdicts whole; a flip of the losses is still one, with the failures of the level it does not quote."""
     failing = _level("post", -0.02, (6, 0, 8, 0.031), fails_differently=True)
-    assert failing.settings[1].comparison.verdict.outcome is Outcome.WORSE  # decided by the failures
+    assert failing.settings[1].comparison.judgement.verdict.outcome is Outcome.WORSE  # decided by the failures
     rungs = [_level("pre", -0.157, differs=True), failing]
     (trend,) = trends(rungs, ["optim"], alpha=0.05, axis=["norm"])
     assert trend.word is TrendWord.UNRESOLVED, trend.verdict
@@ -209,7 +211,7 @@ def _tuned_ladder():
         ("post", _level("post", -0.161, (0, 2, 8, 0.5), differs=True)),
     ):
         base, row = judged.settings
-        untuned = Comparison(())  # the sweep's own seeds chose the rate: "not yet judged", no test
+        untuned = Comparison(PairedTests(()))  # the sweep's own seeds chose the rate: "not yet judged", no test
         tuned = replace(row, choices={**row.choices, LR: 0.003}, comparison=untuned, added=row.comparison)
         base = replace(base, choices={**base.choices, LR: 0.003})
         rungs.append(Rung(level, None, None, base, [base, tuned]))

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 import tinylm
-from tinylm.analysis.estimates import Comparison
+from tinylm.analysis.estimates import PairedTests
 from tinylm.analysis.outcome import Outcome, Verdict
+from tinylm.analysis.verdicts import Comparison, Judgement
 from tinylm.files import plain
 
 PACKAGE = Path(tinylm.__file__).parent
@@ -48,8 +49,8 @@ def test_no_code_reads_a_verdicts_words():
 
 def test_the_outcome_not_the_words_decides():
     looks_worse = Verdict("worse-looking words", Outcome.NOT_RESOLVED)
-    assert not Comparison((1, 2), verdict=looks_worse).resolved
-    assert Comparison((1, 2), verdict=Verdict("found", Outcome.EQUIVALENT)).resolved
+    assert not Comparison(PairedTests((1, 2)), Judgement(verdict=looks_worse)).resolved
+    assert Comparison(PairedTests((1, 2)), Judgement(verdict=Verdict("found", Outcome.EQUIVALENT))).resolved
 
 
 def test_a_verdict_keeps_its_outcome_through_notes_copies_pickles_and_json():

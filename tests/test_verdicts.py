@@ -19,7 +19,7 @@ from tinylm.analysis.estimates import estimate, paired_tests, seeds_needed
 from tinylm.analysis.grouping import LR, Rules, Setting, tuned_settings
 from tinylm.analysis.grouping import tests_against as row_tests
 from tinylm.analysis.outcome import Outcome
-from tinylm.analysis.sequential import T_PATHS, Look, first_verdicts, sequential_plan, spent, t_levels
+from tinylm.analysis.sequential_design import T_PATHS, Look, first_verdicts, sequential_plan, spent, t_levels
 from tinylm.analysis.verdicts import judge
 
 # The outcomes a false claim states; counted by outcome, so `better, but by less than δ` and the divergence
@@ -50,14 +50,16 @@ def test_holm_adjusted_p_values_match_statsmodels_and_the_raw_ones_scipy():
     rng = np.random.default_rng(0)
     values = sweep_values(rng, settings=8, seeds=5, shift=0.02)
     judged = judge(family(values))
-    raw = [c.p_value for c in judged]
+    raw = [c.tests.p_value for c in judged]
     for c, d in zip(judged, values[1:], strict=True):
         seeds = sorted(d)
         expected = ttest_rel([d[s] for s in seeds], [values[0][s] for s in seeds]).pvalue
-        assert c.p_value == pytest.approx(expected, rel=1e-12)
+        assert c.tests.p_value == pytest.approx(expected, rel=1e-12)
     holm = multipletests(raw, method="holm")[1]
-    assert max(abs(c.p_adjusted - h) for c, h in zip(judged, holm, strict=True)) < 1e-12
-    assert len(set(raw)) == 7 and any(c.p_adjusted > c.p_value for c in judged)  # the adjustment did act
+    assert max(abs(c.judgement.p_adjusted - h) for c, h in zip(judged, holm, strict=True)) < 1e-12
+    assert len(set(raw)) == 7 and any(
+        c.judgement.p_adjusted > c.tests.p_value for c in judged
+    )  # the adjustment did act
 
 
 def test_tost_p_values_match_statsmodels_and_the_two_one_sided_t_tests():
@@ -103,8 +105,8 @@ def test_eight_identical_settings_give_a_false_verdict_in_at_most_5_percent_of_s
     holm_false, unadjusted_false = 0, 0
     for _ in range(sweeps):
         judged = judge(family(sweep_values(rng, settings=8, seeds=3)), with_power=False)
-        holm_false += any(c.verdict.outcome in CLAIMS for c in judged)
-        unadjusted_false += any(c.p_value <= 0.05 for c in judged)
+        holm_false += any(c.judgement.verdict.outcome in CLAIMS for c in judged)
+        unadjusted_false += any(c.tests.p_value <= 0.05 for c in judged)
     assert holm_false / sweeps <= 0.055 if sweeps >= 2000 else rate_not_above(holm_false, sweeps, 0.05)
     # Judged one row at a time, the same sweeps would make a false claim far more often (the 19-25%).
     assert unadjusted_false / sweeps > 0.15
@@ -129,9 +131,9 @@ def test_tuning_on_some_seeds_and_judging_on_others_is_unbiased_between_a_broad_
             for rate, mean in enumerate(curve)
         ]  # fmt: skip
         broad, sharp = sorted(tuned_settings(settings, ["act"], 0.95, tuning), key=lambda t: t.choices["act"])
-        [c] = judge([row_tests(broad, sharp, rules, judging=True)], with_power=False)
-        differences.append(c.difference.mean)
-        false_claims += c.verdict.outcome in CLAIMS
+        [c] = judge([row_tests(broad, sharp, rules)], with_power=False)
+        differences.append(c.tests.difference.mean)
+        false_claims += c.judgement.verdict.outcome in CLAIMS
         best = [min(np.mean([v for k, v in t.results.items() if k in tuning]) for t in settings if t.choices["act"] == name)
                 for name in curves]  # fmt: skip
         naive.append(best[0] - best[1])  # the best mean over seeds, chosen on the seeds it is judged on
@@ -184,11 +186,11 @@ def sequential_sweeps(rng: np.random.Generator, sweeps: int, shift: float) -> tu
         looks = [family(values, seeds=n) for n in counts]
         sequential.append(
             [
-                found[1].verdict.outcome if found else Outcome.NOT_RESOLVED
+                found[1].judgement.verdict.outcome if found else Outcome.NOT_RESOLVED
                 for found in first_verdicts(looks, plan)
             ]
         )
-        fixed.append([c.verdict.outcome for c in judge(looks[-1], with_power=False)])
+        fixed.append([c.judgement.verdict.outcome for c in judge(looks[-1], with_power=False)])
     return sequential, fixed
 
 
@@ -224,7 +226,11 @@ def test_the_sequential_design_stops_early_on_a_large_difference():
     counts = [3, 5, 7, 9, 11]
     values = sweep_values(rng, settings=2, seeds=11, shift=0.2)  # 4 run-noise sds
     found = first_verdicts([family(values, seeds=n) for n in counts], sequential_plan(counts, 11))[0]
-    assert found is not None and found[1].verdict.outcome is Outcome.WORSE and found[0] < len(counts) - 1
+    assert (
+        found is not None
+        and found[1].judgement.verdict.outcome is Outcome.WORSE
+        and found[0] < len(counts) - 1
+    )
 
 
 def test_the_evaluation_set_error_of_a_paired_difference_is_that_of_the_window_differences():

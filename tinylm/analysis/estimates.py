@@ -12,7 +12,7 @@ import math
 import statistics
 import warnings
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import t as student_t
@@ -21,7 +21,7 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import ttost_paired
 
-from tinylm.analysis.outcome import NO_SEEDS, NOT_YET_JUDGED, ONE_SEED, Outcome, Verdict
+from tinylm.analysis.outcome import ONE_SEED
 
 MIN_EFFECT = 0.01  # nats/char: δ, the smallest difference worth a claim (report.py --min-effect)
 POWER = 0.8  # the power the "resolves" and "seeds for ±δ" columns are computed at
@@ -92,11 +92,10 @@ class Power:
 
 
 @dataclass(frozen=True)
-class Comparison:
+class PairedTests:
     """A setting against the baseline over the seeds both have. `difference` is the mean of (setting -
     baseline) over the seeds both finished (< 0: the setting reaches a lower loss); the p-values are the
-    paired t test of no difference and the paired two one-sided tests (TOST) of a difference inside ±δ.
-    `verdicts.judge` fills in the Holm-adjusted p-values, the family's decisions, the power and the verdict."""
+    paired t test of no difference and the paired two one-sided tests (TOST) of a difference inside ±δ."""
 
     seeds: tuple[Hashable, ...]
     unmatched: tuple[Hashable, ...] = ()  # seeds only one side has: said, not used
@@ -107,20 +106,6 @@ class Comparison:
     untested: str | None = None  # why there is no test (one seed, ...)
     failures: Failures | None = None
     eval_se: float | None = None  # the evaluation set's standard error of `difference.mean`
-    p_adjusted: float | None = None
-    p_equivalence_adjusted: float | None = None
-    p_failures_adjusted: float | None = None
-    # The family's decisions (`judge`): Holm's step-down at the levels of the look that judged it.
-    differs: bool = False
-    within_min_effect: bool = False
-    fails_differently: bool = False
-    power: Power | None = None
-    verdict: Verdict = NOT_YET_JUDGED
-
-    @property
-    def resolved(self) -> bool:
-        """The verdict answers the question: better, worse, equivalent or identical."""
-        return self.verdict.outcome.resolved
 
 
 def paired_tests(
@@ -129,42 +114,40 @@ def paired_tests(
     min_effect: float = MIN_EFFECT,
     confidence: float = 0.95,
     window_losses: WindowLosses | None = None,
-) -> Comparison:
-    """Pair `values` with `baseline` seed by seed (keys are seeds) and run the tests, without a verdict (the
-    raw material of `verdicts.judge`); `window_losses` (each side's per-window losses by seed) adds the
-    evaluation set's standard error."""
+) -> PairedTests:
+    """Pair `values` with `baseline` seed by seed (keys are seeds) and run the tests (a family's judgement of
+    them is `verdicts.judge`'s); `window_losses` (each side's per-window losses by seed) adds the evaluation
+    set's standard error."""
     seeds = tuple(sorted(set(values) & set(baseline), key=str))
     unmatched = tuple(sorted(set(values) ^ set(baseline), key=str))
-    if not seeds:
-        return Comparison(seeds, unmatched, verdict=Verdict(NO_SEEDS, Outcome.NOT_RESOLVED))
     finished = [s for s in seeds if math.isfinite(values[s]) and math.isfinite(baseline[s])]
-    failures = None
-    if len(finished) < len(seeds):
-        mine = sum(not math.isfinite(values[s]) for s in seeds)
-        theirs = sum(not math.isfinite(baseline[s]) for s in seeds)
-        only_mine = sum(not math.isfinite(values[s]) and math.isfinite(baseline[s]) for s in seeds)
-        only_theirs = sum(math.isfinite(values[s]) and not math.isfinite(baseline[s]) for s in seeds)
-        both = len(seeds) - len(finished) - only_mine - only_theirs
-        # McNemar's table (rows: mine trained, failed; columns: theirs); only its discordant cells count.
-        table = [[len(finished), only_theirs], [only_mine, both]]
-        failures = Failures(mine, theirs, len(seeds), float(mcnemar(table, exact=True).pvalue))
-    comparison = Comparison(seeds, unmatched, failures=failures)
+    failures = failure_test(values, baseline, seeds) if len(finished) < len(seeds) else None
     if not finished:
-        return comparison
-    mine_values = np.array([values[s] for s in finished])
-    theirs_values = np.array([baseline[s] for s in finished])
-    differences = mine_values - theirs_values
-    difference = estimate([float(d) for d in differences], confidence)
-    comparison = replace(comparison, difference=difference)
-    if window_losses is not None:
-        comparison = replace(comparison, eval_se=evaluation_se(finished, *window_losses))
-    if len(finished) < 2:
-        return replace(comparison, untested=ONE_SEED)
-    if float(np.std(differences)) <= IDENTICAL:
-        return replace(comparison, constant=True)
-    p = float(ttest_rel(mine_values, theirs_values).pvalue)
-    p_equivalence = float(ttost_paired(mine_values, theirs_values, -min_effect, min_effect)[0])
-    return replace(comparison, p_value=p, p_equivalence=p_equivalence)
+        return PairedTests(seeds, unmatched, failures=failures)
+    mine, theirs = np.array([values[s] for s in finished]), np.array([baseline[s] for s in finished])
+    constant = len(finished) >= 2 and float(np.std(mine - theirs)) <= IDENTICAL
+    tested = len(finished) >= 2 and not constant
+    return PairedTests(
+        seeds, unmatched, estimate([float(d) for d in mine - theirs], confidence),
+        float(ttest_rel(mine, theirs).pvalue) if tested else None,
+        float(ttost_paired(mine, theirs, -min_effect, min_effect)[0]) if tested else None,
+        constant, ONE_SEED if len(finished) < 2 else None, failures,
+        evaluation_se(finished, *window_losses) if window_losses is not None else None,
+    )  # fmt: skip
+
+
+def failure_test(
+    values: Mapping[Hashable, float], baseline: Mapping[Hashable, float], seeds: Sequence[Hashable]
+) -> Failures:
+    """How often each side failed (+inf) on `seeds`, and McNemar's exact test of the difference."""
+    mine = [not math.isfinite(values[s]) for s in seeds]
+    theirs = [not math.isfinite(baseline[s]) for s in seeds]
+    only_mine = sum(a and not b for a, b in zip(mine, theirs, strict=True))
+    only_theirs = sum(b and not a for a, b in zip(mine, theirs, strict=True))
+    both = sum(a and b for a, b in zip(mine, theirs, strict=True))
+    # McNemar's table (rows: mine trained, failed; columns: theirs); only its discordant cells count.
+    table = [[len(seeds) - only_mine - only_theirs - both, only_theirs], [only_mine, both]]
+    return Failures(sum(mine), sum(theirs), len(seeds), float(mcnemar(table, exact=True).pvalue))
 
 
 def evaluation_se(
@@ -184,9 +167,9 @@ def evaluation_se(
     return math.sqrt(sum(variances)) / len(variances) if variances else None
 
 
-def power(c: Comparison, min_effect: float, level: float) -> Power | None:
+def power(tests: PairedTests, min_effect: float, level: float) -> Power | None:
     """The paired sd of the comparison and what its seeds can resolve at `level` (two-sided paired t)."""
-    d = c.difference
+    d = tests.difference
     if d is None or d.sd is None or d.n < 2 or d.sd <= IDENTICAL:
         return None
     with warnings.catch_warnings():

@@ -16,10 +16,10 @@ from typing import Any
 
 from scipy.stats import binomtest
 
-from tinylm.analysis.estimates import Comparison, Estimate, estimate, paired_tests
+from tinylm.analysis.estimates import Estimate, PairedTests, estimate, paired_tests
 from tinylm.analysis.outcome import NOT_YET_JUDGED_TUNED, Outcome, Verdict
 from tinylm.analysis.runs import ReportError, RunSummary, natural_key, runs_frame, shared_reference
-from tinylm.analysis.verdicts import judge
+from tinylm.analysis.verdicts import Comparison, Judgement, judge
 from tinylm.overrides import shown
 
 LR = "optim.lr"
@@ -240,47 +240,56 @@ def pick_baseline(settings: Sequence[Setting], wanted: dict[str, Any], columns: 
     return matching[0]
 
 
+def compare_families(
+    families: Sequence[tuple[Sequence[Setting], Setting]], rules: Rules, seeds: Collection[str] | None = None
+) -> list[list[Comparison | None]]:
+    """Every setting of each family against its baseline, seed by seed (on `seeds` only, when given), all the
+    comparisons judged together, one Holm family; each family's in its order, None for its baseline. When
+    the rate varies, the sweep's own seeds chose it and judge nothing (`not_yet_judged`)."""
+    rows = [(s, base) for settings, base in families for s in settings if s is not base]
+    if rules.lr_varies:
+        compared = iter([not_yet_judged(s, base) for s, base in rows])
+    else:
+        tests = [tests_against(s, base, rules, seeds) for s, base in rows]
+        compared = iter(judge(tests, rules.min_effect, rules.alpha))
+    return [[None if s is base else next(compared) for s in settings] for settings, base in families]
+
+
 def judge_families(
     families: Sequence[tuple[Sequence[Setting], Setting]], rules: Rules, seeds: Collection[str] | None = None
 ) -> list[list[Setting]]:
-    """Compare every setting of each family with its baseline, seed by seed (on `seeds` only, when given),
-    and judge all the comparisons together, one Holm family; returns each family's settings in their order,
-    the others with their comparison (new settings) and the baseline as it was."""
-    rows = [(s, base) for settings, base in families for s in settings if s is not base]
-    compared = [tests_against(only(s, seeds), only(base, seeds), rules) for s, base in rows]
-    judged = {
-        id(s): c for (s, _), c in zip(rows, judge(compared, rules.min_effect, rules.alpha), strict=True)
-    }
+    """Each family's settings with their comparisons (`compare_families`), the baseline as it was."""
+    compared = compare_families(families, rules, seeds)
     return [
-        [s if s is base else replace(s, comparison=judged[id(s)]) for s in settings]
-        for settings, base in families
+        [judged(s, c) for s, c in zip(settings, cs, strict=True)]
+        for (settings, _), cs in zip(families, compared, strict=True)
     ]
 
 
-def only(setting: Setting, seeds: Collection[str] | None) -> Setting:
-    """`setting` with the results of `seeds` only."""
-    if seeds is None:
+def judged(setting: Setting, comparison: Comparison | None, added: Comparison | None = None) -> Setting:
+    """A family's row: `setting` with its comparison and the added seeds' (a baseline: `setting` itself)."""
+    if comparison is None and added is None:
         return setting
-    results = {k: v for k, v in setting.results.items() if k in seeds}
-    return replace(
-        setting,
-        results=results,
-        windows={k: v for k, v in setting.windows.items() if k in seeds},
-        rates={k: v for k, v in setting.rates.items() if k in seeds},
-        estimate=trained(results, setting.estimate.confidence if setting.estimate else 0.95),
+    # The one rebuild: a row's comparisons are known only once its whole family is judged, after grouping.
+    return replace(setting, comparison=comparison, added=added)
+
+
+def tests_against(
+    setting: Setting, base: Setting, rules: Rules, seeds: Collection[str] | None = None
+) -> PairedTests:
+    """The tests of one row, paired over seeds (`seeds` only, when given)."""
+
+    def kept(values: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in values.items() if seeds is None or k in seeds}
+
+    windows = (kept(setting.windows), kept(base.windows))
+    return paired_tests(
+        kept(setting.results), kept(base.results), rules.min_effect, rules.confidence, windows
     )
-
-
-def tests_against(setting: Setting, base: Setting, rules: Rules, judging: bool = False) -> Comparison:
-    """The tests of one row, paired over seeds. When the rate varies, the sweep's own seeds chose it and are
-    judged on nothing (`not_yet_judged`); `judging`: the seeds added since, at the rates those chose."""
-    if rules.lr_varies and not judging:
-        return not_yet_judged(setting, base)
-    windows = (setting.windows, base.windows)
-    return paired_tests(setting.results, base.results, rules.min_effect, rules.confidence, windows)
 
 
 def not_yet_judged(setting: Setting, base: Setting) -> Comparison:
     """A tuned row before any judging seed: its rate, and its baseline's, chosen on the sweep's seeds."""
     chosen = f"{shown(setting.rate)} against {shown(base.rate)}, chosen on seed{'s' if len(setting.tuned_on) != 1 else ''} {', '.join(setting.tuned_on)}"
-    return Comparison((), verdict=Verdict(f"{NOT_YET_JUDGED_TUNED} (rates {chosen})", Outcome.NOT_RESOLVED))
+    verdict = Verdict(f"{NOT_YET_JUDGED_TUNED} (rates {chosen})", Outcome.NOT_RESOLVED)
+    return Comparison(PairedTests(()), Judgement(verdict=verdict))

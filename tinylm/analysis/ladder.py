@@ -26,17 +26,17 @@ import enum
 import itertools
 import math
 import statistics
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from scipy.stats import ttest_ind_from_stats
 
-from tinylm.analysis.estimates import Comparison
-from tinylm.analysis.grouping import Rules, Setting, judge_families, pick_baseline, varying
+from tinylm.analysis.grouping import Rules, Setting, compare_families, judged, pick_baseline, varying
 from tinylm.analysis.outcome import Outcome
 from tinylm.analysis.runs import shared_reference
-from tinylm.analysis.verdicts import decided_by_failures, failure_words, holm
+from tinylm.analysis.sequential_design import Design, judge_added
+from tinylm.analysis.verdicts import Comparison, decided_by_failures, failure_words, holm
 from tinylm.overrides import shown
 
 # The choice a scale ladder varies (conf/size/): a sweep over it with a baseline that does not name it is a
@@ -135,27 +135,48 @@ def _number(text: str) -> float | None:
         return None
 
 
-def judge_ladder(
+def judge_family(
     family: Sequence[Setting],
     wanted: dict[str, Any],
     columns: Sequence[str],
     rules: Rules,
-    axis: Sequence[str],
-    seeds: Collection[str] | None = None,
-) -> Ladder:
-    """The family judged level by level along `axis`: each design against the baseline `wanted` names at its
-    level, all levels' comparisons one Holm family (on `seeds` only, when given: a sequential design's first
-    look), then each design's verdict across levels. `columns`: the family's."""
-    axis = list(axis)
-    columns = [c for c in columns if c not in axis]
-    levels = ladder_levels(family, axis)
-    groups = [(group, pick_baseline(group, wanted, columns)) for *_, group in levels]
-    judged = judge_families(groups, rules, seeds)
+    axis: Sequence[str] = (),
+    design: Design | None = None,
+    settings: list[Setting] | None = None,
+) -> tuple[list[Setting], Setting | None, Ladder | None]:
+    """The family judged against the baseline `wanted` names, or along `axis` level by level (each design
+    against its level's baseline, all levels' comparisons one Holm family), on a sequential design's first
+    look only when there is one; then the rows that left open judged on the seeds `design` added since
+    (`judge_added`, regrouping `settings`); each row built once with both, and each design's verdict across
+    levels read from them. Returns the rows in the family's order, the baseline (none on a ladder), the ladder.
+    `columns`: the family's."""
+    levels = ladder_levels(family, axis) if axis else [("", None, None, list(family))]
+    design_columns = [c for c in columns if c not in axis]
+    groups = [(group, pick_baseline(group, wanted, design_columns)) for *_, group in levels]
+    seeds = design.first_seeds if design is not None and design.looks else None
+    own = {
+        s.key(columns): c
+        for (group, _), found in zip(groups, compare_families(groups, rules, seeds), strict=True)
+        for s, c in zip(group, found, strict=True)
+    }
+    bases = {s.key(columns): base.key(columns) for group, base in groups for s in group}
+    keys = [s.key(columns) for s in family]
+    still = {key: bases[key] for key in keys if own[key] is not None and not own[key].resolved}
+    added = {}
+    if design is not None and len(design.looks) >= 2:
+        added = judge_added(still, settings or [], list(columns), rules, design)
+    rows = {key: judged(s, own[key], added.get(key)) for s, key in zip(family, keys, strict=True)}
+    if not axis:
+        return list(rows.values()), groups[0][1], None
     rungs = [
-        Rung(level, params, steps, base, settings)
-        for (level, params, steps, _), (_, base), settings in zip(levels, groups, judged, strict=True)
+        Rung(level, params, steps, base, [rows[s.key(columns)] for s in group])
+        for (level, params, steps, group), (_, base) in zip(levels, groups, strict=True)
     ]
-    return Ladder(axis, columns, rungs, trends(rungs, columns, rules.alpha, axis))
+    return (
+        list(rows.values()),
+        None,
+        Ladder(list(axis), design_columns, rungs, trends(rungs, design_columns, rules.alpha, axis)),
+    )
 
 
 def ladder_levels(
@@ -181,16 +202,13 @@ def ladder_levels(
     return [(level_name(value), params, steps, by_level[value]) for value, params, steps in levels]
 
 
-def with_added(
-    ladder: Ladder, added: Mapping[tuple[str, ...], Setting], columns: Sequence[str], alpha: float
-) -> Ladder:
-    """`ladder` with the settings a sequential design added seeds to (`added`, by their key over the family's
-    `columns`, the axis among them) in place of its own, and the verdicts across levels read again from each
-    design's answer (the added seeds' verdict where its own seeds left it open)."""
-    rungs = [
-        replace(rung, settings=[added.get(s.key(columns), s) for s in rung.settings]) for rung in ladder.rungs
-    ]
-    return replace(ladder, rungs=rungs, trends=trends(rungs, ladder.columns, alpha, ladder.axis))
+def baseline_keys(
+    family: list[Setting], base: Setting | None, ladder: Ladder | None, columns: list[str]
+) -> dict[tuple[Any, ...], tuple[Any, ...] | None]:
+    """Each family row's baseline, key to key (over the family's columns): its level's on a ladder."""
+    if ladder is not None:
+        return {s.key(columns): rung.baseline.key(columns) for rung in ladder.rungs for s in rung.settings}
+    return {s.key(columns): base.key(columns) if base is not None else None for s in family}
 
 
 def trends(
@@ -218,7 +236,7 @@ def trends(
 def _change(found: list[tuple[Rung, Setting]]) -> tuple[float | None, float | None]:
     """The difference at the last level minus that at the first, and Welch's t test of it (scipy): the
     levels' runs are independent, each difference's sd and seed count as its comparison estimated them."""
-    ends = [s.answer.difference for _, s in (found[0], found[-1])]
+    ends = [s.answer.tests.difference for _, s in (found[0], found[-1])]
     if len(found) < 2 or any(d is None or not math.isfinite(d.mean) for d in ends):
         return None, None
     small, large = ends
@@ -236,7 +254,7 @@ def _direction(c: Comparison) -> int | None:
     if decided_by_failures(c):
         return None
     return {Outcome.WORSE: 1, Outcome.BETTER: -1, Outcome.EQUIVALENT: 0, Outcome.IDENTICAL: 0}.get(
-        c.verdict.outcome
+        c.judgement.verdict.outcome
     )
 
 
@@ -247,7 +265,9 @@ def _failures_at(found: list[tuple[Rung, Setting]], stated: Collection[str] = ()
     clauses = [
         f"{words} at {rung.level}"
         for rung, s in found
-        if rung.level not in stated and (words := failure_words(s.answer)) is not None
+        if rung.level not in stated
+        and (words := failure_words(s.answer.tests.failures, s.answer.judgement.fails_differently))
+        is not None
     ]
     return "; " + ", ".join(clauses) if clauses else ""
 
@@ -261,7 +281,7 @@ def _verdict(
     axis: str = "size",
     along: bool = True,
 ) -> tuple[TrendWord, str]:
-    said = [(rung.level, s.answer.verdict, _direction(s.answer)) for rung, s in found]
+    said = [(rung.level, s.answer.judgement.verdict, _direction(s.answer)) for rung, s in found]
     resolved = [(level, verdict, d) for level, verdict, d in said if d is not None]
     directed = [found for found in resolved if found[2]]  # the losses better or worse
     for (level_a, verdict_a, a), (level_b, verdict_b, b) in itertools.pairwise(directed):
@@ -271,7 +291,7 @@ def _verdict(
                 + _failures_at(found, (level_a, level_b))
             )
     every = ", ".join(f"{verdict} at {level}" for level, verdict, _ in said)
-    ends = [s.answer.difference for _, s in (found[0], found[-1])]
+    ends = [s.answer.tests.difference for _, s in (found[0], found[-1])]
     small, large = (d.mean if d is not None else math.nan for d in ends)
     at_ends = f"{small:+.3f} at {found[0][0].level}, {large:+.3f} at {found[-1][0].level}"
     tested = f" (change p (Holm) = {p:.2g})" if p is not None else ""

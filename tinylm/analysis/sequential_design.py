@@ -1,26 +1,75 @@
-"""A sequential extension of a finished sweep (scripts/add_seeds.py, docs/sweeps.md): its design as
-sequential.json holds it, and the verdicts of the seeds it added, judged apart from the sweep's own by the
-group-sequential design's looks (tinylm/analysis/sequential.py)."""
+"""The sequential design that adds seeds to a finished sweep in rounds (scripts/add_seeds.py, docs/sweeps.md): its
+value as sequential.json holds it, the α each look may spend, the nominal level each look's boundary gives its
+paired t test, and the verdicts of the seeds it added, judged apart from the sweep's own: a row keeps the first
+verdict a look gives it."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
-from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, replace
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tinylm.analysis.estimates import Comparison
-from tinylm.analysis.grouping import Rules, Setting, only, tests_against, tuned_settings
-from tinylm.analysis.ladder import Ladder, with_added
+import numpy as np
+from scipy.stats import norm
+from scipy.stats import t as student_t
+
+from tinylm.analysis.estimates import MIN_EFFECT, PairedTests
+from tinylm.analysis.grouping import Rules, Setting, tests_against, tuned_settings
 from tinylm.analysis.outcome import UNRESOLVED, Outcome, Verdict
 from tinylm.analysis.runs import ReportError
-from tinylm.analysis.sequential import Look, first_verdicts, sequential_plan
-from tinylm.analysis.verdicts import judge, tests_of_difference
+from tinylm.analysis.verdicts import ALPHA, Comparison, Judgement, judge, tests_of_difference
 from tinylm.files import write_json
 from tinylm.layout import DESIGN_FILE
 from tinylm.overrides import typed_choice
+
+Key = tuple[Any, ...]  # a family row's key over the family's columns (`Setting.key`)
+
+# Null paths the t statistics' boundaries are calibrated on: the design's error is α within ±0.035 points
+# (one binomial sd at α = 0.05); docs/sweeps.md.
+T_PATHS = 400_000
+
+
+def spent(information: float, alpha: float = ALPHA) -> float:
+    """Lan & DeMets' (1983) O'Brien-Fleming-type spending function: the α spent once a fraction
+    `information` (seeds so far / the most seeds the design allows) of the data is in."""
+    if information <= 0:
+        return 0.0
+    information = min(1.0, information)
+    return float(2 - 2 * norm.cdf(norm.ppf(1 - alpha / 2) / math.sqrt(information)))
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look of a sequential design: `counts` are the seeds of every look that judges, up to and including
+    this one, of at most `horizon`."""
+
+    counts: tuple[int, ...]
+    horizon: int
+
+    def level(self, alpha: float) -> float:
+        """The two-sided level a paired t test's p-value is compared with at this look, in a design of overall
+        level α (`t_levels`)."""
+        return t_levels(self.counts, self.horizon, alpha)[-1]
+
+
+def sequential_plan(seed_counts: Sequence[int], max_seeds: int) -> list[Look | None]:
+    """The looks of a design that had `seed_counts` seeds at its looks: a look with fewer than 2 seeds, or
+    none more than the look before, judges nothing (a paired t test needs 2) and spends no α."""
+    plan: list[Look | None] = []
+    counts: tuple[int, ...] = ()
+    for count in seed_counts:
+        count = min(count, max_seeds)
+        if count < 2 or (counts and count <= counts[-1]):
+            plan.append(None)
+            continue
+        counts += (count,)
+        plan.append(Look(counts, max_seeds))
+    return plan
 
 
 @dataclass(frozen=True)
@@ -70,84 +119,66 @@ class Design:
         return sequential_plan(counts, self.horizon) if self.horizon >= 2 else [None] * len(counts)
 
 
-def with_added_seeds(
-    family: list[Setting],
-    base: Setting | None,
-    ladder: Ladder | None,
-    settings: list[Setting],
-    columns: list[str],
-    rules: Rules,
-    design: Design,
-) -> tuple[list[Setting], Ladder | None]:
-    """The family's open rows with the sequential design's verdicts on the seeds added since its first look
-    (`judge_added`), and a ladder's words across levels read again from them."""
-    added = judge_added(
-        family, baseline_keys(family, base, ladder, columns), settings, columns, rules, design
-    )
-    family = [replace(s, added=added[s.key(columns)]) if s.key(columns) in added else s for s in family]
-    if ladder is None:
-        return family, None
-    by_key = {s.key(columns): s for s in family if s.added is not None}
-    return family, with_added(ladder, by_key, columns, rules.alpha)
-
-
-def baseline_keys(
-    family: list[Setting], base: Setting | None, ladder: Ladder | None, columns: list[str]
-) -> dict[tuple[Any, ...], tuple[Any, ...] | None]:
-    """Each family row's baseline, key to key (over the family's columns): its level's on a ladder."""
-    if ladder is not None:
-        return {s.key(columns): rung.baseline.key(columns) for rung in ladder.rungs for s in rung.settings}
-    return {s.key(columns): base.key(columns) if base is not None else None for s in family}
-
-
 def judge_added(
-    family: list[Setting],
-    bases: dict[tuple[Any, ...], tuple[Any, ...]],
-    settings: list[Setting],
-    columns: list[str],
-    rules: Rules,
-    design: Design,
-) -> dict[tuple[Any, ...], Comparison]:
-    """The sequential extension's verdicts, on the added seeds alone, by the key of the family's row they
-    answer (`bases`: each row's baseline's key): each look judges the seeds added by then at the level its
-    boundary gives (Holm over the rows the extension adds seeds to), and a row keeps the first verdict a
-    look gives it. The sweep's own verdicts stay as its own seeds gave them."""
-    rows = [s.key(columns) for s in family if s.comparison is not None and not s.comparison.resolved]
-    looks = []
-    for look in range(1, len(design.looks)):
-        at_look = {s.key(columns): s for s in added_family(settings, columns, rules, design, look)}
-        looks.append([
-            tests_against(at_look[key], at_look[bases[key]], rules, judging=True) for key in rows
-        ])  # fmt: skip
+    bases: Mapping[Key, Key], settings: list[Setting], columns: list[str], rules: Rules, design: Design
+) -> dict[Key, Comparison]:
+    """The design's verdicts on the added seeds alone, for the rows the sweep's own seeds left open (`bases`:
+    each such row's key to its baseline's): each look judges the seeds added by then at the level its boundary
+    gives (Holm over those rows), and a row keeps the first verdict a look gives it. `settings`: every
+    setting, from which each look's are regrouped."""
+    looks = [
+        added_tests(bases, settings, columns, rules, design, look) for look in range(1, len(design.looks))
+    ]
     plan = design.added_plan()
     first = first_verdicts(looks, plan, rules.min_effect, rules.alpha)
     last = judge(looks[-1], rules.min_effect, rules.alpha, with_power=False)
-    number = len(design.looks)  # looks are numbered as add_seeds numbers them: the sweep's own is look 1
-    difference = {(i, kind): p for i, kind, p in tests_of_difference(looks[-1])}
-    equivalence = {i: c.p_equivalence for i, c in enumerate(looks[-1]) if c.p_equivalence is not None}
-    added = {}
-    for row, (key, found, latest) in enumerate(zip(rows, first, last, strict=True)):
-        if found is None:
-            # A p (Holm) within α that left the row open: the look's level did, said in the row (issue 59).
-            short = [
-                _short_of(tests, at, adjusted, plan[-1], rules.alpha, number, name)
-                for tests, at, adjusted, name in (
-                    (difference, (row, "loss"), latest.p_adjusted, "p"),
-                    (difference, (row, "failures"), latest.p_failures_adjusted, "failures p"),
-                    (equivalence, row, latest.p_equivalence_adjusted, "equivalence p"),
-                )
-            ]
-            verdict = f"{UNRESOLVED} at look {number} ({len(latest.seeds)} added seeds{''.join(short)})"
-            # How often each side failed is a finding of its own (issue 48), said where the losses leave it open too.
-            if latest.failures is not None:
-                verdict += f"; fails {latest.failures.describe()}"
-            added[key] = replace(latest, verdict=Verdict(verdict, Outcome.NOT_RESOLVED))
-        else:
-            number, c = found
-            added[key] = replace(
-                c, verdict=c.verdict.noted(f" (look {number + 2}, {len(c.seeds)} added seeds)")
-            )
-    return added
+    return {
+        key: found[1] if found is not None else left_open(row, looks[-1], latest, plan[-1], rules.alpha, len(design.looks))
+        for row, (key, found, latest) in enumerate(zip(bases, first, last, strict=True))
+    }  # fmt: skip
+
+
+def added_tests(
+    bases: Mapping[Key, Key],
+    settings: list[Setting],
+    columns: list[str],
+    rules: Rules,
+    design: Design,
+    look: int,
+) -> list[PairedTests]:
+    """Each row's tests on the seeds added by `look` (when the rate varies: at the rate each setting's
+    first-look seeds chose)."""
+    added = set(design.added_seeds(look))
+    if rules.lr_varies:
+        settings = tuned_settings(settings, columns, rules.confidence, design.first_seeds, added)
+    by_key = {s.key(columns): s for s in settings}
+    return [tests_against(by_key[key], by_key[base], rules, added) for key, base in bases.items()]
+
+
+def left_open(
+    row: int, tests: Sequence[PairedTests], latest: Comparison, look: Look | None, alpha: float, number: int
+) -> Comparison:
+    """A row no look resolved, as its last look (`number`, row `row` of `tests`) leaves it: the p-values Holm
+    adjusts over that look's family, and why any within α did not resolve it (the look's level)."""
+    difference = {(i, kind): p for i, kind, p in tests_of_difference(tests)}
+    equivalence = {i: t.p_equivalence for i, t in enumerate(tests) if t.p_equivalence is not None}
+    j = latest.judgement
+    short = [
+        _short_of(family, at, adjusted, look, alpha, number, name)
+        for family, at, adjusted, name in (
+            (difference, (row, "loss"), j.p_adjusted, "p"),
+            (difference, (row, "failures"), j.p_failures_adjusted, "failures p"),
+            (equivalence, row, j.p_equivalence_adjusted, "equivalence p"),
+        )
+    ]
+    text = f"{UNRESOLVED} at look {number} ({len(latest.tests.seeds)} added seeds{''.join(short)})"
+    if latest.tests.failures is not None:  # how often each side failed is a finding of its own, said here too
+        text += f"; fails {latest.tests.failures.describe()}"
+    verdict = Verdict(text, Outcome.NOT_RESOLVED)
+    return Comparison(
+        latest.tests,
+        Judgement(j.p_adjusted, j.p_equivalence_adjusted, j.p_failures_adjusted, verdict=verdict),
+    )
 
 
 def _short_of(
@@ -172,15 +203,72 @@ def _short_of(
     return f"; {name} {p:.2g} within {level:.2g}, the level look {number} gives it, but a smaller p in Holm's order was not"
 
 
-def added_family(
-    settings: list[Setting], columns: list[str], rules: Rules, design: Design, look: int
-) -> list[Setting]:
-    """The family's settings with only the seeds added by `look` (when the rate varies: at the rate each
-    setting's first-look seeds chose)."""
-    added = set(design.added_seeds(look))
-    if rules.lr_varies:
-        return tuned_settings(settings, columns, rules.confidence, design.first_seeds, added)
-    return [only(s, added) for s in settings]
+def first_verdicts(
+    looks: Sequence[Sequence[PairedTests]],
+    plan: Sequence[Look | None],
+    min_effect: float = MIN_EFFECT,
+    alpha: float = ALPHA,
+) -> list[tuple[int, Comparison] | None]:
+    """A sequential design's verdicts: `looks[k]` holds the tests (`paired_tests`) of every row of one family
+    on the seeds look k had, in the same row order at every look; each look is judged as `plan[k]` says
+    (None: a look that judges nothing), and a row keeps the first verdict a look gives it, with that look's
+    index, its verdict followed by the look's number as add_seeds numbers them (the sweep's own is look 1)."""
+    first: list[tuple[int, Comparison] | None] = [None] * (len(looks[0]) if looks else 0)
+    for number, (family, look) in enumerate(zip(looks, plan, strict=True)):
+        if look is None:
+            continue
+        note = functools.partial(_look_note, number + 2)
+        for row, c in enumerate(judge(family, min_effect, alpha, look.level, with_power=False, note=note)):
+            if first[row] is None and c.resolved:
+                first[row] = (number, c)
+    return first
+
+
+def _look_note(number: int, tests: PairedTests) -> str:
+    return f" (look {number}, {len(tests.seeds)} added seeds)"
+
+
+@functools.cache
+def t_levels(counts: tuple[int, ...], horizon: int, alpha: float = ALPHA) -> tuple[float, ...]:
+    """The nominal two-sided level of each look's paired t test in a design with `counts` seeds at its looks (of
+    at most `horizon`), spending α by `spent`: look k's boundary on |t| is set so that, under no difference,
+    the chance of crossing it and no boundary before is the α spent between look k - 1 and k.
+
+    Boundaries for z statistics (Jennison & Turnbull 2000, ch. 19) assume a known variance; applied to t
+    tests with 1-15 degrees of freedom (each look's own estimate of it) they err by about 10% of α, because
+    the looks' t statistics are less correlated than their z statistics. The looks' t statistics under no difference do not
+    depend on the variance, so their joint law is that of `T_PATHS` paths of standard normal differences (a
+    fixed seed: the same levels every time), and each boundary is the quantile of the paths still running
+    that spends the increment (the first look's level is exact: it is its t test's alone). A look whose
+    increment is under one path's share judges nothing (level 0).
+    No library we depend on computes group-sequential boundaries for t statistics."""
+    rng = np.random.default_rng(20261204)
+    differences = rng.standard_normal((T_PATHS, counts[-1]))
+    sums, squares = differences.cumsum(axis=1), (differences**2).cumsum(axis=1)
+    running = np.ones(T_PATHS, dtype=bool)
+    levels: list[float] = []
+    crossed = 0
+    for count in counts:
+        mean = sums[:, count - 1] / count
+        sd = np.sqrt((squares[:, count - 1] - count * mean**2) / (count - 1))
+        t = np.abs(mean) / (sd / math.sqrt(count))
+        if not levels:  # the first look's t statistic alone: its level is exactly the α it may spend
+            level = spent(count / horizon, alpha)
+            bound = float(student_t.isf(level / 2, count - 1)) if level > 0 else math.inf
+        else:
+            target = round(spent(count / horizon, alpha) * T_PATHS) - crossed  # paths this look may stop
+            ordered = np.sort(t[running])[::-1]
+            if target <= 0:
+                bound = math.inf
+            elif target < len(ordered):
+                bound = float(ordered[target - 1] + ordered[target]) / 2
+            else:
+                bound = 0.0
+            level = float(2 * student_t.sf(bound, count - 1))
+        running &= t <= bound
+        crossed = int(T_PATHS - running.sum())
+        levels.append(level)
+    return tuple(levels)
 
 
 def read_design(sweep_dir: Path) -> Design | None:
