@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tinylm.analysis.estimates import seeds_needed
-from tinylm.analysis.grouping import LR, Setting
+from tinylm.analysis.grouping import Setting
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,8 @@ class RowSize:
 @dataclass(frozen=True)
 class Sizing:
     """Every open row's size, and the runs and run time all of them take together (the baseline's new seeds,
-    shared by the rows, counted once; with the rate tuned, every rate of a setting at each new seed)."""
+    shared by the rows, counted once). `every_rate`: each new seed at every rate of a setting, as a report of
+    the cross-fitted rule sized them (a report.json of that rule holds it; the report now runs each once)."""
 
     rows: tuple[RowSize, ...]
     runs: int
@@ -48,55 +49,50 @@ class Sizing:
 
 
 def size_open_rows(
-    family: list[Setting],
-    baseline: Setting | None,
-    columns: list[str],
-    min_effect: float,
-    every_rate: bool,
-    horizon: int | None,
+    family: list[Setting], baseline: Setting | None, columns: list[str], min_effect: float, horizon: int | None,
     alpha: float,
-) -> Sizing | None:
-    """`horizon`: the most added seeds of the report's sequential design (None without one); `every_rate`:
-    each new seed is run at every rate (cross-fitting), else once; a row judged only on added seeds is sized
-    at α / the open rows."""
+) -> Sizing | None:  # fmt: skip
+    """`horizon`: the most added seeds of the report's sequential design (None without one); a row judged only
+    on added seeds is sized at α / the open rows."""
     # A tuned row not yet judged has no spread to size it by: its first judging seeds give one.
     open_rows = [
-        s
-        for s in family
-        if s is not baseline and s.answer is not None and not s.answer.resolved and s.answer.seeds
+        s for s in family if s is not baseline and s.answer and not s.answer.resolved and s.answer.tests.seeds
     ]
     if not open_rows or baseline is None:
         return None
-    rows, baseline_more = [], 0
-    for s in open_rows:
-        c, added = s.comparison, horizon is not None and s.added is not None
-        design = {k: s.choices.get(k, "—") for k in columns}
-        # The added seeds are an experiment of their own: sized on their spread once they have one.
-        measured = s.added.difference if added and s.added.difference is not None else c.difference
-        sd = measured.sd if measured is not None and measured.sd else (c.power.sd if c.power else None)
-        if sd is None or measured is None:
-            rows.append(RowSize(design, None, 0, 0, 0, 0.0, added, horizon))
-            continue
-        level = c.power.level if c.power else alpha / len(open_rows)
-        needed = seeds_needed(max(abs(measured.mean), min_effect) / sd, level)
-        if needed is None:
-            continue
-        has = len(s.added.seeds) if added else len(c.seeds)
-        more = max(0, needed - has)
-        if added and horizon is not None:  # the design stops at its horizon, resolved or not
-            more = min(more, max(0, horizon - has))
-        baseline_more = max(baseline_more, more)
-        runs, seconds = run_cost(s, more, every_rate)
-        rows.append(RowSize(design, needed, has, more, runs, seconds, added, horizon))
-    runs, seconds = run_cost(baseline, baseline_more, every_rate)
-    total_runs = runs + sum(row.runs for row in rows)
-    total_seconds = seconds + sum(row.seconds for row in rows)
-    return Sizing(tuple(rows), total_runs, total_seconds, every_rate, len(open_rows))
+    sized = [_size(s, columns, min_effect, horizon, alpha / len(open_rows)) for s in open_rows]
+    rows = tuple(row for row in sized if row is not None)
+    # The baseline's new seeds are shared by the rows: the most any row needs, counted once.
+    runs, seconds = run_cost(baseline, max((row.more for row in rows), default=0))
+    return Sizing(
+        rows, runs + sum(r.runs for r in rows), seconds + sum(r.seconds for r in rows), False, len(open_rows)
+    )
 
 
-def run_cost(s: Setting, seeds: int, every_rate: bool) -> tuple[int, float]:
-    """The runs `seeds` more seeds of `s` take (`every_rate`: one per rate it was run at), and their run time
-    at its runs' median wall time."""
+def _size(
+    s: Setting, columns: list[str], min_effect: float, horizon: int | None, level: float
+) -> RowSize | None:
+    """One open row's size (None: no number of seeds finds it); `level`: where its comparison has no power."""
+    c, design = s.comparison, {k: s.choices.get(k, "—") for k in columns}
+    added = s.added if horizon is not None else None  # counted in the sequential design's added seeds
+    # The added seeds are an experiment of their own: sized on their spread once they have one.
+    measured = added.tests.difference if added and added.tests.difference is not None else c.tests.difference
+    power = c.judgement.power
+    sd = measured.sd if measured is not None and measured.sd else (power.sd if power else None)
+    if sd is None or measured is None:
+        return RowSize(design, None, 0, 0, 0, 0.0, added is not None, horizon)
+    needed = seeds_needed(max(abs(measured.mean), min_effect) / sd, power.level if power else level)
+    if needed is None:
+        return None
+    has = len((added or c).tests.seeds)
+    more = max(0, needed - has)
+    if added is not None and horizon is not None:  # the design stops at its horizon, resolved or not
+        more = min(more, max(0, horizon - has))
+    runs, seconds = run_cost(s, more)
+    return RowSize(design, needed, has, more, runs, seconds, added is not None, horizon)
+
+
+def run_cost(s: Setting, seeds: int) -> tuple[int, float]:
+    """The runs `seeds` more seeds of `s` take (one each), and their run time at its runs' median wall time."""
     times = [run.wall_time_s for run in s.runs if run.wall_time_s is not None]
-    runs = seeds * (max(1, len({run.choices.get(LR) for run in s.runs})) if every_rate else 1)
-    return runs, runs * (statistics.median(times) if times else 0.0)
+    return seeds, seeds * (statistics.median(times) if times else 0.0)

@@ -1,12 +1,11 @@
 """What a setting's runs show (`tinylm.analysis.diagnosis`, run by run), over the setting: each finding with
 how many runs showed it (the settings table's `why`), and the report's *Why* rows for every setting that lost
-to the baseline or failed (and, apart, every one whose validation text is its training text); computed once into the report, render.py words them and plots.py draws each health
-curve they name beside the baseline's."""
+to the baseline or failed (and, apart, every one whose validation text is its training text)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -100,14 +99,16 @@ class WhyRow:
     difference: float | None
     baseline: bool
     findings: tuple[Shared, ...]
+    # Whether it lost (`worse`) or its runs failed: what the *Why* list explains; a row that did neither is
+    # there for what its data shows (`about_data`) alone. Derived from the fields above, never stored.
+    lost_or_failed: bool = field(init=False)
 
-    @property
-    def lost_or_failed(self) -> bool:
-        """Whether the setting lost (`worse`) or its runs failed: what the *Why* list explains. A row that
-        did neither is in the report for what its data shows (`about_data`) alone (`why_rows`)."""
+    def __post_init__(self) -> None:
         lost = self.verdict is not None and self.verdict.outcome is Outcome.WORSE
-        return not self.about_data or lost or failed(self.findings)
+        # A frozen row's derived field, set once as it is built.
+        object.__setattr__(self, "lost_or_failed", not self.about_data or lost or failed(self.findings))
 
+    # The two below select from `findings` by kind (DATA_FINDINGS) and compute nothing.
     @property
     def about_runs(self) -> tuple[Shared, ...]:
         """What its runs' curves show: how they trained."""
@@ -115,7 +116,7 @@ class WhyRow:
 
     @property
     def about_data(self) -> tuple[Shared, ...]:
-        """What its runs show of the data they were measured on (`DATA_FINDINGS`)."""
+        """What its runs show of the data they were measured on."""
         return tuple(f for f in self.findings if f.kind in DATA_FINDINGS)
 
 
@@ -144,14 +145,14 @@ def why_rows(
     for setting in settings:
         found = shared(judged_runs(setting), findings)
         c = setting.answer  # a tuned row's: its judging seeds'
-        lost = c is not None and c.verdict.outcome is Outcome.WORSE
+        lost = c is not None and c.judgement.verdict.outcome is Outcome.WORSE
         if not lost and not failed(found) and not any(f.kind in DATA_FINDINGS for f in found):
             continue
         stated = tuple(f for f in found if not (f.kind == STILL_IMPROVING and failed(found)))
-        compared = c is not None and c.difference is not None
+        compared = c is not None and c.tests.difference is not None
         rows.append(WhyRow(
-            setting, {k: setting.choices.get(k, "—") for k in columns}, c.verdict if compared else None,
-            c.difference.mean if compared else None, any(setting is b for b in baselines), stated,
+            setting, {k: setting.choices.get(k, "—") for k in columns}, c.judgement.verdict if compared else None,
+            c.tests.difference.mean if compared else None, any(setting is b for b in baselines), stated,
         ))  # fmt: skip
     return rows
 
@@ -167,10 +168,10 @@ def still_learning(
     rows = []
     for setting in family:
         c = setting.answer
-        if setting is base or c is None or c.difference is None or not c.seeds:
+        if setting is base or c is None or c.tests.difference is None or not c.tests.seeds:
             continue
         paired = [
-            run for side in (setting, base) for run in judged_runs(side) if run.seed in c.seeds and run.result is not None
+            run for side in (setting, base) for run in judged_runs(side) if run.seed in c.tests.seeds and run.result is not None
         ]  # fmt: skip
         if paired and all(
             any(f.kind == STILL_IMPROVING for f in findings.get(run.path, ())) for run in paired
