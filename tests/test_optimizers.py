@@ -11,9 +11,16 @@ from omegaconf import OmegaConf
 
 from tinylm.model import ModelConfig
 from tinylm.training.module import CharLM
-from tinylm.training.optimizers import Muon, MuonWithAdamW, orthogonalize
+from tinylm.training.optimizers import (
+    Muon,
+    MuonWithAdamW,
+    fewer_flops_on_gram,
+    gram_orthogonalize,
+    orthogonalize,
+)
 from tinylm.training.settings import OPTIMIZERS, OptimConfig
 
+NEWTON_SCHULZ = (3.4445, -4.775, 2.0315)  # torch.optim.Muon's coefficients
 SHAPES = [(24, 24), (16, 40), (40, 16)]  # square, wide, tall (transposed inside Newton–Schulz)
 SETTINGS = {
     "lr": 0.02,
@@ -52,6 +59,24 @@ def test_orthogonalize_is_torch_muons_iteration_and_fp32_is_nearer_the_exact_pol
     fp32 = orthogonalize(grad, (3.4445, -4.775, 2.0315), 5, 1e-7, torch.float32)
     bf16 = orthogonalize(grad, (3.4445, -4.775, 2.0315), 5, 1e-7, torch.bfloat16)
     assert (fp32.double() - exact).abs().max() < 1e-5 < (bf16.double() - exact).abs().max()
+
+
+def test_gram_newton_schulz_gives_the_plain_iterations_result_where_it_multiplies_less():
+    generator = torch.Generator().manual_seed(0)
+    low_rank = torch.randn(120, 4, generator=generator) @ torch.randn(4, 40, generator=generator)
+    for matrix in (
+        torch.randn(40, 120, generator=generator),
+        torch.randn(120, 40, generator=generator),
+        low_rank,
+    ):
+        exact = orthogonalize(matrix.double(), NEWTON_SCHULZ, 5, 1e-7, torch.float64)
+        gram = gram_orthogonalize(matrix, NEWTON_SCHULZ, 5, 1e-7, torch.float32)
+        bf16 = orthogonalize(matrix, NEWTON_SCHULZ, 5, 1e-7, torch.bfloat16)
+        # Rounding only: the rank-deficient matrix's null space amplifies it most, still far below bf16's.
+        assert (gram.double() - exact).abs().max() < 1e-4 < (bf16.double() - exact).abs().max()
+    # The baby model's matrices: the attention's and the FFN's rectangles go through the Gram matrix.
+    assert fewer_flops_on_gram(torch.Size((384, 128)), 5) and fewer_flops_on_gram(torch.Size((128, 512)), 5)
+    assert not fewer_flops_on_gram(torch.Size((128, 128)), 5)
 
 
 def test_muon_steps_like_torch_muon_in_bf16_and_close_to_it_in_fp32():

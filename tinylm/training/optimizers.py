@@ -36,6 +36,37 @@ def orthogonalize(
     return x.T if wide else x
 
 
+def gram_orthogonalize(
+    matrix: Tensor, coefficients: tuple[float, float, float], steps: int, eps: float, dtype: torch.dtype
+) -> Tensor:
+    """`orthogonalize`'s result, up to rounding, iterated on the small Gram matrix G = X·Xᵀ (Gram
+    Newton–Schulz, Dao et al. 2026): each iterate is Q·X₀ with Q a polynomial in G, so the iterations multiply
+    m×m matrices only and the m×n matrix is multiplied twice in all."""
+    a, b, c = coefficients
+    x = matrix.to(dtype)
+    wide = matrix.size(0) > matrix.size(1)
+    if wide:
+        x = x.T
+    x = x.div(x.norm().clamp(min=eps))
+    gram = x @ x.T
+    identity = torch.eye(gram.size(0), dtype=dtype, device=x.device)
+    factor = identity
+    for step in range(steps):
+        polynomial = torch.addmm(gram, gram, gram, beta=b, alpha=c).add_(identity, alpha=a)
+        factor = polynomial @ factor if step else polynomial
+        if step < steps - 1:  # X ← P·X makes G ← P·G·P
+            gram = polynomial @ gram @ polynomial
+    x = factor @ x
+    return x.T if wide else x
+
+
+def fewer_flops_on_gram(shape: torch.Size, steps: int) -> bool:
+    """Whether `gram_orthogonalize` multiplies less than `orthogonalize` for a matrix of `shape` (m ≤ n):
+    2·m²·n + m³ an iteration against 4·m³ an iteration and 2·m²·n once, so only far from square."""
+    m, n = sorted(shape[:2])
+    return 2 * m * m * n + (4 * steps - 4) * m**3 < steps * (2 * m * m * n + m**3)
+
+
 def muon_lr_scale(adjust_lr_fn: str | None, shape: torch.Size) -> float:
     """The factor Muon's rate is multiplied by for a matrix of `shape` (as torch.optim.Muon's docs state)."""
     rows, cols = shape[:2]
@@ -77,9 +108,10 @@ class Muon(torch.optim.Muon):
                 buffer = state["momentum_buffer"]
                 buffer.lerp_(param.grad, 1 - momentum)
                 update = param.grad.lerp(buffer, momentum) if group["nesterov"] else buffer
-                update = orthogonalize(
-                    update, group["ns_coefficients"], group["ns_steps"], group["eps"], dtype
-                )
+                # Not in bf16: its rounding compounds in the Gram iterates (the paper restarts them).
+                on_gram = dtype != torch.bfloat16 and fewer_flops_on_gram(update.shape, group["ns_steps"])
+                iterate = gram_orthogonalize if on_gram else orthogonalize
+                update = iterate(update, group["ns_coefficients"], group["ns_steps"], group["eps"], dtype)
                 param.mul_(1 - lr * group["weight_decay"])
                 param.add_(update, alpha=-lr * muon_lr_scale(group["adjust_lr_fn"], param.shape))
         return loss
