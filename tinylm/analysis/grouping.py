@@ -23,7 +23,7 @@ from tinylm.analysis.verdicts import Comparison, Judgement, judge
 from tinylm.overrides import shown
 
 LR = "optim.lr"
-# How a report tuned rates and what it counted as a failure. Reports built before 2026-12-04 (report.json
+# How a report tuned rates and what it counted as a failure. Reports judged before `TUNED_THEN_JUDGED` (report.json
 # format 2 and earlier) took each seed at the rate the others chose (cross-fitting) and counted only diverged
 # runs apart; they are read, and rendered, as they were judged.
 CROSS_FITTED = "cross-fitted"

@@ -11,9 +11,8 @@ verdict across levels (docs/sweeps.md). Along an ordered axis (`size`, by parame
 - `holds at every <level>`: the same resolved verdict at every level, and no change shown; with how often
   each side failed at each level where a seed did (`when trained; fails 0/8 vs 2/8 … at post`);
 - `changes with <axis>`: the same test finds a change, but the ends' verdicts make it none of the above. It
-  claims no sign: a sign is shown only where a level resolves it, and a sign change only by `flips` (before
-  issue 49 opposite point estimates at the ends said `changes sign, not resolved`, 43% of the time when the
-  true difference went 0, -0.05, -0.10: the sign at an unresolved end is noise);
+  claims no sign: a sign is shown only where a level resolves it, and a sign change only by `flips` (the
+  sign at an unresolved end is noise);
 - otherwise `not resolved across <level>s`, with what each level says.
 
 Along an unordered axis (several choices, or text) there are no ends to compare: `flips`, `holds` or `not
@@ -250,7 +249,7 @@ def _change(found: list[tuple[Rung, Setting]]) -> tuple[float | None, float | No
 def _direction(c: Comparison) -> int | None:
     """The losses' verdict: +1 worse, -1 better, 0 equivalent or identical, None unresolved. A `better` or
     `worse` that how often each side failed decided, the losses left open, has no sign of the losses: no word
-    across levels reads one from it (issue 59: a failure-decided `worse` meeting a loss `better` said `flips`)."""
+    across levels reads one from it (a failure-decided `worse` meeting a loss `better` is no flip)."""
     if decided_by_failures(c):
         return None
     return {Outcome.WORSE: 1, Outcome.BETTER: -1, Outcome.EQUIVALENT: 0, Outcome.IDENTICAL: 0}.get(
@@ -302,7 +301,7 @@ def _verdict(
     if len(resolved) == len(said) and len({d for *_, d in resolved}) == 1:
         # Equivalent everywhere can hold while the change test rejects (a change within ±δ): say which.
         shown = "a change within the margin" if p is not None and p <= alpha else "no change"
-        failures = _failures_at(found)  # the outcome alone would drop them (issue 59)
+        failures = _failures_at(found)  # the outcome alone would drop them
         return TrendWord.HOLDS, (
             f"holds at every {noun}: {said[0][1].outcome}"
             + (" when trained" if failures else "")
