@@ -239,7 +239,7 @@ def test_a_tuned_ladders_family_counts_the_judging_seeds_tests():
 def test_a_tuned_ladders_figure_draws_the_judging_seeds_comparison(monkeypatch):
     """ladder.png drew the sweep's own comparison of a tuned ladder, `not yet judged (nothing to draw)` at
     every level, beside a report that said `better` at both (the stored optimizer ladder's)."""
-    from tinylm.analysis import scale
+    from tinylm.analysis import render_ladder as scale
 
     drawn = {}
     monkeypatch.setattr(scale, "plot_ladder", lambda panels, *args: drawn.setdefault("panels", panels))
