@@ -132,11 +132,9 @@ def judged_runs(setting: Setting) -> list[RunSummary]:
 
 
 def why_rows(
-    settings: Sequence[Setting],
-    columns: Sequence[str],
-    findings: Mapping[Path, Sequence[Finding]],
+    settings: Sequence[Setting], columns: Sequence[str], findings: Mapping[Path, Sequence[Finding]],
     baselines: Sequence[Setting],
-) -> list[WhyRow]:
+) -> list[WhyRow]:  # fmt: skip
     """The settings (the family's, or the settings table's when there is no family) that lost (a `worse`
     verdict), whose judged runs failed, or whose data is not what a loss is read against (`DATA_FINDINGS`),
     with what they showed; a budget that ended first is left out of a setting that failed for another
@@ -168,7 +166,7 @@ def still_learning(
     rows = []
     for setting in family:
         c = setting.answer
-        if setting is base or c is None or c.tests.difference is None or not c.tests.seeds:
+        if setting is base or c is None or c.tests.difference is None:
             continue
         paired = [
             run for side in (setting, base) for run in judged_runs(side) if run.seed in c.tests.seeds and run.result is not None
