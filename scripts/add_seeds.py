@@ -41,12 +41,12 @@ def main() -> None:
     if args.alpha is not None and not 0 < args.alpha < 1:
         parser.error("--alpha must lie between 0 and 1")
 
-    from tinylm.analysis.add_seeds import Budget  # after parsing: --help stays fast
     from tinylm.analysis.estimates import MIN_EFFECT
     from tinylm.analysis.verdicts import ALPHA
     from tinylm.analysis.write_report import write_report
     from tinylm.errors import ReportedError
-    from tinylm.seed_rounds import add_seeds
+    from tinylm.seed_rounds.plan import Budget  # after parsing: --help stays fast
+    from tinylm.seed_rounds.rounds import add_seeds
 
     train = [sys.executable, str(Path(__file__).with_name("train.py"))]
     budget = Budget(args.max_seeds, args.per_round, args.max_minutes)

@@ -1,6 +1,6 @@
 """Seeds until the answer is known, on a real tiny sweep: rounds add seeds to the open comparison only (and
 the baseline), the merged report counts them by the sequential design, and an interrupted round carries on
-where it stopped (tinylm/seed_rounds.py: tinylm/analysis/add_seeds.py decides, tinylm/training/launch.py
+where it stopped (tinylm/seed_rounds/: plan.py decides, tinylm/training/launch.py
 launches). The rounds launch real multiruns: -m slow; the default run
 keeps the design's checks and the stop on a round that adds nothing (the sequential rule itself, on made-up
 numbers: tests/test_verdicts.py)."""
@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_script, run_sweep
 
-from tinylm.analysis.add_seeds import ADDED_DIR, Budget
 from tinylm.analysis.estimates import Failures, paired_tests
 from tinylm.analysis.report import DESIGN_FILE, PREVIOUS_REPORTS, build_report
 from tinylm.analysis.runs import ReportError
 from tinylm.analysis.write_report import write_report
 from tinylm.layout import read_run_record, write_run_record
-from tinylm.seed_rounds import add_seeds
+from tinylm.seed_rounds.plan import ADDED_DIR, Budget
+from tinylm.seed_rounds.rounds import add_seeds
 
 TRAIN = [sys.executable, str(REPO / "scripts" / "train.py")]
 # optimized_metric changes nothing a run learns, only what it hands a sweeper: GELU's second row is identical
@@ -236,11 +236,11 @@ def _judged_sweep(base_results: dict[str, float], row_results: dict[str, float],
 def test_add_seeds_counts_a_looks_seeds_as_the_report_does_and_prints_the_verdict_reached():
     """Issue 59: add_seeds printed `look 2: 4 seeds` (the baseline's seeds, the sweep's own included) where the
     report says `look 2 (2 added seeds)`, and never the verdict it reached."""
-    from tinylm.analysis.add_seeds import next_round
     from tinylm.analysis.estimates import PairedTests
     from tinylm.analysis.outcome import Outcome, Verdict
     from tinylm.analysis.sequential_design import Design
     from tinylm.analysis.verdicts import Comparison, Judgement
+    from tinylm.seed_rounds.plan import next_round
 
     seeds = {"1": 2.0, "2": 2.0, "3": 2.0, "4": 2.0}
     own = Comparison(

@@ -25,7 +25,7 @@ ALLOWED = {
     "tinylm.probe": {"tinylm.model", "tinylm.data"},
     "tinylm.analysis": {"tinylm.model", "tinylm.data", "tinylm.layout", "tinylm.overrides", "tinylm.probe"},
     "tinylm.inference": {"tinylm.model", "tinylm.data", "tinylm.layout"},
-    # add_seeds' rounds: decide (analysis), start the runs (training), look again; the one module using both.
+    # add_seeds' rounds: plan from the report (analysis), start the runs (training), look again; the one part using both.
     "tinylm.seed_rounds": {"tinylm.analysis", "tinylm.training", "tinylm.layout", "tinylm.overrides"},
 }
 
@@ -73,7 +73,7 @@ def test_imports_point_one_way():
 
 
 def test_the_analysis_computes_and_never_reaches_training_even_through_another_part():
-    """Issue 47: the analysis decides which runs to add, and starts none; training/ and seed_rounds start them."""
+    """The analysis reads runs and judges them, and starts none: training/ and seed_rounds/ start them."""
     graph = modules(type_only=True)
     reached, stack = set(), [m for m in graph if part(m) == "tinylm.analysis"]
     while stack:

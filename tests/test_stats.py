@@ -15,7 +15,6 @@ from conftest import table_header, table_rows
 from scipy.stats import t as student_t
 from script_runner import run_script_in_process
 
-from tinylm.analysis.add_seeds import ADDED_DIR, Budget, round_settings, start_design
 from tinylm.analysis.estimates import Failures, estimate, paired_tests
 from tinylm.analysis.formats import fmt_interval
 from tinylm.analysis.grouping import LR, Setting, chosen_rate, group_settings, tuned_settings
@@ -38,6 +37,7 @@ from tinylm.analysis.sequential_design import read_design, write_design
 from tinylm.analysis.verdicts import compare, judge
 from tinylm.analysis.write_report import keep_previous, write_report
 from tinylm.layout import REFERENCE_LEVELS, SWEEP_RECORD, target_tags, write_run_record
+from tinylm.seed_rounds.plan import ADDED_DIR, Budget, round_settings, start_design
 
 # --- estimate -----------------------------------------------------------------------------------------------
 

@@ -15,11 +15,11 @@ from conftest import REPO, SHRINK, run_sweep, table_header
 from hydra import compose, initialize_config_module
 from script_runner import run_script_in_process
 
-from tinylm.analysis.add_seeds import ADDED_DIR, Budget
 from tinylm.analysis.render_ladder import LADDER_PNG
 from tinylm.analysis.report import DESIGN_FILE, build_report
 from tinylm.analysis.write_report import write_report
-from tinylm.seed_rounds import add_seeds
+from tinylm.seed_rounds.plan import ADDED_DIR, Budget
+from tinylm.seed_rounds.rounds import add_seeds
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """Starting runs of a sweep again, as the sweep ran them: `scripts/train.py` with a recorded run's own
-overrides, other seeds and a new directory, through the sweep's own Hydra launcher. The analysis decides which
-runs (tinylm/analysis/add_seeds.py); this starts them and waits (tinylm/seed_rounds.py calls both)."""
+overrides, other seeds and a new directory, through the sweep's own Hydra launcher. The plan decides which
+runs (tinylm/seed_rounds/plan.py); this starts them and waits (tinylm/seed_rounds/rounds.py calls both)."""
 
 from __future__ import annotations
 

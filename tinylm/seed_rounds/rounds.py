@@ -1,6 +1,5 @@
-"""The rounds of `scripts/add_seeds.py`: look and decide (tinylm/analysis/add_seeds.py), start the round's
-runs (tinylm/training/launch.py), look again. Its own module because it is the one place that uses both sides:
-the analysis imports nothing from training (tests/test_architecture.py)."""
+"""The rounds of `scripts/add_seeds.py`: look and plan (`tinylm.seed_rounds.plan`), start the round's runs
+(`tinylm.training.launch`), look again, until the plan stops."""
 
 from __future__ import annotations
 
@@ -10,11 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tinylm.analysis.add_seeds import Budget, next_round, round_launches, start_design
 from tinylm.analysis.estimates import MIN_EFFECT
 from tinylm.analysis.report import SweepReport, build_report
 from tinylm.analysis.sequential_design import Design, write_design
 from tinylm.analysis.verdicts import ALPHA
+from tinylm.seed_rounds.plan import Budget, next_round, round_launches, start_design
 from tinylm.training.launch import command_for, launch
 
 

@@ -1,17 +1,16 @@
-"""Seeds until the answer is known: `python scripts/add_seeds.py SWEEP_DIR` adds seeds, in rounds, to the
-settings whose comparison with the baseline is still open (and to the baseline; on a ladder, to the open rows
-of each level and that level's baseline), until every comparison is
-`better`, `worse` or `equivalent`, or the budget is spent (docs/sweeps.md).
+"""The plan of `scripts/add_seeds.py`, which adds seeds, in rounds, to the settings whose comparison with the
+baseline is still open (and to the baseline; on a ladder, to the open rows of each level and that level's
+baseline), until every comparison is `better`, `worse` or `equivalent`, or the budget is spent (docs/sweeps.md).
 
 The sweep's own seeds were judged by its report at α: those verdicts stand, and the seeds added are a second
 experiment, a group-sequential design written to SWEEP_DIR/sequential.json before its first run starts. Its
 first look is the sweep as it was (it judges nothing); every later look judges the added seeds alone, at
-the level the design's boundary gives it (`sequential.t_levels`), so its family-wise error over
-all the looks stays at α. The report, reading that file, judges the added seeds by the same looks.
+the level the design's boundary gives it, so that its family-wise error over all the looks stays at α. The
+report, reading that file, judges the added seeds by the same looks.
 
-This module decides: the design, each look, which settings get which seeds into which directory under
-SWEEP_DIR/added/ (where the report finds them), and whether the budget allows a round. It starts nothing:
-tinylm/training/launch.py starts the runs, and tinylm/seed_rounds.py alternates the two.
+This module decides, from the report: the design, each look, which settings get which seeds into which
+directory under SWEEP_DIR/added/ (where the report finds them), and whether the budget allows a round.
+`tinylm.seed_rounds.rounds` starts the runs it plans.
 """
 
 from __future__ import annotations
@@ -129,7 +128,7 @@ def look_lines(design: Design, report: SweepReport) -> list[str]:
     still = sum(not s.answer.resolved for s in rows)
     columns = report.shown_family_columns
     lines = [f"look {look}: {seeds}; {still} of {len(rows)} comparisons open"]
-    lines += [f"- {s.label(columns)}: {s.answer.verdict}" for s in rows]
+    lines += [f"- {s.label(columns)}: {s.answer.judgement.verdict}" for s in rows]
     if report.ladder is not None:
         shown = report.ladder.shown_columns
         lines += [
