@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tinylm.analysis.estimates import Estimate
+from tinylm.overrides import shown
 
 
 def fmt_number(value: float | None, digits: int = 4, signed: bool = False) -> str:
@@ -30,13 +32,35 @@ def fmt_wall_time(seconds: float | None) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
 
 
+@dataclass(frozen=True)
+class Column:
+    """A column of a report table: its header, its cell for a row, and its separator cell (the alignment:
+    `---`, `:--`, `--:`)."""
+
+    header: str
+    cell: Callable[[Any], Any]
+    align: str = "---"
+
+
+def choice_columns(
+    columns: Sequence[str], choices: Callable[[Any], dict] = lambda row: row.choices
+) -> list[Column]:
+    """A column per choice, each row's value as a command line writes it (`—` where it has none)."""
+    return [Column(c, lambda row, c=c: shown(choices(row).get(c, "—"))) for c in columns]
+
+
 def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return lines + ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+def md_table(columns: Sequence[Column], rows: Iterable[Any]) -> list[str]:
+    """Every table of report.md: a header row, a separator row and a line per row, unpadded (tabulate, and
+    pandas' `to_markdown` through it, pad each cell to its column's width and do not escape `|`)."""
+    lines = [
+        "| " + " | ".join(c.header for c in columns) + " |",
+        "|" + "|".join(c.align for c in columns) + "|",
+    ]
+    return lines + ["| " + " | ".join(_cell(c.cell(row)) for c in columns) + " |" for row in rows]
 
 
 def fmt_p(value: float | None) -> str:

@@ -1,5 +1,5 @@
 """report.md from the report value: the answer, the settings, the family against its baseline and every run
-(the sections after them: render_sections.py; report.json: report_json.py; the figures: plots.py). Reads a
+(the sections after them: render_sections.py; report.json: schema.py; the figures: plots.py). Reads a
 `SweepReport` as `build_report` built it, and computes nothing."""
 
 from __future__ import annotations
@@ -7,62 +7,75 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from typing import NamedTuple
 
-from tinylm.analysis.estimates import Comparison
-from tinylm.analysis.formats import fmt_interval, fmt_number, fmt_p, fmt_wall_time, md_table
-from tinylm.analysis.grouping import (
-    CROSS_FITTED,
-    TUNED_THEN_JUDGED,
-    Setting,
-    gain_over_unigram,
-    only,
-    setting_label,
-    varying,
+from tinylm.analysis.estimates import PairedTests
+from tinylm.analysis.formats import (
+    Column,
+    choice_columns,
+    fmt_interval,
+    fmt_number,
+    fmt_p,
+    fmt_wall_time,
+    md_table,
 )
+from tinylm.analysis.grouping import CROSS_FITTED, Setting, gain_over_unigram, setting_label, varying
 from tinylm.analysis.metric import STEPS_TO
 from tinylm.analysis.render_answer import answer_section, ladder_title
 from tinylm.analysis.render_sections import added_section, cost_lines
 from tinylm.analysis.report import SweepReport
-from tinylm.analysis.verdicts import family_size
+from tinylm.analysis.runs import RunSummary
+from tinylm.analysis.verdicts import Judgement, family_size
 from tinylm.analysis.why import Shared
 from tinylm.overrides import shown
 
+LEVELS = ("uniform", "unigram", "bigram")
 
-def _settings_rows(
-    settings: Sequence[Setting],
-    columns: Sequence[str],
-    baseline: Setting | None,
-    gains: str | None = None,
-    why: Sequence[Sequence[Shared]] = (),
-    rule: str = TUNED_THEN_JUDGED,
-    digits: int = 4,
-) -> list[list]:
+
+class _Ranked(NamedTuple):
+    """A row of the settings table: its rank, its setting, and what its runs show."""
+
+    rank: int
+    setting: Setting
+    why: Sequence[Shared]
+
+
+def _settings_columns(report: SweepReport, columns: Sequence[str], gains: str | None) -> list[Column]:
     """`gains`: "nats" adds each setting's gain over the unigram level its runs share; "bits" adds its mean
-    and that gain in bits/char, for settings on different corpora (their nats are not comparable); `digits`:
-    the decimals of its mean, sd and interval (the metric's)."""
-    rows = []
-    for rank, (s, found) in enumerate(zip(settings, why or [()] * len(settings), strict=True), start=1):
-        e = s.estimate
-        rows.append([
-            rank if e is not None else "—",
-            *(shown(s.choices.get(c, "—")) for c in columns),
-            len(s.results),
-            fmt_number(e.mean if e else None, digits),
-            fmt_number(e.sd if e else None, digits),
-            fmt_interval(e, digits=digits),
-            s.fails if rule == CROSS_FITTED else fails_cell(s),
-            s.without_result,
-            "; ".join(f.describe() for f in found) or "—",
-            "baseline" if s is baseline else "",
-        ])  # fmt: skip
-        if gains is not None:
-            scale, reference = 1.0 if gains == "nats" else 1 / math.log(2), s.reference
-            finite = e is not None and math.isfinite(e.mean) and reference is not None
-            gain = gain_over_unigram(e.mean, reference["unigram"]) * scale if finite else None
-            rows[-1][-4:-4] = [fmt_number(gain, signed=True)]
-            if gains == "bits":
-                rows[-1][-5:-5] = [fmt_number(e.mean * scale if finite else None)]
-    return rows
+    and that gain in bits/char, for settings on different corpora (their nats are not comparable)."""
+    pct, digits = f"{report.confidence:.0%}", report.metric.digits
+    scale = 1.0 if gains == "nats" else 1 / math.log(2)
+
+    def finite(row: _Ranked) -> bool:
+        e = row.setting.estimate
+        return e is not None and math.isfinite(e.mean) and row.setting.reference is not None
+
+    def gain(row: _Ranked) -> str:
+        s = row.setting
+        return fmt_number(
+            gain_over_unigram(s.estimate.mean, s.reference["unigram"]) * scale if finite(row) else None,
+            signed=True,
+        )
+
+    in_bits = Column(
+        "bits/char", lambda r: fmt_number(r.setting.estimate.mean * scale if finite(r) else None)
+    )
+    return [
+        Column("rank", lambda r: r.rank if r.setting.estimate is not None else "—"),
+        *choice_columns(columns, lambda r: r.setting.choices),
+        Column("seeds", lambda r: len(r.setting.results)),
+        Column("mean", lambda r: fmt_number(r.setting.estimate.mean if r.setting.estimate else None, digits)),
+        Column("sd", lambda r: fmt_number(r.setting.estimate.sd if r.setting.estimate else None, digits)),
+        Column(f"{pct} CI", lambda r: fmt_interval(r.setting.estimate, digits=digits)),
+        *([in_bits, Column("gain over unigram (bits/char)", gain)] if gains == "bits" else []),
+        *([Column("gain over unigram", gain)] if gains == "nats" else []),
+        Column("diverged", lambda r: r.setting.fails)
+        if report.rule == CROSS_FITTED
+        else Column("fails", lambda r: fails_cell(r.setting)),
+        Column("no result", lambda r: r.setting.without_result),
+        Column("why", lambda r: "; ".join(f.describe() for f in r.why) or "—"),
+        Column("note", lambda r: "baseline" if r.setting is report.baseline else ""),
+    ]
 
 
 def fails_cell(s: Setting) -> str:
@@ -103,40 +116,29 @@ def _reference_lines(report: SweepReport, cols: Sequence[str]) -> list[str]:
         c for c in cols if all(len({s.choices.get(c) for s in group}) == 1 for group in corpora.values())
     ]
     named = varying(constant, [group[0].choices for group in corpora.values()]) or list(cols)
-    rows = [
-        [setting_label(group[0].choices, named), *(f"{dict(levels)[k]:.4f}" for k in ("uniform", "unigram", "bigram")),
-         *(f"{dict(levels)[k] / math.log(2):.3f}" for k in ("uniform", "unigram", "bigram"))]
-        for levels, group in corpora.items()
-    ]  # fmt: skip
+    columns = [
+        Column("corpus", lambda group: setting_label(group[0].choices, named)),
+        *(
+            Column(f"{k} (ln V)" if k == "uniform" else k, lambda g, k=k: f"{g[0].reference[k]:.4f}")
+            for k in LEVELS
+        ),
+        *(Column(f"{k} bits/char", lambda g, k=k: f"{g[0].reference[k] / math.log(2):.3f}") for k in LEVELS),
+    ]
     return [
         f"The settings are on {len(corpora)} corpora, each with its own reference levels (validation split, "
         "estimated on the training split). Their nats are not comparable between vocabularies, so the table "
         "also reads each mean in bits/char and as `gain over unigram` in bits/char: how far below its own "
         "corpus's unigram level (the characters' frequencies, nothing of their context) a setting got.",
         "",
-        *md_table(
-            [
-                "corpus",
-                "uniform (ln V)",
-                "unigram",
-                "bigram",
-                "uniform bits/char",
-                "unigram bits/char",
-                "bigram bits/char",
-            ],
-            rows,
-        ),
+        *md_table(columns, corpora.values()),
         "",
     ]
 
 
-def _seeds_cell(s: Setting, c: Comparison) -> str:
-    text = str(len(c.seeds))
-    if c.unmatched:
-        text += f" (unpaired, not used: seed {', '.join(c.unmatched)})"
-    if s.missing:
-        text += f" (no run at the chosen rate: seed {', '.join(s.missing)})"
-    return text
+def _seeds_cell(t: PairedTests, _: Judgement) -> str:
+    return str(len(t.seeds)) + (
+        f" (unpaired, not used: seed {', '.join(t.unmatched)})" if t.unmatched else ""
+    )
 
 
 def rates_cell(s: Setting) -> str:
@@ -144,44 +146,61 @@ def rates_cell(s: Setting) -> str:
     return ", ".join(f"{shown(rate)} ×{n}" for rate, n in sorted(counts.items())) or "—"
 
 
-def _family_rows(report: SweepReport) -> list[list]:
-    rows = []
-    base, columns = report.family_baseline, report.shown_family_columns
-    judged_apart = report.judged_apart
-    digits = report.metric.digits
-    for s in report.family:
-        choices = [shown(s.choices.get(col, "—")) for col in columns]
-        mean = fmt_number(s.estimate.mean if s.estimate else None, digits)
-        tuned = (
-            ([shown(s.rate), ", ".join(s.tuned_on) or "—", mean] if judged_apart else [rates_cell(s), mean])
-            if report.lr_varies
-            else []
+def _failures_cell(t: PairedTests, _: Judgement) -> str:
+    return (
+        t.failures.describe() if t.failures else f"0/{len(t.seeds)} vs 0/{len(t.seeds)}" if t.seeds else "—"
+    )
+
+
+def _family_columns(report: SweepReport) -> list[Column]:
+    """The family table's columns: a row per setting against the baseline, whose own row names it."""
+    base, digits, apart, pct = (
+        report.family_baseline,
+        report.metric.digits,
+        report.judged_apart,
+        f"{report.confidence:.0%}",
+    )
+
+    def judged(cell, on_base=""):  # a cell from a row's tests and judgement; the baseline's own row's
+        def of(s: Setting):
+            c = s.answer if apart else s.comparison
+            return on_base if s is base else cell(c.tests, c.judgement)
+
+        return of
+
+    def paired_sd(t: PairedTests, j: Judgement) -> str:
+        return fmt_number(
+            j.power.sd if j.power else t.difference.sd if apart and t.difference else None, digits
         )
-        if s is base:
-            judged = len(s.results) if judged_apart else len(only(s, report.own_seeds).results)
-            rows.append([*choices, *tuned, judged, "baseline", *[""] * 9])
-            continue
-        c = s.answer if judged_apart else s.comparison
-        if c is None:
-            continue
-        d, pw, dv = c.difference, c.power, c.failures
-        rows.append([
-            *choices, *tuned, _seeds_cell(s, c), fmt_number(d.mean if d else None, digits, signed=True),
-            fmt_interval(d, signed=True, digits=digits), fmt_p(c.p_adjusted), fmt_p(c.p_equivalence_adjusted),
-            c.verdict, dv.describe() if dv else f"0/{len(c.seeds)} vs 0/{len(c.seeds)}" if c.seeds else "—",
-            fmt_number(pw.sd if pw else d.sd if judged_apart and d else None, digits),
-            fmt_number(pw.resolvable if pw else None, digits - 1), pw.seeds_for_min_effect if pw else "—",
-            fmt_number(c.eval_se, 4) if c.eval_se is not None else "—",
-        ])  # fmt: skip
-    return rows
+
+    mean = Column("mean", lambda s: fmt_number(s.estimate.mean if s.estimate else None, digits))
+    tuned = [
+        Column("rate", lambda s: shown(s.rate)),
+        Column("tuned on", lambda s: ", ".join(s.tuned_on) or "—"),
+    ]
+    own = report.own_seeds
+    base_seeds = len(base.results) if apart else sum(own is None or seed in own for seed in base.results)
+    return [
+        *choice_columns(report.shown_family_columns),
+        *(([*tuned, mean] if apart else [Column("rates chosen", rates_cell), mean]) if report.lr_varies else []),
+        Column("seeds", judged(_seeds_cell, base_seeds)),
+        Column("difference", judged(lambda t, _: fmt_number(t.difference.mean if t.difference else None, digits, signed=True), "baseline")),
+        Column(f"{pct} CI", judged(lambda t, _: fmt_interval(t.difference, signed=True, digits=digits))),
+        Column("p (Holm)", judged(lambda _, j: fmt_p(j.p_adjusted))),
+        Column("equivalence p (Holm)", judged(lambda _, j: fmt_p(j.p_equivalence_adjusted))),
+        Column("verdict", judged(lambda _, j: j.verdict)),
+        Column("diverged" if report.rule == CROSS_FITTED else "fails", judged(_failures_cell)),
+        Column("paired sd", judged(paired_sd)),
+        Column("resolves (80%)", judged(lambda _, j: fmt_number(j.power.resolvable if j.power else None, digits - 1))),
+        Column(f"seeds for ±{report.min_effect:g}", judged(lambda _, j: j.power.seeds_for_min_effect if j.power else "—")),
+        Column("eval SE", judged(lambda t, _: fmt_number(t.eval_se, 4) if t.eval_se is not None else "—")),
+    ]  # fmt: skip
 
 
-def _family_section(report: SweepReport) -> list[str]:
-    pct = f"{report.confidence:.0%}"
-    columns, base = report.shown_family_columns, report.family_baseline
-    text = []
+def _family_heading(report: SweepReport) -> list[str]:
+    """The family section's heading where the rate is tuned per setting, and how it was tuned."""
     if report.judged_apart:
-        text += [
+        return [
             "## Each setting at the rate its tuning seeds chose",
             "",
             "Each setting's rate is chosen on its tuning seeds, the sweep's own: of the rates where the fewest of "
@@ -191,8 +210,8 @@ def _family_section(report: SweepReport) -> list[str]:
             "over the judging seeds that trained.",
             "",
         ]
-    elif report.lr_varies:
-        text += [
+    if report.lr_varies:
+        return [
             "## Each setting at a cross-fitted learning rate",
             "",
             "Each seed's result is taken at the rate with the lowest mean over the setting's *other* seeds "
@@ -201,6 +220,13 @@ def _family_section(report: SweepReport) -> list[str]:
             "counts the seeds judged at each rate.",
             "",
         ]
+    return []
+
+
+def _family_section(report: SweepReport) -> list[str]:
+    pct = f"{report.confidence:.0%}"
+    columns, base = report.shown_family_columns, report.family_baseline
+    text = _family_heading(report)
     if report.ladder is not None:
         return [
             *text,
@@ -217,23 +243,18 @@ def _family_section(report: SweepReport) -> list[str]:
         ]
     if not report.lr_varies:
         text += [f"## Against the baseline `{base.label(columns)}`", ""]
+    compared = (s.answer if report.judged_apart else s.comparison for s in report.family)
+    rows = [s for s, c in zip(report.family, compared, strict=True) if s is base or c is not None]
     text += [
         f"Baseline `{base.label(columns)}` (named by {report.baseline_source}). Paired seed by seed: the mean "
         f"of (setting − baseline) over the seeds both finished, with its {pct} interval; < 0 is "
         f"{report.metric.lower}.",
         "",
+        *md_table(_family_columns(report), rows),
+        "",
+        *_family_notes(report),
+        "",
     ]
-    judged_apart = report.judged_apart
-    tuned = (
-        (["rate", "tuned on", "mean"] if judged_apart else ["rates chosen", "mean"])
-        if report.lr_varies
-        else []
-    )
-    header = [*columns, *tuned, "seeds", "difference", f"{pct} CI", "p (Holm)", "equivalence p (Holm)",
-              "verdict", "diverged" if report.rule == CROSS_FITTED else "fails", "paired sd", "resolves (80%)",
-              f"seeds for ±{report.min_effect:g}", "eval SE"]  # fmt: skip
-    text += [*md_table(header, _family_rows(report)), ""]
-    text += [*_family_notes(report), ""]
     if report.design is not None and len(report.design.looks) > 1:
         text += added_section(report)
     return text
@@ -243,16 +264,15 @@ def _family_notes(report: SweepReport) -> list[str]:
     shown_rows = [s.answer if report.judged_apart else s.comparison for s in report.family]
     comparisons = [c for c in shown_rows if c is not None]
     tests = family_size(comparisons)
-    equivalence = sum(c.p_equivalence is not None for c in comparisons)
+    equivalence = sum(c.tests.p_equivalence is not None for c in comparisons)
     delta, units = f"{report.min_effect:g}", report.metric.units
     cross_fitted = report.rule == CROSS_FITTED
+    # Every stored report judged cross-fitted (report.json format 2) that has this table tuned its rate.
     test = (
         "t on the cross-fitted differences, with the standard error of the jackknife over seeds of the whole "
         "choose-then-compare procedure; `paired sd` is √n times it"
-        if report.lr_varies and cross_fitted
+        if cross_fitted
         else "paired t over the seeds both sides trained"
-        if not cross_fitted
-        else "paired t"
     )
     failed = "diverged" if cross_fitted else "failed"
     notes = [
@@ -269,23 +289,17 @@ def _family_notes(report: SweepReport) -> list[str]:
     return notes
 
 
-def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
-    """The report as markdown: settings with intervals, the family of comparisons, `sections` (lines of
-    markdown from elsewhere, e.g. the depth probe), every run."""
-    pct = f"{report.confidence:.0%}"
-    metric = report.metric
-    cols = varying(report.setting_columns, [s.choices for s in report.settings])
-    title = f"# Sweep report: {report.sweep_dir}" + ("" if metric.is_loss else f", {metric.noun}")
-    text = [title, "", *answer_section(report)]
+def _method_lines(report: SweepReport) -> list[str]:
+    """What the settings table compares, how its intervals and failures read, and what every run shares."""
+    pct, metric = f"{report.confidence:.0%}", report.metric
     n_seeds = max((len(s.results) for s in report.settings), default=0)
+    seeds = f"{len(report.runs)} runs in {len(report.settings)} settings, up to {n_seeds} seed{'s' if n_seeds != 1 else ''} each"
     compared = (
-        f"Final validation loss (nats/char) of {len(report.runs)} runs in {len(report.settings)} settings, "
-        f"up to {n_seeds} seed{'s' if n_seeds != 1 else ''} each: the mean over the final evaluation's windows "
+        f"Final validation loss (nats/char) of {seeds}: the mean over the final evaluation's windows "
         "(every validation window, or up to 4 per window a short run trained on; the runs table says how many), "
         "or the last validation for a run without one. "
         if metric.is_loss
-        else f"{metric.noun.capitalize()} (lower is better) of {len(report.runs)} runs in {len(report.settings)} "
-        f"settings, up to {n_seeds} seed{'s' if n_seeds != 1 else ''} each: the "
+        else f"{metric.noun.capitalize()} (lower is better) of {seeds}: the "
         + ("optimizer step" if metric.kind == STEPS_TO else "seconds of training (validations included)")
         + f" at which a run's periodic validation loss first reached {metric.level:g} nats/char (`{metric.tag}` "
         "in its metrics.json; `--metric`). "
@@ -295,55 +309,60 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
         if metric.is_loss
         else f"diverged, collapsed or never reached {metric.level:g}"
     )
-    text += [
-        compared
-        + f"Intervals are {pct} confidence intervals for the mean (Student t over seeds); "
-        + (
-            "a diverged run counts as the worst result, a failed or unfinished one as none."
-            if report.rule == CROSS_FITTED
-            else f"a run that {failing} fails (docs/sweeps.md): `fails` counts it, with the exact "
-            f"{pct} interval of the rate, and the means are over the runs that "
-            + ("trained" if metric.is_loss else "reached it")
-            + "; a crashed or unfinished run has no result."
-        ),
+    counted = (
+        "a diverged run counts as the worst result, a failed or unfinished one as none."
+        if report.rule == CROSS_FITTED
+        else f"a run that {failing} fails (docs/sweeps.md): `fails` counts it, with the exact {pct} interval of "
+        f"the rate, and the means are over the runs that {'trained' if metric.is_loss else 'reached it'}; a "
+        "crashed or unfinished run has no result."
+    )
+    text = [
+        f"{compared}Intervals are {pct} confidence intervals for the mean (Student t over seeds); {counted}",
         "",
     ]
     shared = {c: report.runs[0].choices.get(c, "—") for c in report.columns if c not in _run_columns(report)}
     shared |= report.common
     if shared:
         text += ["Shared by every run: " + " ".join(f"`{k}={shown(v)}`" for k, v in shared.items()), ""]
+    return text
 
-    text += ["## Settings", ""]
-    fails = "diverged" if report.rule == CROSS_FITTED else "fails"
-    header = ["rank", *cols, "seeds", "mean", "sd", f"{pct} CI", fails, "no result", "why", "note"]
+
+def _settings_section(report: SweepReport) -> list[str]:
+    cols = varying(report.setting_columns, [s.choices for s in report.settings])
     gains = gains_in(report)
-    if gains == "bits":
-        header[-4:-4] = ["bits/char", "gain over unigram (bits/char)"]
-    elif gains == "nats":
-        header[-4:-4] = ["gain over unigram"]
-    text += [
-        *md_table(
-            header,
-            _settings_rows(
-                report.settings, cols, report.baseline, gains, report.setting_why, report.rule, metric.digits
-            ),
-        ),
+    why = report.setting_why or [()] * len(report.settings)
+    rows = [_Ranked(n, s, w) for n, (s, w) in enumerate(zip(report.settings, why, strict=True), start=1)]
+    return [
+        "## Settings",
+        "",
+        *md_table(_settings_columns(report, cols, gains), rows),
         "",
         *(_reference_lines(report, cols) if gains else []),
         "`why`: what the runs' curves show, with how many runs showed it and the step it began "
         "(tinylm/analysis/diagnosis.py; docs/diagnosis.md has each threshold and its reason).",
         "",
     ]
+
+
+def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
+    """The report as markdown: settings with intervals, the family of comparisons, `sections` (lines of
+    markdown from elsewhere, e.g. the depth probe), every run."""
+    metric = report.metric
+    title = f"# Sweep report: {report.sweep_dir}" + ("" if metric.is_loss else f", {metric.noun}")
+    text = [title, "", *answer_section(report), *_method_lines(report), *_settings_section(report)]
     if len(report.family) > 1:
         text += _family_section(report)
-
-    text += [*sections, "## Runs", "", *_runs_table(report), ""]
     counts = Counter(run.status for run in report.runs)
-    text.append(
+    text += [
+        *sections,
+        "## Runs",
+        "",
+        *md_table(_runs_columns(report), enumerate(report.runs, start=1)),
+        "",
         f"{len(report.runs)} runs: " + ", ".join(f"{n} {s}" for s, n in counts.items())
         + ". bits/char = nats / ln 2; params without position embeddings; tokens/s and wall time depend on what "
-        "else ran on the machine."
-    )  # fmt: skip
+        "else ran on the machine.",
+    ]  # fmt: skip
     return "\n".join(text) + "\n"
 
 
@@ -351,29 +370,36 @@ def _run_columns(report: SweepReport) -> list[str]:
     return varying(report.columns, [run.choices for run in report.runs])
 
 
-def _runs_table(report: SweepReport) -> list[str]:
-    columns, metric = _run_columns(report), report.metric
-    header = ["rank", "run", *columns, "params", "final val loss", "evaluated on", "best val loss"]
-    if metric.tag is not None:  # what ranks the runs, beside their losses
-        header[-3:-3] = [metric.noun]
-    header += ["bits/char"]
-    header += ["tokens/s", "wall time", "steps", "status"]
-    rows, rank = [], 0
-    for run in report.runs:
-        ranked = run.result is not None
-        rank += ranked
-        steps = "—" if run.steps is None else f"{run.steps}" + (f"/{run.max_steps}" if run.max_steps else "")
-        status = run.status if not run.error else f"{run.status}: {run.error}"
-        rows.append([
-            rank if ranked else "—", run.name, *(shown(run.choices.get(c, "—")) for c in columns),
-            "—" if run.params is None else f"{run.params:,}", fmt_number(run.final_val_loss), run.evaluated, fmt_number(run.best_val_loss),
-            fmt_number(run.final_bpc, 3), "—" if run.tokens_per_s is None else f"{run.tokens_per_s:,.0f}",
-            fmt_wall_time(run.wall_time_s), steps, status if len(status) <= 120 else status[:117] + "...",
-        ])  # fmt: skip
-        if metric.tag is not None:
-            reached = run.targets.get(metric.tag)
-            watched = run.status == "completed" and run.watches(metric.level)
-            missing = "not reached" if watched else "not watched" if run.status == "completed" else "—"
-            cell = fmt_number(reached, metric.digits) if reached is not None else missing
-            rows[-1][3 + len(columns) : 3 + len(columns)] = [cell]  # after params
-    return md_table(header, rows)
+def _runs_columns(report: SweepReport) -> list[Column]:
+    """The runs table's columns, over (rank, run) rows: runs with a result come first, ranked by it."""
+    metric = report.metric
+
+    def reached(run: RunSummary) -> str:
+        value = run.targets.get(metric.tag)
+        if value is not None:
+            return fmt_number(value, metric.digits)
+        watched = run.status == "completed" and run.watches(metric.level)
+        return "not reached" if watched else "not watched" if run.status == "completed" else "—"
+
+    def steps(run: RunSummary) -> str:
+        return "—" if run.steps is None else f"{run.steps}" + (f"/{run.max_steps}" if run.max_steps else "")
+
+    def status(run: RunSummary) -> str:
+        text = run.status if not run.error else f"{run.status}: {run.error}"
+        return text if len(text) <= 120 else text[:117] + "..."
+
+    return [
+        Column("rank", lambda r: r[0] if r[1].result is not None else "—"),
+        Column("run", lambda r: r[1].name),
+        *choice_columns(_run_columns(report), lambda r: r[1].choices),
+        Column("params", lambda r: "—" if r[1].params is None else f"{r[1].params:,}"),
+        *([Column(metric.noun, lambda r: reached(r[1]))] if metric.tag is not None else []),
+        Column("final val loss", lambda r: fmt_number(r[1].final_val_loss)),
+        Column("evaluated on", lambda r: r[1].evaluated),
+        Column("best val loss", lambda r: fmt_number(r[1].best_val_loss)),
+        Column("bits/char", lambda r: fmt_number(r[1].final_bpc, 3)),
+        Column("tokens/s", lambda r: "—" if r[1].tokens_per_s is None else f"{r[1].tokens_per_s:,.0f}"),
+        Column("wall time", lambda r: fmt_wall_time(r[1].wall_time_s)),
+        Column("steps", lambda r: steps(r[1])),
+        Column("status", lambda r: status(r[1])),
+    ]

@@ -1,14 +1,14 @@
 """report.md's first section, the Answer: a sentence per comparison (its verdict, difference, interval and
-seeds; under the rule since 2026-12-04, over the runs that trained and with how often each side failed), or per
-design across a ladder's levels, and what is still open. Reads the report value and computes nothing."""
+seeds; over the runs that trained, with how often each side failed), or per design across a ladder's levels,
+and what is still open. Reads the report value and computes nothing."""
 
 from __future__ import annotations
 
-from tinylm.analysis.estimates import Comparison
 from tinylm.analysis.formats import fmt_interval, fmt_number
 from tinylm.analysis.grouping import CROSS_FITTED, Setting, setting_label
 from tinylm.analysis.ladder import Ladder
 from tinylm.analysis.report import SweepReport
+from tinylm.analysis.verdicts import Comparison
 
 
 def answer_section(report: SweepReport) -> list[str]:
@@ -73,13 +73,12 @@ def answer_section(report: SweepReport) -> list[str]:
 
 
 def _answer_words(report: SweepReport, s: Setting, base: Setting, c: Comparison) -> str:
-    """One comparison's answer: its verdict, difference, interval and seeds; under the rule since 2026-12-04,
-    over the runs that trained, with how often each side failed, and why it disagrees with the settings table
-    where it does."""
+    """One comparison's answer: its verdict, difference, interval and seeds; over the runs that trained, with
+    how often each side failed, and why it disagrees with the settings table where it does (a report judged
+    cross-fitted, `CROSS_FITTED`: its verdict, difference, interval and seeds only)."""
     pct = f"{report.confidence:.0%}"
-    d, units, digits = c.difference, report.metric.units, report.metric.digits
+    d, units, digits = c.tests.difference, report.metric.units, report.metric.digits
     if report.rule == CROSS_FITTED:
-        source = "added " if c is s.added else ""
         numbers = (
             f"difference {fmt_number(d.mean, digits, signed=True)} {units}, {pct} CI "
             f"{fmt_interval(d, signed=True, digits=digits)}"
@@ -87,13 +86,13 @@ def _answer_words(report: SweepReport, s: Setting, base: Setting, c: Comparison)
             else "no difference measured"
         )
         return (
-            f"**{c.verdict}**; {numbers}, {len(c.seeds)} {source}seed{'s' if len(c.seeds) != 1 else ''}"
+            f"**{c.judgement.verdict}**; {numbers}, {len(c.tests.seeds)} seed{'s' if len(c.tests.seeds) != 1 else ''}"
             + _budget_words(report, s)
         )
-    if not c.seeds:
-        return f"**{c.verdict}**: no seed is judged at a rate it chose"
+    if not c.tests.seeds:
+        return f"**{c.judgement.verdict}**: no seed is judged at a rate it chose"
     kind = "judging " if report.lr_varies else "added " if c is s.added else ""
-    seeds = f"{len(c.seeds)} {kind}seed{'s' if len(c.seeds) != 1 else ''}"
+    seeds = f"{len(c.tests.seeds)} {kind}seed{'s' if len(c.tests.seeds) != 1 else ''}"
     numbers = (
         f"{fmt_number(d.mean, digits, signed=True)} {units} over the seeds both sides trained, {pct} CI "
         f"{fmt_interval(d, signed=True, digits=digits)}"
@@ -101,8 +100,8 @@ def _answer_words(report: SweepReport, s: Setting, base: Setting, c: Comparison)
         else "no difference measured"
     )
     # Where a side failed, the verdict says how often; else the line says that neither did.
-    line = f"**{c.verdict}**; {numbers}, {seeds}" + (
-        "" if c.failures else f"; fails 0/{len(c.seeds)} vs 0/{len(c.seeds)}"
+    line = f"**{c.judgement.verdict}**; {numbers}, {seeds}" + (
+        "" if c.tests.failures else f"; fails 0/{len(c.tests.seeds)} vs 0/{len(c.tests.seeds)}"
     )
     line += _budget_words(report, s)
     mine, theirs = s.mean_at_rate, base.mean_at_rate
@@ -140,7 +139,7 @@ def _ladder_answer(report: SweepReport) -> list[str]:
         design = setting_label(trend.design, shown)
         lines.append(f"- `{design}` against `{base}` along `{', '.join(ladder.axis)}`: **{trend.verdict}**")
     unjudged = report.judged_apart and any(
-        s.answer is not None and not s.answer.seeds for rung in ladder.rungs for s in rung.settings
+        s.answer is not None and not s.answer.tests.seeds for rung in ladder.rungs for s in rung.settings
     )
     return [
         *lines,

@@ -4,17 +4,18 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
-from tinylm.analysis.estimates import Comparison, Estimate
-from tinylm.analysis.formats import fmt_interval, fmt_number, fmt_p, md_table
+from tinylm.analysis.estimates import Estimate
+from tinylm.analysis.formats import Column, fmt_interval, fmt_number, fmt_p, md_table
 from tinylm.analysis.grouping import CROSS_FITTED, Setting, gain_over_unigram, setting_label
-from tinylm.analysis.ladder import Ladder, Rung
+from tinylm.analysis.ladder import Ladder, Rung, Trend
 from tinylm.analysis.plots import ForestRow, plot_ladder, plot_scale
 from tinylm.analysis.render import rates_cell
 from tinylm.analysis.render_answer import ladder_title
 from tinylm.analysis.report import SweepReport
-from tinylm.analysis.verdicts import family_size
+from tinylm.analysis.verdicts import Comparison, family_size
 
 SCALE_PNG = "scale.png"
 # Each design's difference from its level's baseline, a panel per level, with the verdicts.
@@ -60,61 +61,80 @@ def shown_comparison(report: SweepReport, s: Setting) -> Comparison | None:
     return s.comparison
 
 
-def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
-    """The report's *Across sizes* (or *Across levels of …*) section: per design and level, the mean and the
-    paired difference with its interval and verdict, then the verdict across levels; and, for sizes, the
-    figure."""
-    columns, pct, noun = ladder.columns, f"{report.confidence:.0%}", ladder.noun
-    base = ladder.rungs[0].baseline
+def _at(rung: Rung, key: tuple, columns: Sequence[str]) -> Setting | None:
+    """The design `key` (its values of `columns`) at `rung`, where it was run."""
+    return next((s for s in rung.settings if s.key(columns) == key), None)
+
+
+def _in_bits(report: SweepReport, ladder: Ladder) -> bool:
+    """Levels on corpora of their own: nats are not comparable between vocabularies (steps to a level are)."""
+    return ladder.in_bits and report.metric.is_loss
+
+
+def _unigrams(report: SweepReport, ladder: Ladder) -> list[float | None]:
+    """Each level's unigram level where the levels are read in bits against their own, else None per level."""
+    return [rung.reference["unigram"] if _in_bits(report, ladder) else None for rung in ladder.rungs]
+
+
+def _means_table(report: SweepReport, ladder: Ladder) -> list[str]:
+    """Each design's mean at each level (with the rates its seeds chose, where the rate is tuned)."""
+    columns, digits = ladder.columns, report.metric.digits
+
+    def mean(rung: Rung, unigram: float | None):
+        def cell(design: Setting) -> str:
+            s = _at(rung, design.key(columns), columns)
+            if s is None or s.estimate is None:
+                return "—"
+            rates = f" ({rates_cell(s)})" if report.lr_varies else ""
+            return f"{_mean_cell(s.estimate.mean, unigram, digits)}{rates}"
+
+        return cell
+
     designs = {s.key(columns): s for rung in ladder.rungs for s in rung.settings}
-    shown = ladder.shown_columns
-    metric = report.metric
-    # Levels on corpora of their own: nats are not comparable between vocabularies (steps to a level are).
-    in_bits = ladder.in_bits and metric.is_loss
-    # Each level's unigram level, read once, when the levels are read against their own.
-    unigrams = [rung.reference["unigram"] if in_bits else None for rung in ladder.rungs]
-    means = []
-    for key, design in designs.items():
-        cells = []
-        for rung, unigram in zip(ladder.rungs, unigrams, strict=True):
-            s = next((s for s in rung.settings if s.key(columns) == key), None)
-            rates = f" ({rates_cell(s)})" if s is not None and report.lr_varies else ""
-            cells.append(
-                "—"
-                if s is None or s.estimate is None
-                else f"{_mean_cell(s.estimate.mean, unigram, metric.digits)}{rates}"
-            )
-        means.append([*design.key(shown), *cells])
-    differences = []
-    for trend in ladder.trends:
-        key = tuple(trend.design[c] for c in columns)
-        cells = []
-        for rung, unigram in zip(ladder.rungs, unigrams, strict=True):
-            s = next((s for s in rung.settings if s.key(columns) == key), None)
+    return md_table(
+        [
+            *(Column(c, lambda s, c=c: s.choices.get(c, "—")) for c in ladder.shown_columns),
+            *(Column(_level_label(ladder, rung), mean(rung, u)) for rung, u in zip(ladder.rungs, _unigrams(report, ladder), strict=True)),
+        ],
+        designs.values(),
+    )  # fmt: skip
+
+
+def _differences_table(report: SweepReport, ladder: Ladder, across: str) -> list[str]:
+    """Each design's difference from its level's baseline at each level, and its verdict `across` levels."""
+    columns, digits = ladder.columns, report.metric.digits
+
+    def difference(rung: Rung, unigram: float | None):
+        def cell(trend: Trend) -> str:
+            s = _at(rung, tuple(trend.design[c] for c in columns), columns)
             c, added = (shown_comparison(report, s), s.added) if s is not None else (None, None)
-            d = c.difference if c is not None else None
-            cells.append(
-                "—"
-                if d is None
-                else f"{_difference_cell(d, rung.baseline, unigram, metric.digits)}, p {fmt_p(c.p_adjusted)}: "
-                f"{c.verdict}"
-                + (f"; added seeds: {added.verdict}" if added is not None and added is not c else "")
-            )
-        differences.append([*(trend.design[c] for c in shown), *cells, trend.verdict])
-    levels = [_level_label(ladder, rung) for rung in ladder.rungs]
-    # The family the verdicts shown come from (issue 59: a tuned ladder counted the sweep's own comparisons,
-    # which test nothing: "0 tests").
-    judged = [shown_comparison(report, s) for rung in ladder.rungs for s in rung.settings]
-    family = family_size([c for c in judged if c is not None])
+            if c is None or c.tests.difference is None:
+                return "—"
+            also = f"; added seeds: {added.judgement.verdict}" if added is not None and added is not c else ""
+            text = _difference_cell(c.tests.difference, rung.baseline, unigram, digits)
+            return f"{text}, p {fmt_p(c.judgement.p_adjusted)}: {c.judgement.verdict}{also}"
+
+        return cell
+
+    return md_table(
+        [
+            *(Column(c, lambda t, c=c: t.design[c]) for c in ladder.shown_columns),
+            *(Column(_level_label(ladder, rung), difference(rung, u)) for rung, u in zip(ladder.rungs, _unigrams(report, ladder), strict=True)),
+            Column(across, lambda t: t.verdict),
+        ],
+        ladder.trends,
+    )  # fmt: skip
+
+
+def _words(report: SweepReport, ladder: Ladder) -> tuple[str, str, str, str]:
+    """How the section names the levels (across, along), how each design was run at them, and the legend of
+    the words across levels."""
     axis = ", ".join(ladder.axis)
-    loss = ("Mean final loss" if metric.is_loss else f"Mean {metric.noun}") + (
-        " in bits/char (gain over its corpus's unigram level)" if in_bits else ""
+    loss = ("Mean final loss" if report.metric.is_loss else f"Mean {report.metric.noun}") + (
+        " in bits/char (gain over its corpus's unigram level)" if _in_bits(report, ladder) else ""
     )
-    # Under the rule before (report.json format <= 2) each seed was judged at the rate its other seeds chose.
     chosen = "cross-fitted rate" if report.rule == CROSS_FITTED else "rate its tuning seeds chose"
-    if noun == "size":
-        across, along = "across sizes", "size"
-        rates = f", each at its own {chosen} per size. {loss} (rates chosen):"
+    if ladder.noun == "size":
         words = (
             "`grows / shrinks with size`: resolved in the same direction at the smallest and largest sizes, and "
             "Welch's t test of the difference at the largest size against that at the smallest, Holm over the "
@@ -123,43 +143,53 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
             "change, but the ends' verdicts show neither its direction nor a sign change. Loss against "
             f"parameters: {SCALE_PNG}."
         )
-    else:
-        across, along = "across levels", f"level (`{axis}`)"
-        rates = (
-            f", each at its own {chosen} per level. {loss} (rates chosen):"
-            if report.lr_varies
-            else f". {loss}:"
-        )
-        words = (
-            (
-                f"`grows / shrinks with {axis}`: resolved in the same direction at the first and last levels, "
-                "and Welch's t test of the difference at the last level against that at the first, Holm over the "
-                f"designs, finds a change; `changes with {axis}`: that test finds a change, but the ends' verdicts "
-                "show neither its direction nor a sign change; "
-                if ladder.ordered
-                else "The levels have no order, so no word compares the ends; "
-            )
-            + "`holds at every level`: the same resolved verdict at every level"
-            + (" and no change shown" if ladder.ordered else "")
-            + f"; `flips`: {FLIPS_WORDS}."
-        )
+        return "across sizes", "size", f", each at its own {chosen} per size. {loss} (rates chosen):", words
+    rates = (
+        f", each at its own {chosen} per level. {loss} (rates chosen):" if report.lr_varies else f". {loss}:"
+    )
+    ends = (
+        f"`grows / shrinks with {axis}`: resolved in the same direction at the first and last levels, "
+        "and Welch's t test of the difference at the last level against that at the first, Holm over the "
+        f"designs, finds a change; `changes with {axis}`: that test finds a change, but the ends' verdicts "
+        "show neither its direction nor a sign change; "
+        if ladder.ordered
+        else "The levels have no order, so no word compares the ends; "
+    )
+    words = (
+        ends
+        + "`holds at every level`: the same resolved verdict at every level"
+        + (" and no change shown" if ladder.ordered else "")
+        + f"; `flips`: {FLIPS_WORDS}."
+    )
+    return "across levels", f"level (`{axis}`)", rates, words
+
+
+def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
+    """The report's *Across sizes* (or *Across levels of …*) section: per design and level, the mean and the
+    paired difference with its interval and verdict, then the verdict across levels; and, for sizes, the
+    figure."""
+    pct, noun, metric, shown = f"{report.confidence:.0%}", ladder.noun, report.metric, ladder.shown_columns
+    across, along, rates, words = _words(report, ladder)
+    # The family the verdicts shown come from: a tuned ladder's judging seeds', not the sweep's own.
+    judged = [shown_comparison(report, s) for rung in ladder.rungs for s in rung.settings]
+    family = family_size([c for c in judged if c is not None])
     interval = (
         f"its {pct} interval and its share of the baseline's gain over unigram (which compares across corpora)"
-        if in_bits
+        if _in_bits(report, ladder)
         else f"its {pct} interval"
     )
     return [
         f"## {ladder_title(ladder)}",
         "",
-        f"Each design against the baseline `{base.label(shown)}` of its own {along}{rates}",
+        f"Each design against the baseline `{ladder.rungs[0].baseline.label(shown)}` of its own {along}{rates}",
         "",
-        *md_table([*shown, *levels], means),
+        *_means_table(report, ladder),
         "",
         f"Difference from the baseline in {metric.units} (< 0: "
         f"{'lower loss' if metric.is_loss else metric.lower}), {interval}, p (Holm) and verdict at each "
         f"{noun}, and the verdict {across} ({LADDER_PNG} draws it):",
         "",
-        *md_table([*shown, *levels, across], differences),
+        *_differences_table(report, ladder, across),
         "",
         f"Every {noun}'s comparisons are one family ({family} tests, Holm, α = {report.alpha:g}, δ = "
         f"{report.min_effect:g}{'' if metric.is_loss else ' ' + metric.units}). {words}",
@@ -194,10 +224,10 @@ def draw_ladder_verdicts(report: SweepReport, ladder: Ladder, path: Path) -> Pat
             if s is not rung.baseline and (c := shown_comparison(report, s)) is not None
         }
         for s, c in (designs[key] for key in order if key in designs):
-            d = c.difference
+            d = c.tests.difference
             finite = d is not None and math.isfinite(d.mean)
             low, high = (d.low, d.high) if finite and d.has_interval else (None, None)
-            rows.append(ForestRow(s.label(shown), d.mean if finite else None, low, high, c.verdict))
+            rows.append(ForestRow(s.label(shown), d.mean if finite else None, low, high, c.judgement.verdict))
         named = ladder.noun if ladder.noun == "size" else ", ".join(ladder.axis)
         panels.append((f"{named} = {_level_label(ladder, rung)}", rows))
     across = [f"{setting_label(t.design, shown)}: {t.verdict}" for t in ladder.trends]

@@ -8,42 +8,50 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from tinylm.analysis.formats import fmt_duration, fmt_interval, fmt_number, fmt_p, md_table
+from tinylm.analysis.formats import (
+    Column,
+    choice_columns,
+    fmt_duration,
+    fmt_interval,
+    fmt_number,
+    fmt_p,
+    md_table,
+)
 from tinylm.analysis.grouping import setting_label
 from tinylm.analysis.report import DESIGN_FILE, REPORT_PNG, SweepReport
 from tinylm.analysis.why import Shared, quantity, why_figure
 from tinylm.probe.sweep_shapes import SHOWN
-from tinylm.overrides import shown
 
 
 def added_section(report: SweepReport) -> list[str]:
-    design, pct = report.design, f"{report.confidence:.0%}"
-    columns = report.shown_family_columns
+    """The seeds a sequential design added to the open rows: how the design judges them and, where the sweep's
+    own seeds judged the family, a table of the added seeds' verdicts."""
+    pct = f"{report.confidence:.0%}"
+    return [
+        "## Seeds added to the open rows (scripts/add_seeds.py)",
+        "",
+        _design_words(report) + f"Intervals are {pct}, over the added seeds, not adjusted for the looks.",
+        "",
+        *([] if report.judged_apart else _added_table(report)),  # judged apart: the family table is theirs
+        "",
+    ]
+
+
+def _design_words(report: SweepReport) -> str:
+    """Which seeds the added ones are judged apart from, the design's looks and levels, and its α."""
+    design, alpha = report.design, report.alpha
     first = design.first_seeds
-    plan = design.added_plan()
     looks = ", ".join(
         f"look {number + 2}: {len(design.added_seeds(number + 1))} added seeds, "
-        + ("judging nothing" if look is None else f"level {look.level(report.alpha):.2g}")
-        for number, look in enumerate(plan)
+        + ("judging nothing" if level is None else f"level {level:.2g}")
+        for number, level in enumerate(report.look_levels)
     )
-    rows = []
-    for s in report.family:
-        c = s.added
-        if c is None:
-            continue
-        d = c.difference
-        rows.append([
-            *(shown(s.choices.get(col, "—")) for col in columns), s.comparison.verdict, len(c.seeds),
-            fmt_number(d.mean if d else None, signed=True), fmt_interval(d, signed=True), fmt_p(c.p_value),
-            c.verdict,
-        ])  # fmt: skip
     rate = " at the rate its sweep seeds chose" if report.lr_varies else ""
-    judged_apart = report.judged_apart
     first_words = (
         f"The sweep's own {len(first)} seeds ({', '.join(first)}) chose each setting's rate and are judged on "
         "nothing; the rows above are the seeds added since, at those rates. They are judged by a "
         "group-sequential "
-        if judged_apart
+        if report.judged_apart
         else f"The rows above are judged on the sweep's own {len(first)} seeds ({', '.join(first)}), as its "
         f"report judged them, and keep those verdicts. The seeds added since to the rows left open (and to the "
         f"baseline) are a second experiment, judged here on the added seeds alone{rate}: a group-sequential "
@@ -51,40 +59,37 @@ def added_section(report: SweepReport) -> list[str]:
     over_both = (
         "The chance of any false `better`/`worse` over the whole procedure, each design at the rate its tuning "
         "seeds chose, is at most α. "
-        if judged_apart
+        if report.judged_apart
         else "Each experiment's chance of any false `better`/`worse` is at most α, so a row's answer (the "
         "sweep's verdict, or where it was open the added seeds') errs with chance at most "
-        f"2α = {2 * report.alpha:g} over both. "
+        f"2α = {2 * alpha:g} over both. "
     )
-    return [
-        "## Seeds added to the open rows (scripts/add_seeds.py)",
-        "",
+    return (
         first_words + f"design declared before its first added seed ({DESIGN_FILE}), up to {design.horizon} "
-        f"added seeds, α = {report.alpha:g} spent by Lan-DeMets' O'Brien-Fleming-type function with "
+        f"added seeds, α = {alpha:g} spent by Lan-DeMets' O'Brien-Fleming-type function with "
         f"boundaries for the looks' t statistics ({looks}: the level of a test given the whole α; Holm gives the k-th smallest "
         "of m p-values the level of α / (m − k + 1) at the same look). A verdict names the "
-        "look that gave it. "
-        + over_both
-        + f"Intervals are {pct}, over the added seeds, not adjusted for the looks.",
-        "",
-        *(
-            []
-            if judged_apart  # the family table above is these seeds' already
-            else md_table(
-                [
-                    *columns,
-                    "sweep's verdict",
-                    "added seeds",
-                    "difference",
-                    f"{pct} CI",
-                    "p",
-                    "verdict on added seeds",
-                ],
-                rows,
-            )
+        "look that gave it. " + over_both
+    )
+
+
+def _added_table(report: SweepReport) -> list[str]:
+    """Each family row the added seeds judged: the sweep's verdict beside the added seeds'."""
+    columns = [
+        *choice_columns(report.shown_family_columns),
+        Column("sweep's verdict", lambda s: s.comparison.judgement.verdict),
+        Column("added seeds", lambda s: len(s.added.tests.seeds)),
+        Column(
+            "difference",
+            lambda s: fmt_number(
+                s.added.tests.difference.mean if s.added.tests.difference else None, signed=True
+            ),
         ),
-        "",
+        Column(f"{report.confidence:.0%} CI", lambda s: fmt_interval(s.added.tests.difference, signed=True)),
+        Column("p", lambda s: fmt_p(s.added.tests.p_value)),
+        Column("verdict on added seeds", lambda s: s.added.judgement.verdict),
     ]
+    return md_table(columns, [s for s in report.family if s.added is not None])
 
 
 def cost_lines(report: SweepReport) -> list[str]:
@@ -205,8 +210,14 @@ def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
         return []
     from tinylm.probe.depth import label
 
-    header = ["norm", "act", "blocks", "d_model", *(f"{label(key)}, block n" for key in SHOWN)]
-    lines = [
+    columns = [
+        Column("norm", lambda row: row["norm"]),
+        Column("act", lambda row: row["act"]),
+        Column("blocks", lambda row: row["n_layer"]),
+        Column("d_model", lambda row: row["d_model"]),
+        *(Column(f"{label(key)}, block n", lambda row, key=key: _probe_value(row[key])) for key in SHOWN),
+    ]
+    return [
         "## At initialisation: the depth probe at this sweep's shapes",
         "",
         "Each placement's fresh blocks (no embeddings, no head), initialised as its runs were, one forward and "
@@ -215,14 +226,9 @@ def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
         "tokens have collapsed onto one vector; ‖∇W_q‖ and ‖∇W_k‖ orders of magnitude below ‖∇W_v‖ mean "
         "queries and keys get no gradient to learn from.",
         "",
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join("---" for _ in header) + "|",
+        *md_table(columns, rows),
+        "",
     ]
-    for row in rows:
-        shape = [row["norm"], row["act"], str(row["n_layer"]), str(row["d_model"])]
-        cells = [*shape, *(_probe_value(row[key]) for key in SHOWN)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return [*lines, ""]
 
 
 def _probe_value(value: float) -> str:
