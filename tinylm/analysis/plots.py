@@ -1,7 +1,8 @@
 """The report's figures: what the verdict table says (each setting's difference from the baseline with its
 interval and verdict, a forest plot) above the validation-loss curves per setting (mean over seeds with a
-band); when the learning rate varies, final validation loss against learning rate. Rendered headless
-(matplotlib's Agg)."""
+band); when the learning rate varies, final validation loss against learning rate; a ladder's forest plots
+and, on the scale ladder, loss against size; a *Why* row's health curves. Each draws what the report value
+holds (`SweepReport`, its `Setting`s and `WhyRow`s); rendered headless (matplotlib's Agg)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from tinylm.analysis.estimates import Estimate, estimate
-from tinylm.analysis.grouping import LR, Setting, setting_label
+from tinylm.analysis.grouping import LR, Setting
+from tinylm.analysis.metric import Metric
 from tinylm.analysis.outcome import Outcome
 from tinylm.analysis.report import SweepReport
-from tinylm.analysis.runs import runs_frame
+from tinylm.analysis.runs import natural_key
 from tinylm.analysis.why import judged_runs, quantity, why_figure
 
 if TYPE_CHECKING:
@@ -28,22 +28,37 @@ if TYPE_CHECKING:
     from matplotlib.ticker import Locator
 
 X_AXES = {"step": "optimizer step", "chars": "training characters", "time": "wall time (s)"}
-BANDS = ("minmax", "ci")
+# Characters per line: of a figure's title, a setting's name and a verdict beside a forest plot, and the
+# verdicts across levels under the ladder figure.
+TITLE_WIDTH, NAME_WIDTH, VERDICT_WIDTH, ACROSS_WIDTH = 110, 44, 34, 150
+# The widest x tick label a forest plot leaves room for, in ems of its font (with the gap to the next).
+LABEL_EMS = 5
+# One marker per seed, drawn hollow: runs at the same point stay told apart (21, past a design's 16 seeds).
+SEED_MARKERS = tuple("os^vD<>ph8*PXdHx+1234")
 
 
-def _figure(legend_entries: int, labels: Sequence[str]) -> tuple[Figure, Axes, int]:
-    from matplotlib.figure import Figure
-
-    columns = 1 if max(map(len, labels), default=0) > 45 else 2
-    figure = Figure(figsize=(10, 5 + 0.2 * math.ceil(legend_entries / columns)), layout="constrained")
-    return figure, figure.subplots(), columns
-
-
-def _save(figure: Figure, axes: Axes, title: str, legend_columns: int, path: Path) -> Path:
-    """Title, log-scale grid and the legend below the axes; written to `path`."""
-    _finish(figure, axes, title, legend_columns)
+def _written(figure: Figure, path: Path) -> Path:
+    """Every figure is written here, at one resolution."""
     figure.savefig(path, dpi=120)
     return path
+
+
+def _legend_columns(labels: Sequence[str]) -> int:
+    return 1 if max(map(len, labels), default=0) > 45 else 2
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _figure(labels: Sequence[str], legend_entries: int | None = None) -> tuple[Figure, Axes, int]:
+    """One axes, tall enough for a legend below it of `legend_entries` (default: one per label)."""
+    columns = _legend_columns(labels)
+    entries = len(labels) if legend_entries is None else legend_entries
+    figure = _new_figure(10, 5 + 0.2 * math.ceil(entries / columns))
+    return figure, figure.subplots(), columns
 
 
 def _finish(figure: Figure, axes: Axes, title: str, legend_columns: int) -> Figure:
@@ -61,43 +76,28 @@ def _colour(index: int, count: int) -> Any:
     return colours(index % colours.N)
 
 
-def _band(values: Sequence[float], band: str, confidence: float) -> tuple[float, float]:
-    if band == "ci" and len(values) > 1:
-        e = estimate(values, confidence)
-        assert e.low is not None and e.high is not None
-        return e.low, e.high
-    return min(values), max(values)
+def _y_label(metric: Metric) -> str:
+    """The y axis of a figure of results: `final validation loss (nats / char)`."""
+    return f"{metric.noun} ({'nats / char' if metric.is_loss else metric.units})"
 
 
-def setting_curve(
-    setting: Setting, x_axis: str, band: str, confidence: float = 0.95
-) -> list[tuple[float, float, float, float, int]]:
-    """(x, mean, band low, band high, seeds) at every step some run of the setting logged a finite value."""
-    by_step: dict[int, list[tuple[float, float]]] = {}
-    for run in setting.runs:
-        for step, value, seconds in run.curve:
-            if not math.isfinite(value):
-                continue
-            if x_axis == "chars":
-                if run.chars_per_step is None:
-                    continue
-                x = float(step * run.chars_per_step)
-            else:
-                x = seconds if x_axis == "time" else float(step)
-            by_step.setdefault(step, []).append((x, value))
-    points = []
-    for step in sorted(by_step):
-        xs, values = zip(*by_step[step], strict=True)
-        low, high = _band(values, band, confidence)
-        points.append((statistics.fmean(xs), statistics.fmean(values), low, high, len(values)))
-    return points
+def _reference_lines(axes: Axes, report: SweepReport, levels: Sequence[str]) -> None:
+    """The validation split's reference levels as dashed grey lines, labelled at the right edge."""
+    for name in levels if report.reference is not None else ():
+        value = report.reference[name]
+        axes.axhline(value, color="grey", linestyle="--", linewidth=0.8)
+        # A level outside the y-limits has no label; one inside takes no part in the layout (a label far
+        # outside once squeezed the axes to nothing).
+        label = axes.annotate(f"{name} {value:.2f}", (1.0, value), xycoords=("axes fraction", "data"),
+                              ha="right", va="bottom", fontsize="x-small", color="grey", annotation_clip=True)  # fmt: skip
+        label.set_in_layout(False)
 
 
 @dataclass(frozen=True)
 class ForestRow:
-    """One row of the report figure's forest plot: a setting's final loss minus the baseline's (the mean over
-    paired seeds and its interval), and the verdict the table gives it; the baseline's row is 0 by definition.
-    Without a baseline, each setting's own mean and interval."""
+    """One row of a forest plot: a setting's final loss minus the baseline's (the mean over paired seeds and
+    its interval), and the verdict the table gives it; the baseline's row is 0 by definition. Without a
+    baseline, each setting's own mean and interval."""
 
     label: str
     mean: float | None  # None: no finite difference (no result, or every seed diverged)
@@ -106,22 +106,33 @@ class ForestRow:
     verdict: str
     baseline: bool = False
 
+    @classmethod
+    def of_baseline(cls, label: str) -> ForestRow:
+        return cls(label, 0.0, None, None, "baseline", baseline=True)
+
+    @classmethod
+    def of(cls, label: str, e: Estimate | None, verdict: Any) -> ForestRow:
+        """The row of an estimate (a difference, or a setting's own) and its verdict."""
+        if e is None or not math.isfinite(e.mean):
+            return cls(label, None, None, None, verdict)
+        low, high = (e.low, e.high) if e.has_interval else (None, None)
+        return cls(label, e.mean, low, high, verdict)
+
 
 def forest_rows(report: SweepReport) -> list[ForestRow]:
     """The Answer's rows, as the figure draws them: the baseline first, then the settings it judges in the
-    table's order, each at the comparison that answers it."""
+    table's order, each at the comparison that answers it (`Setting.answer`: the added seeds' where the
+    sweep's own left the row open)."""
     columns, baseline = _family_names(report), report.family_baseline
     if baseline is None:  # a ladder's verdicts are each level's, drawn in ladder.png
         verdict = "judged per level: ladder.png" if report.ladder else "no baseline named: no verdict"
-        return [ForestRow(s.label(columns), *_interval(s.estimate), verdict) for s in report.family]
-    rows = [ForestRow(baseline.label(columns), 0.0, None, None, "baseline", baseline=True)]
-    for setting in report.family:
-        # As the Answer: the added seeds' comparison where the sweep's own left the row open.
-        c = setting.answer
-        if setting is baseline or c is None:
-            continue
-        label = setting.label(columns) + (" (added seeds)" if c is setting.added else "")
-        rows.append(ForestRow(label, *_interval(c.difference), c.verdict))
+        return [ForestRow.of(s.label(columns), s.estimate, verdict) for s in report.family]
+    rows = [ForestRow.of_baseline(baseline.label(columns))]
+    for s in report.family:
+        c = s.answer
+        if s is not baseline and c is not None:
+            label = s.label(columns) + (" (added seeds)" if c is s.added else "")
+            rows.append(ForestRow.of(label, c.tests.difference, c.judgement.verdict))
     return rows
 
 
@@ -131,32 +142,25 @@ def _family_names(report: SweepReport) -> list[str]:
     return report.shown_family_columns or report.family_columns
 
 
-def _interval(e: Estimate | None) -> tuple[float | None, float | None, float | None]:
-    if e is None or not math.isfinite(e.mean):
-        return None, None, None
-    return (e.mean, e.low, e.high) if e.has_interval else (e.mean, None, None)
+def _curve_labels(report: SweepReport) -> list[str]:
+    """The settings as the curves' legend names them: by the columns the sweep varies."""
+    return [s.label(report.swept_columns or report.setting_columns) for s in report.settings]
 
 
 def plot_report(
     report: SweepReport, path: Path, x_axis: str = "step", band: str = "minmax", curve: str | None = None
 ) -> Path:
     """report.png: what the verdict table says (`plot_verdicts`) above the curves (`plot_curves`)."""
-    report_figure(report, x_axis, band, curve).savefig(path, dpi=120)
-    return path
+    return _written(report_figure(report, x_axis, band, curve), path)
 
 
 def report_figure(
     report: SweepReport, x_axis: str = "step", band: str = "minmax", curve: str | None = None
 ) -> Figure:
-    from matplotlib.figure import Figure
-
-    rows = forest_rows(report)
-    labels = [s.label(_setting_names(report)) for s in report.settings]
-    legend_columns = 1 if max(map(len, labels), default=0) > 45 else 2
-    legend_rows = math.ceil(len(labels) / legend_columns)
-    lines = sum(map(_row_lines, rows))
-    forest_height, curves_height = 1.4 + 0.3 * lines, 4.5 + 0.2 * legend_rows
-    figure = Figure(figsize=(11, forest_height + curves_height), layout="constrained")
+    rows, legend_columns = forest_rows(report), _legend_columns(_curve_labels(report))
+    legend_rows = math.ceil(len(report.settings) / legend_columns)
+    forest_height, curves_height = 1.4 + 0.3 * sum(map(_row_lines, rows)), 4.5 + 0.2 * legend_rows
+    figure = _new_figure(11, forest_height + curves_height)
     verdicts, curves = figure.subplots(2, 1, height_ratios=[forest_height, curves_height])
     plot_verdicts(verdicts, report, rows)
     plot_curves(curves, report, x_axis, band, curve)
@@ -164,15 +168,6 @@ def report_figure(
     figure.legend(*curves.get_legend_handles_labels(), fontsize="small", loc="outside lower center",
                   ncols=legend_columns, frameon=False)  # fmt: skip
     return figure
-
-
-# Characters per line of a figure's title.
-TITLE_WIDTH = 110
-
-
-def _setting_names(report: SweepReport) -> list[str]:
-    """The columns that name the settings in the curves' legend: those the sweep varies."""
-    return report.swept_columns or report.setting_columns
 
 
 def report_title(report: SweepReport) -> str:
@@ -225,13 +220,9 @@ def plot_verdicts(
         axes.annotate(f"±δ = {delta:g}{'' if metric.is_loss else ' ' + metric.units}: no difference worth a claim", (0.0, 1.0), xycoords=("data", "axes fraction"),
                       xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize="x-small",
                       color="grey")  # fmt: skip
-        axes.set_xlabel(
-            f"{measured} minus the baseline's, {metric.units}: lower is better\n"
-            f"(mean over paired seeds, {report.confidence:.0%} CI)"
-        )
-    else:
-        axes.set_xlabel(f"{measured}, {metric.units}: lower is better\n"
-                        f"(mean over seeds, {report.confidence:.0%} CI)")  # fmt: skip
+    minus, over = (" minus the baseline's", "paired seeds") if differences else ("", "seeds")
+    axes.set_xlabel(f"{measured}{minus}, {metric.units}: lower is better\n"
+                    f"(mean over {over}, {report.confidence:.0%} CI)")  # fmt: skip
     axes.xaxis.set_major_locator(_roomy_ticks())
     axes.grid(alpha=0.3, axis="x")
 
@@ -251,10 +242,6 @@ def _roomy_ticks() -> Locator:
     return RoomyTicks(steps=[1, 2, 2.5, 5, 10])  # AutoLocator's, the default
 
 
-# The widest x tick label a forest plot leaves room for, in ems of its font (with the gap to the next).
-LABEL_EMS = 5
-
-
 def _row_name(row: ForestRow) -> str:
     """The row's setting, wrapped as its verdict is."""
     return textwrap.fill(f"{row.label}  (baseline)" if row.baseline else row.label, NAME_WIDTH)
@@ -265,18 +252,10 @@ def _row_lines(row: ForestRow) -> int:
     return max(_row_name(row).count("\n"), _verdict_text(row).count("\n")) + 1
 
 
-# Characters per line of a setting's name beside the forest plot.
-NAME_WIDTH = 44
-
-
 def _verdict_text(row: ForestRow) -> str:
     """The verdict as the table words it, wrapped: a long one (why there is no test) would squeeze the plot."""
     text = str(row.verdict) if row.mean is not None else f"{row.verdict} (nothing to draw)"
     return textwrap.fill(text, VERDICT_WIDTH)
-
-
-# Characters per line of a verdict beside the forest plot.
-VERDICT_WIDTH = 34
 
 
 def _verdict_colour(row: ForestRow) -> str:
@@ -287,14 +266,35 @@ def _verdict_colour(row: ForestRow) -> str:
     return {Outcome.WORSE: "tab:red", Outcome.BETTER: "tab:green"}.get(outcome, "tab:blue")
 
 
+def setting_curve(
+    setting: Setting, x_axis: str, band: str, confidence: float = 0.95
+) -> list[tuple[float, float, float, float, int]]:
+    """(x, mean, band low, band high, seeds) at every step some run of the setting logged a finite value. The
+    one statistic drawn that the report value does not hold: it is over the runs' logged curves, on the
+    figure's own x axis and band (`--x`, `--band`)."""
+    by_step: dict[int, list[tuple[float, float]]] = {}
+    for run in setting.runs:
+        for step, value, seconds in run.curve:
+            chars = None if run.chars_per_step is None else float(step * run.chars_per_step)
+            x = {"chars": chars, "time": seconds}.get(x_axis, float(step))
+            if math.isfinite(value) and x is not None:
+                by_step.setdefault(step, []).append((x, value))
+    points = []
+    for step in sorted(by_step):
+        xs, values = zip(*by_step[step], strict=True)
+        e = estimate(values, confidence) if band == "ci" and len(values) > 1 else None
+        low, high = (e.low, e.high) if e is not None else (min(values), max(values))
+        points.append((statistics.fmean(xs), statistics.fmean(values), low, high, len(values)))
+    return points
+
+
 def plot_curves(
     axes: Axes, report: SweepReport, x_axis: str = "step", band: str = "minmax", curve: str | None = None
 ) -> None:
     """The validation loss (or the scalar `curve` names) against `x_axis`, one colour per setting: the mean
     over its seeds, a band (min-max over seeds, or the confidence interval), the seed count in the legend.
     Settings without a result are dashed and faded."""
-    labels = [s.label(_setting_names(report)) for s in report.settings]
-    for index, (setting, label) in enumerate(zip(report.settings, labels, strict=True)):
+    for index, (setting, label) in enumerate(zip(report.settings, _curve_labels(report), strict=True)):
         colour = _colour(index, len(report.settings))
         points = setting_curve(setting, x_axis, band, report.confidence)
         style = {"color": colour} if setting.results else {"color": colour, "alpha": 0.45, "linestyle": "--"}
@@ -319,45 +319,33 @@ def plot_curves(
     axes.grid(alpha=0.3)
 
 
-def _reference_lines(axes: Axes, report: SweepReport, levels: Sequence[str]) -> None:
-    """The validation split's reference levels as dashed grey lines, labelled at the right edge."""
-    if report.reference is None:
-        return
-    for name in levels:
-        value = report.reference[name]
-        axes.axhline(value, color="grey", linestyle="--", linewidth=0.8)
-        # A level outside the y-limits has no label; one inside takes no part in the layout (a label far
-        # outside once squeezed the axes to nothing).
-        label = axes.annotate(f"{name} {value:.2f}", (1.0, value), xycoords=("axes fraction", "data"),
-                              ha="right", va="bottom", fontsize="x-small", color="grey", annotation_clip=True)  # fmt: skip
-        label.set_in_layout(False)
-
-
 def plot_lr_sensitivity(report: SweepReport, path: Path) -> Path:
-    """Final validation loss against learning rate (log axis), one line per setting: the mean over seeds,
-    a min-max band; a learning rate where some seed diverged is drawn as x at the top of the axes."""
-    columns = [c for c in report.setting_columns if c != LR]
-    runs = runs_frame(report.runs, report.setting_columns).dropna(subset=["result"])
-    runs["design"] = [setting_label(row, columns) for _, row in runs.iterrows()]
-    runs["rate"] = runs[LR].astype(float)
-    # Per design and rate: the mean and range over seeds, and whether any seed diverged (+inf).
-    points = runs.groupby(["design", "rate"]).result.agg(["mean", "min", "max"])
-    points["diverged"] = points["max"] == math.inf
-    labels = list(dict.fromkeys(s.label(columns) for s in report.settings if s.results))  # ranked by mean
-    figure, axes, legend_columns = _figure(len(labels) + 1, labels)
-    finite = runs.result[np.isfinite(runs.result)]
-    top = finite.max() + 0.05 * (finite.max() - finite.min() + 1e-9) if len(finite) else 1.0
+    """Final validation loss against learning rate (log axis), one line per design (`report.tuned`, each
+    with its results at every rate, `Setting.by_rate`): the mean over seeds, a min-max band; a learning
+    rate where some seed failed is drawn as x at the top of the axes. The designs in the settings table's
+    order (ranked by mean)."""
+    tuned = {s.label(report.family_columns): s for s in report.tuned}
+    labels = list(dict.fromkeys(s.label(report.family_columns) for s in report.settings if s.results))
+    figure, axes, legend_columns = _figure(labels, len(labels) + 1)
+    results = [v for s in report.tuned for by_seed in s.by_rate.values() for v in by_seed.values()]
+    finite = [v for v in results if math.isfinite(v)]
+    top = max(finite) + 0.05 * (max(finite) - min(finite) + 1e-9) if finite else 1.0
     for index, label in enumerate(labels):
         colour = _colour(index, len(labels))
-        design = points.loc[label]  # indexed by rate, ascending
-        alive, dead = design[~design.diverged], design[design.diverged]
-        if len(alive):
-            axes.plot(alive.index, alive["mean"], marker="o", color=colour, label=label)
-            axes.fill_between(alive.index, alive["min"], alive["max"], color=colour, alpha=0.15)
-        if len(dead):
-            axes.plot(dead.index, [top] * len(dead), linestyle="none", marker="x", markersize=9, color=colour,
-                      label=None if len(alive) else label)  # fmt: skip
-    failed = "diverged" if report.metric.is_loss else "failed"
+        rates = sorted(
+            (float(rate), list(by_seed.values())) for rate, by_seed in tuned[label].by_rate.items() if by_seed
+        )
+        alive = [(rate, values) for rate, values in rates if math.inf not in values]
+        dead = [rate for rate, values in rates if math.inf in values]
+        if alive:
+            xs, values = zip(*alive, strict=True)
+            axes.plot(xs, list(map(statistics.fmean, values)), marker="o", color=colour, label=label)
+            axes.fill_between(xs, list(map(min, values)), list(map(max, values)), color=colour, alpha=0.15)
+        if dead:
+            axes.plot(dead, [top] * len(dead), linestyle="none", marker="x", markersize=9, color=colour,
+                      label=None if alive else label)  # fmt: skip
+    # A failure as the report counts it: under the cross-fitted rule (format 2 and before), only a divergence.
+    failed = "failed" if report.judged_apart or not report.metric.is_loss else "diverged"
     axes.plot(
         [], [], linestyle="none", marker="x", color="black", label=f"a seed {failed} (drawn at the top)"
     )
@@ -366,9 +354,9 @@ def plot_lr_sensitivity(report: SweepReport, path: Path) -> Path:
     axes.set_xlabel("peak learning rate (optim.lr)")
     if report.metric.is_loss:
         _reference_lines(axes, report, ("unigram", "bigram"))
-    axes.set_ylabel(f"{report.metric.noun} ({report.metric.units})".replace("nats/char", "nats / char"))
-    return _save(figure, axes, f"{report.sweep_dir.name}: learning-rate sensitivity, mean and min-max over seeds",
-                 legend_columns, path)  # fmt: skip
+    axes.set_ylabel(_y_label(report.metric))
+    title = f"{report.sweep_dir.name}: learning-rate sensitivity, mean and min-max over seeds"
+    return _written(_finish(figure, axes, title, legend_columns), path)
 
 
 @dataclass(frozen=True)
@@ -380,38 +368,6 @@ class RunCurve:
     points: Sequence[tuple[int, float]]
 
 
-# One marker per seed, drawn hollow: runs at the same point stay told apart (21, past a design's 16 seeds).
-SEED_MARKERS = (
-    "o",
-    "s",
-    "^",
-    "v",
-    "D",
-    "<",
-    ">",
-    "p",
-    "h",
-    "8",
-    "*",
-    "P",
-    "X",
-    "d",
-    "H",
-    "x",
-    "+",
-    "1",
-    "2",
-    "3",
-    "4",
-)
-
-
-def plot_health(curves: dict[str, list[RunCurve]], path: Path, title: str) -> Path:
-    """`health_figure`, written to `path`."""
-    health_figure(curves, title).savefig(path, dpi=120)
-    return path
-
-
 def health_figure(curves: dict[str, list[RunCurve]], title: str) -> Figure:
     """One `training_health/` quantity against the step: a colour per setting (`curves` maps its label to
     its runs) and a marker per seed, each named in a legend, so that every point says which run it is. A log
@@ -419,28 +375,20 @@ def health_figure(curves: dict[str, list[RunCurve]], title: str) -> Figure:
     axis drops)."""
     from matplotlib.lines import Line2D
 
-    labels = list(curves)
-    figure, axes, legend_columns = _figure(len(labels), labels)
+    figure, axes, legend_columns = _figure(list(curves))
     runs = [run for setting in curves.values() for run in setting]
-    seeds = sorted(
-        {run.seed for run in runs},
-        key=lambda seed: (not seed.isdigit(), int(seed) if seed.isdigit() else 0, seed),
-    )
+    seeds = sorted({run.seed for run in runs}, key=natural_key)
     markers = {seed: SEED_MARKERS[i % len(SEED_MARKERS)] for i, seed in enumerate(seeds)}
-    values: list[float] = []
+    finite = {id(run): [(x, y) for x, y in run.points if math.isfinite(y)] for run in runs}
     for index, (label, setting) in enumerate(curves.items()):
-        colour = _colour(index, len(labels))
-        drawn = 0
-        for run in setting:
-            finite = [(step, value) for step, value in run.points if math.isfinite(value)]
-            if finite:
-                xs, ys = zip(*finite, strict=True)
-                axes.plot(xs, ys, color=colour, marker=markers[run.seed], markersize=7, fillstyle="none",
-                          linewidth=1)  # fmt: skip
-                values += ys
-                drawn += 1
+        colour = _colour(index, len(curves))
+        for run in (run for run in setting if finite[id(run)]):
+            axes.plot(*zip(*finite[id(run)], strict=True), color=colour, marker=markers[run.seed], markersize=7,
+                      fillstyle="none", linewidth=1)  # fmt: skip
+        drawn = any(finite[id(run)] for run in setting)
         shown = f"{label} ({len(setting)} runs{'' if drawn else ', nothing logged'})"
         axes.plot([], [], color=colour, linewidth=2, label=shown)  # the setting's entry in the legend
+    values = [y for points in finite.values() for _, y in points]
     if values and min(values) > 0:
         axes.set_yscale("log")
     axes.set_xlabel(X_AXES["step"])
@@ -457,25 +405,22 @@ def plot_scale(
     points: dict[str, list[tuple[float, Estimate]]], path: Path, report: SweepReport, title: str
 ) -> Path:
     """Final validation loss against parameters (log axis), a line per design: `points` maps each design's
-    label to its (parameters, estimate over seeds) at every size, the estimate's interval as error bars."""
-    labels = list(points)
-    figure, axes, legend_columns = _figure(len(labels), labels)
+    label to its (parameters, estimate over seeds) at every size, smallest first (the ladder's order), the
+    estimate's interval as error bars."""
+    figure, axes, legend_columns = _figure(list(points))
     for index, (label, sizes) in enumerate(points.items()):
-        finite = [(n, e) for n, e in sorted(sizes, key=lambda p: p[0]) if math.isfinite(e.mean)]
-        if not finite:
-            continue
-        xs = [n for n, _ in finite]
-        ys = [e.mean for _, e in finite]
-        below = [e.mean - e.low if e.has_interval else 0.0 for _, e in finite]
-        above = [e.high - e.mean if e.has_interval else 0.0 for _, e in finite]
-        axes.errorbar(xs, ys, yerr=[below, above], marker="o", capsize=3, color=_colour(index, len(labels)),
-                      label=label)  # fmt: skip
+        finite = [(n, e) for n, e in sizes if math.isfinite(e.mean)]
+        if finite:
+            below = [e.mean - e.low if e.has_interval else 0.0 for _, e in finite]
+            above = [e.high - e.mean if e.has_interval else 0.0 for _, e in finite]
+            axes.errorbar([n for n, _ in finite], [e.mean for _, e in finite], yerr=[below, above], marker="o",
+                          capsize=3, color=_colour(index, len(points)), label=label)  # fmt: skip
     axes.set_xscale("log")
     axes.set_xlabel("parameters (without position embeddings)")
-    axes.set_ylabel(f"{report.metric.noun} ({report.metric.units})".replace("nats/char", "nats / char"))
+    axes.set_ylabel(_y_label(report.metric))
     if report.metric.is_loss:
         _reference_lines(axes, report, ("bigram",))
-    return _save(figure, axes, title, legend_columns, path)
+    return _written(_finish(figure, axes, title, legend_columns), path)
 
 
 def plot_ladder(
@@ -488,12 +433,11 @@ def plot_ladder(
     """ladder.png: a forest plot per level (`panels`: its name and rows, the level's baseline first), on one
     shared axis of differences, each level's verdicts beside its rows; below, the verdict across levels of
     each design (`across`)."""
-    from matplotlib.figure import Figure
     from matplotlib.transforms import blended_transform_factory
 
     heights = [1.2 + 0.35 * sum(map(_row_lines, rows)) for _, rows in panels]
     heights.append(0.3 + 0.25 * sum(len(textwrap.wrap(line, ACROSS_WIDTH)) for line in across))
-    figure = Figure(figsize=(11, sum(heights)), layout="constrained")
+    figure = _new_figure(11, sum(heights))
     axes = figure.subplots(len(heights), 1, height_ratios=heights)
     for panel, (level, rows) in zip(axes, panels, strict=False):
         plot_verdicts(panel, report, rows, differences=True)
@@ -507,12 +451,7 @@ def plot_ladder(
     left_of_figure = blended_transform_factory(figure.transFigure, axes[-1].transAxes)
     axes[-1].text(0.01, 1.0, text, va="top", ha="left", fontsize="small", transform=left_of_figure)
     figure.suptitle(title, fontsize="large")
-    figure.savefig(path, dpi=120)
-    return path
-
-
-# Characters per line of the verdicts across levels under the ladder figure.
-ACROSS_WIDTH = 150
+    return _written(figure, path)
 
 
 def why_figures(report: SweepReport) -> dict[str, dict[str, list[RunCurve]]]:
@@ -522,32 +461,26 @@ def why_figures(report: SweepReport) -> dict[str, dict[str, list[RunCurve]]]:
     wanted: dict[str, dict[str, list[RunCurve]]] = {}
     for row in report.why:
         columns = [c for c in row.design if c in report.swept_columns] or list(row.design)
-        for f in row.findings:
-            name, tag = quantity(f.example.tag), f.example.tag
-            if not name:
-                continue
-            curves = wanted.setdefault(name, {})
-            label = row.setting.label(columns)
+        label, base = row.setting.label(columns), report.baseline_of(row.setting)
+        for tag in (f.example.tag for f in row.findings if quantity(f.example.tag)):
+            curves = wanted.setdefault(quantity(tag), {})
             curves.pop(f"{label} (baseline)", None)  # a baseline explained in its own right: drawn once
-            curves[label] = [
-                RunCurve(run.seed, tag, run.health.get(tag, [])) for run in judged_runs(row.setting)
-            ]
-            base = report.baseline_of(row.setting)
+            curves[label] = _run_curves(row.setting, tag)
             if base is not None and base is not row.setting and base.label(columns) not in curves:
-                curves.setdefault(
-                    f"{base.label(columns)} (baseline)",
-                    [RunCurve(run.seed, tag, run.health.get(tag, [])) for run in judged_runs(base)],
-                )
+                curves.setdefault(f"{base.label(columns)} (baseline)", _run_curves(base, tag))
     return wanted
+
+
+def _run_curves(setting: Setting, tag: str) -> list[RunCurve]:
+    return [RunCurve(run.seed, tag, run.health.get(tag, [])) for run in judged_runs(setting)]
 
 
 def draw_why(report: SweepReport) -> list[Path]:
     """Draws each of `why_figures` into the sweep directory."""
     return [
-        plot_health(
-            curves,
+        _written(
+            health_figure(curves, f"{report.sweep_dir.name}: {name}, the runs diagnosed and their baselines"),
             report.sweep_dir / why_figure(name),
-            f"{report.sweep_dir.name}: {name}, the runs diagnosed and their baselines",
         )
         for name, curves in why_figures(report).items()
     ]
