@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tinylm.analysis.diagnosis import Finding, diagnose
 from tinylm.analysis.estimates import MIN_EFFECT
@@ -208,6 +208,19 @@ def recorded_metric(metric: Metric, runs: Sequence[RunSummary]) -> Metric:
     raise ReportError(f"--metric {metric.flag!r}: no run of this sweep reached {metric.level:g}; {recorded}")
 
 
+class Scope(NamedTuple):
+    """What a report judges and how, resolved from its options and runs before any verdict."""
+
+    setting_columns: list[str]  # the columns that tell settings apart (all but seed)
+    family_columns: list[str]  # the family's: less the rate when it is tuned per setting
+    wanted: dict[str, Any] | None  # the baseline's choices (None: no verdicts)
+    source: str | None  # who named the baseline
+    axis: list[str]  # a ladder's; [] for none
+    rules: Rules
+    design: Design | None
+    own_seeds: tuple[str, ...] | None
+
+
 def build_report(
     sweep_dir: str | Path,
     baseline: str | None = None,
@@ -228,47 +241,81 @@ def build_report(
     runs = read_runs(sweep_dir, curve, measured)
     measured = recorded_metric(measured, runs)
     columns, common = run_columns(runs)
-    setting_columns = [c for c in columns if c != "seed"]
-    design = read_design(sweep_dir)
-    wanted, source = resolve_baseline(baseline, runs, design, min_effect, measured)
-    axis = resolve_axis(ladder, runs, setting_columns, wanted, design)
-    lr_varies = rate_tuned(setting_columns, axis)
-    delta = design.min_effect if design else (measured.min_effect if min_effect is None else min_effect)
-    rules = Rules(confidence, design.alpha if design else ALPHA, delta, lr_varies)
+    scope = resolve(runs, columns, read_design(sweep_dir), baseline, ladder, confidence, min_effect, measured)
     findings = {run.path: diagnose(run, run.reference) for run in runs}
-    settings, family, base, judged = judge(runs, findings, setting_columns, wanted, rules, axis, design)
+    settings, family, base, judged = judge(runs, findings, scope)
+    tuned, rules = scope.rules.lr_varies, scope.rules
     return SweepReport(
-        sweep_dir, rank_runs(runs), columns, common, settings if lr_varies else family, setting_columns,
-        None if lr_varies else base, family if lr_varies else [], base if lr_varies else None,
-        confidence=confidence, alpha=rules.alpha,
-        min_effect=rules.min_effect, baseline_source=source, design=design, reference=shared_reference(runs),
-        axis=axis, ladder=judged, findings=findings, metric=measured,
-        **explain(settings, family, base, judged, setting_columns, findings, rules, design),
-        probe=probe_rows(run.model for run in runs if run.model) if probe else [],
+        sweep_dir, rank_runs(runs), columns, common, settings if tuned else family, scope.setting_columns,
+        None if tuned else base, family if tuned else [], base if tuned else None, confidence=confidence,
+        alpha=rules.alpha, min_effect=rules.min_effect, baseline_source=scope.source, design=scope.design,
+        reference=shared_reference(runs), axis=scope.axis, ladder=judged, findings=findings, metric=measured,
+        probe=probe_rows(run.model for run in runs if run.model) if probe else [], **explain(settings, family, base, judged, findings, scope),
     )  # fmt: skip
 
 
-def judge(
+def resolve(
     runs: Sequence[RunSummary],
-    findings: dict[Path, list[Finding]],
-    setting_columns: list[str],
-    wanted: dict[str, Any] | None,
-    rules: Rules,
-    axis: list[str],
+    columns: list[str],
     design: Design | None,
+    baseline: str | None,
+    ladder: str | None,
+    confidence: float,
+    min_effect: float | None,
+    metric: Metric,
+) -> Scope:
+    """The report's scope from its options (`--baseline`, `--ladder`, `--min-effect`, `--metric`), the
+    experiment's and a sequential design's, each name parsed once; a ReportError where an option contradicts
+    the design its added seeds were judged under (its verdicts hold only for that)."""
+    added = "this sweep's seeds were added"
+    if design is not None and not metric.is_loss:
+        raise ReportError(
+            f"--metric {metric.flag}: {added} to resolve its final losses ({DESIGN_FILE}); its verdicts hold "
+            "only for them"
+        )
+    named, source = named_baseline(baseline, runs, design)
+    wanted = parse_choices(named) if named is not None else None
+    if design is not None and min_effect is not None and min_effect != design.min_effect:
+        raise ReportError(
+            f"--min-effect {min_effect:g}: {added} to resolve comparisons within ±{design.min_effect:g} "
+            f"({DESIGN_FILE}); its verdicts hold only at that δ"
+        )
+    if design is not None and baseline is not None and wanted != parse_choices(design.baseline):
+        raise ReportError(
+            f"--baseline {baseline}: {added} against {design.baseline} ({DESIGN_FILE}); its verdicts hold only "
+            "against that baseline"
+        )
+    setting_columns = [c for c in columns if c != "seed"]
+    axis = ladder_axis(ladder, runs, setting_columns, wanted, design.ladder if design else None)
+    if design is not None and design.ladder is not None and tuple(axis) != design.ladder:
+        along = f"along {', '.join(design.ladder)}" if design.ladder else "without a ladder"
+        asked = f"--ladder {ladder}" if ladder else f"the experiment's ladder ({', '.join(axis)})"
+        raise ReportError(
+            f"{asked}: {added} {along} ({DESIGN_FILE}); its verdicts hold only for the families they were "
+            "judged in"
+        )
+    lr_varies = rate_tuned(setting_columns, axis)
+    delta = design.min_effect if design else (metric.min_effect if min_effect is None else min_effect)
+    rules = Rules(confidence, design.alpha if design else ALPHA, delta, lr_varies)
+    family_columns = family_columns_of(setting_columns, lr_varies)
+    return Scope(setting_columns, family_columns, wanted, source, axis, rules, design, own_seeds(design))
+
+
+def judge(
+    runs: Sequence[RunSummary], findings: dict[Path, list[Finding]], scope: Scope
 ) -> tuple[list[Setting], list[Setting], Setting | None, Ladder | None]:
     """The settings (failed runs counted apart), the family (each setting at its tuned rate when the rate is
     tuned: chosen on the sweep's own seeds, judged on those added since), its baseline and its ladder, judged
-    against `wanted` (no verdicts without one), with a sequential design's added seeds judged apart."""
+    against the baseline (no verdicts without one), with a sequential design's added seeds judged apart."""
+    rules, columns = scope.rules, scope.family_columns
     failed = {path for path, found in findings.items() if run_failure(found) is not None}
-    settings = group_settings(runs, setting_columns, rules.confidence, failed)
-    columns = family_columns_of(setting_columns, rules.lr_varies)
-    seeds = own_seeds(design)
+    settings = group_settings(runs, scope.setting_columns, rules.confidence, failed)
+    seeds = scope.own_seeds
     family = tuned_settings(settings, columns, rules.confidence, seeds) if rules.lr_varies else settings
-    if wanted is None:
+    if scope.wanted is None:
         return settings, family, None, None
-    named = {k: v for k, v in wanted.items() if not (rules.lr_varies and k == LR)}
-    family, base, ladder = judge_family(family, named, columns, rules, axis, design, settings)
+    named = {k: v for k, v in scope.wanted.items() if not (rules.lr_varies and k == LR)}
+    family, base, ladder = judge_family(family, named, columns, rules, scope.axis, scope.design, settings)
     return settings, family, base, ladder
 
 
@@ -277,16 +324,14 @@ def explain(
     family: list[Setting],
     base: Setting | None,
     ladder: Ladder | None,
-    setting_columns: list[str],
     findings: dict[Path, list[Finding]],
-    rules: Rules,
-    design: Design | None,
+    scope: Scope,
 ) -> dict[str, Any]:
     """What the runs' findings explain (each setting's, and each row that lost or failed), the rows whose runs
     were all still learning, what resolving the open rows would take, and the levels a design's looks judge at."""
-    columns = family_columns_of(setting_columns, rules.lr_varies)
+    rules, design = scope.rules, scope.design
     baselines = [rung.baseline for rung in ladder.rungs] if ladder else [base] if base else []
-    explained = (family, columns) if len(family) > 1 else (settings, setting_columns)
+    explained = (family, scope.family_columns) if len(family) > 1 else (settings, scope.setting_columns)
     horizon = design.horizon if design is not None else None
     plan = design.added_plan() if design is not None else []
     return {
@@ -294,60 +339,10 @@ def explain(
         "why": why_rows(*explained, findings, baselines),
         "still_learning": still_learning(family, base, findings),
         "sizing": None if ladder else size_open_rows(
-            family, base, columns, rules.min_effect, False, horizon, rules.alpha
+            family, base, scope.family_columns, rules.min_effect, horizon, rules.alpha
         ),
         "look_levels": tuple(None if look is None else look.level(rules.alpha) for look in plan),
     }  # fmt: skip
-
-
-def resolve_baseline(
-    flag: str | None,
-    runs: Sequence[RunSummary],
-    design: Design | None,
-    min_effect: float | None,
-    metric: Metric,
-) -> tuple[dict[str, Any] | None, str | None]:
-    """The baseline's choices and who named them (`named_baseline`), each name parsed once; with a sequential
-    design, the options its verdicts were reached under, or a ReportError naming the one that differs."""
-    if design is not None and not metric.is_loss:
-        raise ReportError(
-            f"--metric {metric.flag}: this sweep's seeds were added to resolve its final losses ({DESIGN_FILE}); "
-            "its verdicts hold only for them"
-        )
-    named, source = named_baseline(flag, runs, design)
-    wanted = parse_choices(named) if named is not None else None
-    if design is None:
-        return wanted, source
-    if min_effect is not None and min_effect != design.min_effect:
-        raise ReportError(
-            f"--min-effect {min_effect:g}: this sweep's seeds were added to resolve comparisons within "
-            f"±{design.min_effect:g} ({DESIGN_FILE}); its verdicts hold only at that δ"
-        )
-    if flag is not None and wanted != parse_choices(design.baseline):
-        raise ReportError(
-            f"--baseline {flag}: this sweep's seeds were added against {design.baseline} "
-            f"({DESIGN_FILE}); its verdicts hold only against that baseline"
-        )
-    return wanted, source
-
-
-def resolve_axis(
-    flag: str | None,
-    runs: Sequence[RunSummary],
-    columns: list[str],
-    wanted: dict[str, Any] | None,
-    design: Design | None,
-) -> list[str]:
-    """`ladder_axis`, and with a sequential design whose looks were judged along a ladder, that one."""
-    axis = ladder_axis(flag, runs, columns, wanted, design.ladder if design else None)
-    if design is not None and design.ladder is not None and tuple(axis) != design.ladder:
-        along = f"along {', '.join(design.ladder)}" if design.ladder else "without a ladder"
-        asked = f"--ladder {flag}" if flag else f"the experiment's ladder ({', '.join(axis)})"
-        raise ReportError(
-            f"{asked}: this sweep's seeds were added {along} ({DESIGN_FILE}); its verdicts hold only for the "
-            "families they were judged in"
-        )
-    return axis
 
 
 def run_columns(runs: Sequence[RunSummary]) -> tuple[list[str], dict[str, Any]]:
