@@ -97,12 +97,12 @@ SWEEP_ERRORS: tuple[type[BaseException], ...] = (ScaleOutError, Interrupted)
 def objective(
     cfg: DictConfig, keep_going: bool | None = None, early: EarlySettings | None = None
 ) -> float | None:
-    """Train as `cfg` says; return `cfg.optimized_metric` (to be minimised) for the sweeper.
+    """Train as `cfg` says; return the value of its `optimized_metric` (to be minimised) for the sweeper.
 
     `keep_going` (default: inside a multirun) turns a failed run, already recorded in its metrics.json, into
     a return value: a diverged job scores `+inf` (a real, very bad result), any other failure `None` (an
     Optuna FAIL trial, as `nan` would end the sweep); `SWEEP_ERRORS` still stop the sweep. `early`: the
-    settings scripts/train.py checked before torch loaded (docs/sweeps.md).
+    settings scripts/train.py checked before torch loaded (docs/sweeps.md); None checks them here.
     """
     multirun = in_multirun()
     keep_going = multirun if keep_going is None else keep_going

@@ -148,7 +148,6 @@ class RunSettings:
     precision_reason: str
     ckpt_path: str | None = None
     compile: bool = False
-    optimized_metric: str | None = None
     multirun: bool = False  # a job of a Hydra multirun (`-m`)
 
     @classmethod
@@ -184,7 +183,6 @@ class RunSettings:
             ),
             ckpt_path=cfg.get("ckpt_path") or None,
             compile=checks.boolean("compile", cfg.get("compile", False)),
-            optimized_metric=early.optimized_metric,
             multirun=multirun,
         )
 
