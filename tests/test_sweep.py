@@ -102,13 +102,9 @@ def fake_run(monkeypatch):
     return install
 
 
-def _job_cfg(tmp_path: Path):
-    return job_cfg(tmp_path)
-
-
 def test_run_job_returns_the_optimized_metric(tmp_path, fake_run):
     fake_run({"loss/val": 1.25, "loss/train": 1.0})
-    assert objective(_job_cfg(tmp_path)) == 1.25
+    assert objective(job_cfg(tmp_path)) == 1.25
 
 
 @pytest.mark.parametrize(
@@ -123,7 +119,7 @@ def test_run_job_in_a_sweep_records_a_failure_and_returns(
     tmp_path, fake_run, caplog, error, status, returned
 ):
     fake_run(error)
-    assert objective(_job_cfg(tmp_path), keep_going=True) == returned
+    assert objective(job_cfg(tmp_path), keep_going=True) == returned
     (logged,) = [r for r in caplog.records if "the sweep goes on" in r.getMessage()]
     assert logged.exc_info is not None  # not one of tinylm's reported errors: logged with its traceback
     record = read_run_record(tmp_path)
@@ -133,7 +129,7 @@ def test_run_job_in_a_sweep_records_a_failure_and_returns(
 
 def test_a_reported_error_in_a_sweep_is_logged_as_one_line(tmp_path, fake_run, caplog):
     fake_run(ConfigError("model.d_model=30 must be divisible by n_head=4"))
-    assert objective(_job_cfg(tmp_path), keep_going=True) is None
+    assert objective(job_cfg(tmp_path), keep_going=True) is None
     (logged,) = [r for r in caplog.records if "the sweep goes on" in r.getMessage()]
     assert logged.exc_info is None
     assert logged.getMessage() == (
@@ -144,20 +140,20 @@ def test_a_reported_error_in_a_sweep_is_logged_as_one_line(tmp_path, fake_run, c
 def test_run_job_single_run_records_and_reraises(tmp_path, fake_run):
     fake_run(ValueError("bad config"))
     with pytest.raises(ValueError, match="bad config"):
-        objective(_job_cfg(tmp_path), keep_going=False)
+        objective(job_cfg(tmp_path), keep_going=False)
     assert read_run_record(tmp_path)["status"] == "failed"
 
 
 def test_run_job_stops_the_sweep_on_an_error_every_job_would_hit(tmp_path, fake_run):
     fake_run(ScaleOutError("-m (a sweep) with trainer.strategy=DDPStrategy on 2 devices"))
     with pytest.raises(ScaleOutError):
-        objective(_job_cfg(tmp_path), keep_going=True)
+        objective(job_cfg(tmp_path), keep_going=True)
     assert read_run_record(tmp_path)["status"] == "failed"
 
 
 def test_run_job_treats_a_non_finite_objective_as_divergence(tmp_path, fake_run):
     fake_run({"loss/val": math.nan, "step": 6})
-    assert objective(_job_cfg(tmp_path), keep_going=True) == math.inf
+    assert objective(job_cfg(tmp_path), keep_going=True) == math.inf
     record = read_run_record(tmp_path)
     assert record["status"] == "diverged" and math.isnan(record["loss/val"])
 
@@ -165,7 +161,7 @@ def test_run_job_treats_a_non_finite_objective_as_divergence(tmp_path, fake_run)
 def test_run_job_outside_hydra_is_a_single_run(tmp_path, fake_run):
     fake_run(RuntimeError("boom"))
     with pytest.raises(RuntimeError):
-        objective(_job_cfg(tmp_path))
+        objective(job_cfg(tmp_path))
 
 
 # --- Optuna: a search kept in SQLite, resumed by a second invocation --------------------------------------
