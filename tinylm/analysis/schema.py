@@ -15,12 +15,14 @@ A settings row also carries, for readers, its `seeds` (`judged_on` for a tuned r
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from cattrs import Converter
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
+from tinylm.analysis.estimates import PairedTests
 from tinylm.analysis.grouping import CROSS_FITTED, Setting
 from tinylm.analysis.ladder import Rung
 from tinylm.analysis.outcome import Outcome, Verdict
@@ -66,17 +68,7 @@ _RENAMED = {
     "diverges_differently": "fails_differently", "final_val_loss": "estimate", "vs_baseline": "comparison",
     "added_seeds_vs_baseline": "added", "reference_levels": "reference",
 }  # fmt: skip
-_TESTS = (
-    "seeds",
-    "unmatched",
-    "difference",
-    "p_value",
-    "p_equivalence",
-    "constant",
-    "untested",
-    "failures",
-    "eval_se",
-)
+_TESTS = [f.name for f in fields(PairedTests)]
 _KEPT = ("sweep_dir", "columns", "common", "setting_columns", "confidence", "alpha", "min_effect", "baseline_source",
          "design", "baseline", "tuned_baseline", "sizing", "probe", "reference")  # fmt: skip
 
