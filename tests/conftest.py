@@ -182,21 +182,3 @@ def simulated_words(
         (trend,) = trends(rungs, ["norm"], alpha=0.05, axis=[axis])
         counts[trend.word] += 1
     return counts
-
-
-def table_rows(markdown: str, section: str = "## Runs") -> list[list[str]]:
-    """The cells of the body of the first table under `section`."""
-    lines = markdown.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| ") and i > lines.index(section))
-    rows = []
-    for line in lines[start + 2 :]:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in line.strip("|").split(" | ")])
-    return rows
-
-
-def table_header(markdown: str, section: str = "## Runs") -> list[str]:
-    lines = markdown.splitlines()
-    line = next(line for i, line in enumerate(lines) if line.startswith("| ") and i > lines.index(section))
-    return [cell.strip() for cell in line.strip("|").split(" | ")]

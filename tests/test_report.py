@@ -15,7 +15,7 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
-from conftest import REPO, run_script, run_sweep, table_header, table_rows
+from conftest import REPO, run_script, run_sweep
 from omegaconf import OmegaConf
 
 from tinylm.analysis.report import (
@@ -23,9 +23,11 @@ from tinylm.analysis.report import (
     REPORT_MD,
     REPORT_PNG,
     SENSITIVITY_PNG,
+    SweepReport,
     build_report,
 )
 from tinylm.analysis.runs import ReportError
+from tinylm.analysis.schema import from_json
 from tinylm.analysis.write_report import write_report
 from tinylm.layout import RECORD_FILE, read_run_record, write_run_record
 from tinylm.model import ModelConfig
@@ -47,6 +49,11 @@ def report_script(*args: str) -> tuple[int, str]:
     finally:
         sys.argv = argv
     return 0, stderr.getvalue()
+
+
+def written_report(sweep: Path) -> SweepReport:
+    """The report value a sweep's report.json holds: what its report.md was rendered from."""
+    return from_json(json.loads((sweep / REPORT_JSON).read_text(encoding="utf-8")))
 
 
 def _assert_valid_png(path: Path) -> None:
@@ -73,33 +80,41 @@ def test_report_ranks_the_four_runs_of_a_grid_and_plots_them(sweep_copy):
     markdown = (sweep_copy / REPORT_MD).read_text(encoding="utf-8")
     assert markdown in result.stdout
 
-    header = table_header(markdown)
-    for column in ("run", "norm", "act", "params", "final val loss", "best val loss"):
-        assert column in header
-    # A choice every run shares is stated once above the tables, not repeated in each row.
-    assert "norm_type" not in header and "`norm_type=layer`" in markdown.split("## Settings")[0]
-    for column in ("bits/char", "tokens/s", "wall time", "status"):
-        assert column in header
-    rows = [dict(zip(header, row, strict=True)) for row in table_rows(markdown)]
-    assert len(rows) == 4
-    assert [row["rank"] for row in rows] == ["1", "2", "3", "4"]
-    assert {(row["norm"], row["act"]) for row in rows} == {
+    # Every run has a result, so all four are ranked, in the order of their final losses.
+    runs = written_report(sweep_copy).runs
+    assert len(runs) == 4 and all(run.result is not None for run in runs)
+    assert {(run.choices["norm"], run.choices["act"]) for run in runs} == {
         ("pre", "gelu"), ("pre", "swiglu"), ("post", "gelu"), ("post", "swiglu")
     }  # fmt: skip
-    finals = [float(row["final val loss"]) for row in rows]
-    assert finals == sorted(finals)
+    finals = [run.final_val_loss for run in runs]
+    assert finals == sorted(finals) and [run.result for run in runs] == finals
 
     # The numbers are the runs' own: metrics.json's final evaluation on every validation window and its
     # parameter count; the best of the periodic validations from TensorBoard.
-    for row in rows:
-        (run_dir,) = sweep_copy.glob(f"{row['run']}_*")
+    for run in runs:
+        (run_dir,) = sweep_copy.glob(f"{run.name}_*")
         record = read_run_record(run_dir)
-        assert float(row["final val loss"]) == pytest.approx(record["loss/val_full"], abs=1e-4)
-        assert float(row["bits/char"]) == pytest.approx(record["loss/val_full"] / math.log(2), abs=1e-3)
-        assert float(row["best val loss"]) == pytest.approx(record["loss/val_best"], abs=1e-4)
-        assert int(row["params"].replace(",", "")) == record["params"]
-        assert float(row["tokens/s"].replace(",", "")) > 0
-        assert row["status"] == "completed" and row["steps"] == "6/6"
+        assert run.final_val_loss == pytest.approx(record["loss/val_full"], abs=1e-4)
+        assert run.final_bpc == pytest.approx(record["loss/val_full"] / math.log(2), abs=1e-3)
+        assert run.best_val_loss == pytest.approx(record["loss/val_best"], abs=1e-4)
+        assert run.params == record["params"] and run.tokens_per_s > 0
+        assert run.status == "completed" and run.error is None and (run.steps, run.max_steps) == (6, 6)
+
+    # The runs table renders them (its subject here: the rendering): a choice every run shares is stated once
+    # above the tables, not repeated in each row; the best run's row reads its own numbers.
+    assert "`norm_type=layer`" in markdown.split("## Settings")[0]
+    assert (
+        "| rank | run | norm | act | params | final val loss | evaluated on | best val loss | bits/char | "
+        "tokens/s | wall time | steps | status |\n"
+    ) in markdown
+    best = runs[0]
+    row = (
+        f"| 1 | {best.name} | {best.choices['norm']} | {best.choices['act']} | {best.params:,} | "
+        f"{best.final_val_loss:.4f} | {best.evaluated} | {best.best_val_loss:.4f} | {best.final_bpc:.3f} | "
+    )
+    assert any(
+        line.startswith(row) and line.endswith(" | 6/6 | completed |") for line in markdown.splitlines()
+    )
 
     _assert_valid_png(sweep_copy / REPORT_PNG)
     record = json.loads((sweep_copy / REPORT_JSON).read_text(encoding="utf-8"))
@@ -130,20 +145,20 @@ def test_report_marks_failed_and_unfinished_runs_without_crashing(sweep_copy):
     text, written = write_report(sweep_copy)
     markdown, png = written[0], written[2]
     assert markdown.read_text(encoding="utf-8") == text
-    header = table_header(text)
-    rows = {row[header.index("run")]: dict(zip(header, row, strict=True)) for row in table_rows(text)}
-    assert len(rows) == 4
+    report = written_report(sweep_copy)
+    runs = {run.name: run for run in report.runs}
+    assert len(runs) == 4
     number = {d: d.name.split("_")[0] for d in run_dirs}
-    assert rows[number[killed]]["status"] == "unfinished"
-    assert rows[number[killed]]["final val loss"] != "—"  # its curve is still read
-    assert rows[number[failed]]["status"] == "failed: ValueError: bad config"
-    assert rows[number[never_started]]["status"] == "unfinished"
-    assert rows[number[never_started]]["final val loss"] == "—"
-    # Only the completed run has a result, so only it is ranked.
-    assert [row["rank"] for row in rows.values()].count("1") == 1
-    assert sum(row["rank"] != "—" for row in rows.values()) == 1
-    settings = {tuple(r[:3]): r for r in table_rows(text, "## Settings")}
-    assert sum(r[0] != "—" for r in settings.values()) == 1
+    assert runs[number[killed]].status == "unfinished"
+    assert runs[number[killed]].final_val_loss is not None  # its curve is still read
+    assert (runs[number[failed]].status, runs[number[failed]].error) == ("failed", "ValueError: bad config")
+    assert runs[number[never_started]].status == "unfinished"
+    assert runs[number[never_started]].final_val_loss is None
+    # Only the completed run has a result, so only it is ranked, and only its setting has a mean.
+    assert [run.name for run in report.runs if run.result is not None] == [number[run_dirs[3]]]
+    assert runs[number[run_dirs[3]]].status == "completed"
+    assert sum(s.estimate is not None for s in report.settings) == 1
+    assert "| failed: ValueError: bad config |" in text  # the runs table's status cell names the error
     assert "1 completed" in text and "1 failed" in text and "2 unfinished" in text
     _assert_valid_png(png)
 
@@ -163,14 +178,11 @@ def test_report_of_seeds_times_learning_rates_has_intervals_a_tuned_table_and_bo
     code, stderr = report_script(str(seeds_by_lrs), "--x", x_axis, "--band", "ci")
     assert code == 0, stderr
     text = (seeds_by_lrs / REPORT_MD).read_text(encoding="utf-8")
-    settings = table_rows(text, "## Settings")
+    settings = written_report(seeds_by_lrs).settings
     assert len(settings) == 2  # one per learning rate, each over two seeds
-    header = table_header(text, "## Settings")
-    for row in settings:
-        cells = dict(zip(header, row, strict=True))
-        assert cells["seeds"] == "2" and cells["95% CI"].startswith("[")
-        low, high = (float(v) for v in cells["95% CI"].strip("[]").split(", "))
-        assert low < float(cells["mean"]) < high
+    for s in settings:
+        assert len(s.results) == 2 and s.estimate.has_interval
+        assert s.estimate.low < s.estimate.mean < s.estimate.high
     assert "## Each setting at a cross-fitted learning rate" not in text  # one design: nothing to compare
     record = json.loads((seeds_by_lrs / REPORT_JSON).read_text(encoding="utf-8"))
     # Cross-fitted: each seed at the rate where the other seed did better.
@@ -227,10 +239,7 @@ def test_the_report_probes_each_placement_at_initialisation_at_the_sweeps_own_sh
     code, stderr = report_script(str(sweep_copy))
     assert code == 0, stderr
     text = (sweep_copy / REPORT_MD).read_text(encoding="utf-8")
-    rows = {
-        (row[0], row[1]): row
-        for row in table_rows(text, "## At initialisation: the depth probe at this sweep's shapes")
-    }
+    rows = {(row["norm"], row["act"]): row for row in written_report(sweep_copy).probe}
     assert sorted(rows) == [("post", "gelu"), ("post", "swiglu"), ("pre", "gelu"), ("pre", "swiglu")]
     # The numbers are the probe's own at the runs' shape (SHRINK: 2 blocks of width 32, context 32).
     run_dir = next(sweep_copy.glob("*norm=post*act=swiglu*"))
@@ -238,6 +247,11 @@ def test_the_report_probes_each_placement_at_initialisation_at_the_sweeps_own_sh
     expected = depth_probe(ModelConfig.from_dict(OmegaConf.to_container(config, resolve=True)), batch_size=4,
                            seq_len=32, causal=True)[-1]  # fmt: skip
     row = rows["post", "swiglu"]
-    assert row[2:4] == ["2", "32"]
-    assert float(row[5]) == pytest.approx(expected["token_spread"], rel=1e-3)
-    assert float(row[6]) == pytest.approx(expected["grad_w_q"], rel=1e-2)
+    assert (row["n_layer"], row["d_model"]) == (2, 32)
+    assert row["token_spread"] == pytest.approx(expected["token_spread"], rel=1e-9)
+    assert row["grad_w_q"] == pytest.approx(expected["grad_w_q"], rel=1e-9)
+    # The section renders that row (its subject here: the rendering), three significant figures.
+    (line,) = [line for line in text.splitlines() if line.startswith("| post | swiglu | 2 | 32 | ")]
+    cells = line.strip("|").split(" | ")
+    assert float(cells[5]) == pytest.approx(row["token_spread"], rel=1e-3)
+    assert float(cells[6]) == pytest.approx(row["grad_w_q"], rel=1e-2)

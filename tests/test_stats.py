@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import table_header, table_rows
 from scipy.stats import t as student_t
 from script_runner import run_script_in_process
 
@@ -194,6 +193,12 @@ def test_a_tuned_setting_is_judged_only_on_seeds_that_did_not_choose_its_rate():
 
 
 # --- the report from made-up run records ---------------------------------------------------------------------
+
+
+def rendered_row(text: str, *cells: object) -> str | None:
+    """The line of a markdown table in `text` that begins with `cells` (None: there is none)."""
+    start = "| " + " | ".join(str(cell) for cell in cells) + " |"
+    return next((line for line in text.splitlines() if line.startswith(start)), None)
 
 
 def fake_run(
@@ -471,11 +476,13 @@ def test_a_run_that_did_not_watch_the_level_has_no_result_rather_than_a_failure(
     assert run.watched == (2.0,) and run.result is None
     gelu = next(s for s in report.family if s.choices["act"] == "gelu")
     assert "5" not in gelu.results and gelu.fails == 0 and gelu.without_result == 1
-    text = markdown(report)
-    header = table_header(text)
-    cells = {(row[header.index("act")], row[header.index("seed")]): row[header.index("steps to 1.88")]
-             for row in table_rows(text)}  # fmt: skip
-    assert cells["gelu", "5"] == "not watched" and cells["relu", "3"] == "not reached"
+    # relu's seed 3 watched 1.88 and never reached it: a failure (+inf), not a run without a result.
+    (relu_3,) = [r for r in report.runs if r.choices["act"] == "relu" and r.seed == "3"]
+    assert relu_3.watches(1.88) and relu_3.result == math.inf and not run.watches(1.88)
+    # The runs table says which (the rendering of those two runs): after the params, the steps to 1.88.
+    text, rank = markdown(report), report.runs.index(relu_3) + 1
+    assert rendered_row(text, "—", run.name, "gelu", "5", "801,664", "not watched")
+    assert rendered_row(text, rank, relu_3.name, "relu", "3", "801,664", "not reached")
     # By the loss it is a run like any other, and at the level it watched it has its step.
     for metric, expected in ((None, 1.80), ("steps_to=2", 500.0)):
         by_act = {s.choices["act"]: s for s in build_report(target_sweep, "act=gelu", metric=metric).family}
@@ -507,18 +514,15 @@ def test_steps_to_a_level_judges_the_runs_that_reached_it_and_counts_the_others_
         f"- `act=swiglu` against `act=gelu`: **better**; -437.5 steps over the seeds both sides trained, 95% CI "
         f"{fmt_interval(d, signed=True, digits=1)}, 4 seeds; fails 0/4 vs 0/4"
     ) in text
-    header = table_header(text, "## Settings")
-    settings = {
-        row[header.index("act")]: dict(zip(header, row, strict=True))
-        for row in table_rows(text, "## Settings")
-    }
-    assert settings["relu"]["fails"].startswith("1/4 [") and settings["relu"]["mean"] == "1583.3"
-    header = table_header(text)
-    runs = {(row[header.index("act")], row[header.index("seed")]): dict(zip(header, row, strict=True))
-            for row in table_rows(text)}  # fmt: skip
-    assert (
-        runs["relu", "3"]["steps to 1.88"] == "not reached" and runs["gelu", "2"]["steps to 1.88"] == "1500.0"
-    )
+    # relu's settings row: 1 of its 4 runs failed, with the rate's interval; its mean in steps, to 0.1 step.
+    assert len(relu.results) == 4 and relu.fail_interval is not None and report.metric.digits == 1
+    low, high = relu.fail_interval
+    row = rendered_row(text, report.settings.index(relu) + 1, "relu", 4, "1583.3")
+    assert row is not None and f" | 1/4 [{low:.2f}, {high:.2f}] | " in row
+    runs = {(r.choices["act"], r.seed): r for r in report.runs}
+    assert runs["relu", "3"].result == math.inf and runs["gelu", "2"].result == 1500.0
+    gelu_2 = runs["gelu", "2"]
+    assert rendered_row(text, report.runs.index(gelu_2) + 1, gelu_2.name, "gelu", "2", "801,664", "1500.0")
     # report.json records the metric, and renders the same report.md again.
     record = json.loads(written[1].read_text(encoding="utf-8"))
     assert record["metric"] == "steps_to=1.88"
@@ -793,12 +797,13 @@ def test_a_ladder_over_corpora_reads_losses_in_bits_and_as_gain_over_each_corpus
     report = build_report(sweep, baseline="norm=pre", ladder="data")
     assert report.reference is None and report.ladder.in_bits
     text = markdown(report, ladder_section(report, report.ladder))
-    header = table_header(text, "## Settings")
-    assert header[-6:-4] == ["bits/char", "gain over unigram (bits/char)"]
-    rows = {(r[1], r[2]): r for r in table_rows(text, "## Settings")}
-    code_pre = rows["pre", "code"]
-    assert float(code_pre[-6]) == pytest.approx(1.6 / math.log(2), abs=1e-4)
-    assert float(code_pre[-5]) == pytest.approx((3.1 - 1.6) / math.log(2), abs=1e-4)
+    code_pre = next(s for s in report.settings if (s.choices["norm"], s.choices["data"]) == ("pre", "code"))
+    assert code_pre.estimate.mean == pytest.approx(1.6, abs=1e-4) and code_pre.reference == levels["code"]
+    # The settings table reads its mean in bits/char and as its gain over its own corpus's unigram level.
+    assert "| 95% CI | bits/char | gain over unigram (bits/char) | fails | no result | why | note |\n" in text
+    row = rendered_row(text, report.settings.index(code_pre) + 1, "pre", "code", 3)
+    bits, gain = 1.6 / math.log(2), (3.1 - 1.6) / math.log(2)
+    assert row is not None and row.split(" | ")[-6:-4] == [f"{bits:.4f}", f"{gain:+.4f}"]
     assert "| data=code | 5.1000 | 3.1000 | 2.4000 | 7.358 | 4.472 | 3.462 |" in text
     # The difference at each corpus, in nats (as judged) and as a share of that corpus's baseline's gain (1.0
     # on verse, 1.5 on code): the same 0.1 nats is 10% of one and 6.7% of the other.
