@@ -33,13 +33,7 @@ from tinylm.analysis.grouping import (
 )
 from tinylm.analysis.ladder import SCALE_KEY, Ladder, baseline_keys, judge_family
 from tinylm.analysis.metric import FINAL_LOSS, LOSS, STEPS_TO, TIME_TO, Metric
-from tinylm.analysis.runs import (
-    DESIGN_CHOICES,
-    ReportError,
-    RunSummary,
-    read_runs,
-    shared_reference,
-)
+from tinylm.analysis.runs import DESIGN_CHOICES, ReportError, RunSummary, read_runs, shared_reference
 from tinylm.analysis.sequential_design import Design, read_design
 from tinylm.analysis.sizing import Sizing, size_open_rows
 from tinylm.analysis.verdicts import ALPHA
@@ -82,25 +76,21 @@ class SweepReport:
     findings: dict[Path, list[Finding]] = field(default_factory=dict)  # each run's diagnosis, by its path
     # What each setting's runs show (the settings table's `why`), in the order of `settings`.
     setting_why: list[tuple[Shared, ...]] = field(default_factory=list)
-    why: list[WhyRow] = field(
-        default_factory=list
-    )  # each setting that lost or failed, and what its runs show
+    # Each setting that lost or failed, and what its runs show.
+    why: list[WhyRow] = field(default_factory=list)
     # The family rows (choices) whose answer pairs only runs still improving at their end, both sides.
     still_learning: tuple[dict[str, Any], ...] = ()
     sizing: Sizing | None = None  # what resolving the open rows would take
     probe: list[dict[str, Any]] = field(default_factory=list)  # the depth probe at each of the runs' shapes
     rule: str = TUNED_THEN_JUDGED  # how rates were tuned and failures counted (settings.CROSS_FITTED: before)
-    metric: Metric = (
-        FINAL_LOSS  # what each run's result is: its final loss, or its steps or seconds to a level
-    )
+    # What each run's result is: its final loss, or its steps or seconds to a level.
+    metric: Metric = FINAL_LOSS
     # The level each look after a sequential design's first judges at (None: it judges nothing); a Monte Carlo.
     look_levels: tuple[float | None, ...] = ()
     # Derived once, here, from the fields above (`_derived`): what every renderer reads.
     lr_varies: bool = field(init=False)  # the rate varies and is tuned per setting (not a ladder's axis)
     judged_apart: bool = field(init=False)  # the rate is tuned on the sweep's seeds and judged on others
-    family: list[Setting] = field(
-        init=False
-    )  # what the verdicts are about: the tuned settings when lr varies
+    family: list[Setting] = field(init=False)  # what the verdicts are about: the tuned settings, lr varying
     family_columns: list[str] = field(init=False)  # the columns the family differs in (less a tuned rate)
     family_baseline: Setting | None = field(init=False)
     baselines: list[Setting] = field(init=False)  # one per level on a ladder, else the one (or none)
@@ -108,9 +98,7 @@ class SweepReport:
     baseline_keys: dict[tuple[Any, ...], tuple[Any, ...] | None] = field(init=False)
     own_seeds: tuple[str, ...] | None = field(init=False)  # a sequential design's first look: the sweep's own
     rules: Rules = field(init=False)
-    shown_family_columns: list[str] = field(
-        init=False
-    )  # the family's columns whose value varies between rows
+    shown_family_columns: list[str] = field(init=False)  # the family's columns that vary between its rows
     # The axes the sweep varies: setting columns whose value differs between settings (a tuned rate is one).
     swept_columns: list[str] = field(init=False)
 
@@ -127,7 +115,7 @@ class SweepReport:
         return {
             "lr_varies": lr_varies, "judged_apart": lr_varies and self.rule != CROSS_FITTED, "family": family,
             "family_columns": columns, "family_baseline": family_base,
-            "baselines": [r.baseline for r in ladder.rungs] if ladder else [family_base] if family_base else [],
+            "baselines": baselines_of(ladder, family_base),
             "baseline_keys": baseline_keys(family, family_base, ladder, columns),
             "own_seeds": own_seeds(self.design),
             "rules": Rules(self.confidence, self.alpha, self.min_effect, lr_varies),
@@ -152,6 +140,11 @@ def rate_tuned(setting_columns: Sequence[str], axis: Sequence[str]) -> bool:
 def family_columns_of(setting_columns: Sequence[str], lr_varies: bool) -> list[str]:
     """The columns the family's settings differ in: all but the rate when it is tuned per setting."""
     return [c for c in setting_columns if c != LR] if lr_varies else list(setting_columns)
+
+
+def baselines_of(ladder: Ladder | None, base: Setting | None) -> list[Setting]:
+    """The family's baselines: one per level on a ladder, else the one (none before it is judged)."""
+    return [rung.baseline for rung in ladder.rungs] if ladder else [base] if base else []
 
 
 def own_seeds(design: Design | None) -> tuple[str, ...] | None:
@@ -250,7 +243,8 @@ def build_report(
         None if tuned else base, family if tuned else [], base if tuned else None, confidence=confidence,
         alpha=rules.alpha, min_effect=rules.min_effect, baseline_source=scope.source, design=scope.design,
         reference=shared_reference(runs), axis=scope.axis, ladder=judged, findings=findings, metric=measured,
-        probe=probe_rows(run.model for run in runs if run.model) if probe else [], **explain(settings, family, base, judged, findings, scope),
+        probe=probe_rows(run.model for run in runs if run.model) if probe else [],
+        **explain(settings, family, base, judged, findings, scope),
     )  # fmt: skip
 
 
@@ -330,13 +324,12 @@ def explain(
     """What the runs' findings explain (each setting's, and each row that lost or failed), the rows whose runs
     were all still learning, what resolving the open rows would take, and the levels a design's looks judge at."""
     rules, design = scope.rules, scope.design
-    baselines = [rung.baseline for rung in ladder.rungs] if ladder else [base] if base else []
     explained = (family, scope.family_columns) if len(family) > 1 else (settings, scope.setting_columns)
     horizon = design.horizon if design is not None else None
     plan = design.added_plan() if design is not None else []
     return {
         "setting_why": [tuple(shared(s.runs, findings)) for s in (settings if rules.lr_varies else family)],
-        "why": why_rows(*explained, findings, baselines),
+        "why": why_rows(*explained, findings, baselines_of(ladder, base)),
         "still_learning": still_learning(family, base, findings),
         "sizing": None if ladder else size_open_rows(
             family, base, scope.family_columns, rules.min_effect, horizon, rules.alpha
