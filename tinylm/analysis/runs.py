@@ -193,9 +193,9 @@ def _chars_per_step(config: Any) -> int | None:
 
 def _levels(levels: Any) -> tuple[float, ...] | None:
     """callbacks.targets.levels as numbers, or None where the config has no such list."""
-    if not OmegaConf.is_list(levels):
-        return None
-    return tuple(float(level) for level in levels if isinstance(level, int | float))
+    return (
+        tuple(float(v) for v in levels if isinstance(v, int | float)) if OmegaConf.is_list(levels) else None
+    )
 
 
 def _buildable_model(config: Any) -> dict[str, Any] | None:
@@ -289,25 +289,19 @@ def _curves(scalars: Any | None, curve_tag: str | None) -> _Curves:
     )
 
 
-class _FinalEvaluation(NamedTuple):
-    """The run's evaluation after its last step (metrics.json): the mean loss, each window's, what it covered."""
-
-    loss: float
-    window_losses: list[float] | None
-    evaluated: str
-
-
-def _final_evaluation(record: dict[str, Any]) -> _FinalEvaluation | None:
-    loss = _number(record.get(FINAL_VAL_LOSS))
-    if loss is None:
-        return None
+def _window_losses(record: dict[str, Any]) -> list[float] | None:
     windows = record.get(FINAL_WINDOW_LOSSES)
-    losses = [float(v) for v in windows] if isinstance(windows, list) else None
-    available = record.get(FINAL_SPLIT_WINDOWS)
-    covered = (
-        evaluated_windows(len(losses), available if isinstance(available, int) else None) if losses else ""
-    )
-    return _FinalEvaluation(loss, losses, f"final, {covered}" if covered else "final")
+    return [float(v) for v in windows] if isinstance(windows, list) else None
+
+
+def _evaluated(record: dict[str, Any], final: float | None, last: float | None) -> str:
+    """Which evaluation the final loss is: `final, 960 of 7,477 validation windows`, `last validation`, `—`."""
+    if final is None:
+        return "—" if last is None else LAST_VALIDATION
+    count, available = len(_window_losses(record) or []), record.get(FINAL_SPLIT_WINDOWS)
+    if not count:
+        return "final"
+    return f"final, {evaluated_windows(count, available if isinstance(available, int) else None)}"
 
 
 def _last_bpc(record: dict[str, Any], curves: _Curves) -> float | None:
@@ -341,7 +335,7 @@ def summarize_run(
     config = OmegaConf.load(run_dir / HYDRA_DIR / CONFIG_FILE)
     record = read_run_record(run_dir) or {}
     curves = _curves(scalars, curve_tag)
-    final = _final_evaluation(record)
+    final = _number(record.get(FINAL_VAL_LOSS))  # its evaluation after the last step; None: it made none
     last = curves.val[-1][1] if curves.val else _recorded(record, _VAL_LOSS)
     return RunSummary(
         path=run_dir,
@@ -356,14 +350,14 @@ def summarize_run(
         chars_per_step=_chars_per_step(config),
         steps=_steps(record, curves.train),
         params=int(record["params"]) if _number(record.get("params")) is not None else None,
-        final_val_loss=final.loss if final else last,
+        final_val_loss=last if final is None else final,
         best_val_loss=_best_val_loss(record, curves.val),
-        final_bpc=final.loss / math.log(2) if final else _last_bpc(record, curves),
+        final_bpc=_last_bpc(record, curves) if final is None else final / math.log(2),
         tokens_per_s=curves.tokens_per_s,
         wall_time_s=_number(record.get("wall_time_s")),
         error=record.get("error"),
-        window_losses=final.window_losses if final else None,
-        evaluated=final.evaluated if final else LAST_VALIDATION if last is not None else "—",
+        window_losses=None if final is None else _window_losses(record),
+        evaluated=_evaluated(record, final, last),
         baseline=_text(_config_value(config, "baseline")),
         ladder=_text(_config_value(config, "ladder")),
         reference=_reference(record.get(REFERENCE_LEVELS)),
