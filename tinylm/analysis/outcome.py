@@ -1,7 +1,6 @@
 """What a comparison found and the words that say it: `Outcome`, the `Verdict` that carries one, and the fixed
-phrases a verdict is made of. Its own module because both sides use it: a comparison's tests
-(tinylm/analysis/estimates.py) leave a verdict where there is nothing to test, and a family's judgement
-(tinylm/analysis/verdicts.py) writes the rest."""
+phrases a verdict is made of, shared by a comparison's tests (estimates.py), a family's judgement
+(verdicts.py) and what reports them."""
 
 from __future__ import annotations
 
