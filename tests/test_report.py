@@ -120,9 +120,8 @@ def test_report_ranks_the_four_runs_of_a_grid_and_plots_them(sweep_copy):
     record = json.loads((sweep_copy / REPORT_JSON).read_text(encoding="utf-8"))
     assert len(record["runs"]) == 4 and len(record["settings"]) == 4
     # One seed per setting: the comparison says so rather than inventing an interval.
-    assert [s["vs_baseline"]["verdict"] for s in record["settings"] if s["vs_baseline"]] == [
-        "one seed: no interval"
-    ] * 3
+    verdicts = [s["comparison"]["judgement"]["verdict"] for s in record["settings"] if s["comparison"]]
+    assert [verdict["text"] for verdict in verdicts] == ["one seed: no interval"] * 3
     assert record["baseline"]["norm"] == "pre" and record["baseline_source"] == "--baseline"
     assert not (sweep_copy / SENSITIVITY_PNG).exists()  # the learning rate does not vary
 
