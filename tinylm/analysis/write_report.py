@@ -6,7 +6,6 @@ section), its json (`tinylm.analysis.schema`) and its figures (`tinylm.analysis.
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime
 from pathlib import Path
 
@@ -58,20 +57,15 @@ def write_report(
             f"--curve {curve}: no run of this sweep logged it; try loss/train, lr, or "
             "training_health/<quantity>/block_<k> (docs/probe.md lists them)"
         )
-    figure = f"report_{curve.replace('/', '_')}.png" if curve else REPORT_PNG
-    written = [report.sweep_dir / REPORT_MD, report.sweep_dir / REPORT_JSON, report.sweep_dir / figure]
-    text = report_markdown(report)
+    directory = report.sweep_dir
+    figure = directory / (f"report_{curve.replace('/', '_')}.png" if curve else REPORT_PNG)
     # Before anything is written: the old report goes aside with every figure it was written with.
-    drawn = [*CURVELESS_FIGURES, "why_*.png", "report*.png"]
-    keep_previous(
-        report.sweep_dir, text, [*written, *(p for name in drawn for p in report.sweep_dir.glob(name))]
-    )
-    written[0].write_text(text, encoding="utf-8")
-    write_json(written[1], to_json(report))
-    plot_report(report, written[2], x_axis, band, curve)
-    written += draw_curveless(report, report.sweep_dir)
-    written += draw_why(report)
-    return text, written
+    drawn = [p for name in (*CURVELESS_FIGURES, "why_*.png", "report*.png") for p in directory.glob(name)]
+    text = _write_markdown(report, directory, [directory / REPORT_JSON, figure, *drawn])
+    write_json(directory / REPORT_JSON, to_json(report))
+    plot_report(report, figure, x_axis, band, curve)
+    written = [directory / REPORT_MD, directory / REPORT_JSON, figure]
+    return text, [*written, *draw_curveless(report, directory), *draw_why(report)]
 
 
 # The figures drawn from the report value alone, with no run's curves: what `--from-json` can draw again.
@@ -109,10 +103,16 @@ def write_from_json(path: str | Path) -> tuple[str, list[Path]]:
     except (OSError, ValueError, KeyError, TypeError, StopIteration, BaseValidationError) as err:
         raise ReportError(f"{path} is not a report.json that scripts/report.py wrote: {err!r}") from None
     directory = path.parent
-    text = report_markdown(report)
-    keep_previous(directory, text, [directory / REPORT_MD, *(directory / name for name in CURVELESS_FIGURES)])
-    (directory / REPORT_MD).write_text(text, encoding="utf-8")
+    text = _write_markdown(report, directory, [directory / name for name in CURVELESS_FIGURES])
     return text, [directory / REPORT_MD, *draw_curveless(report, directory)]
+
+
+def _write_markdown(report: SweepReport, directory: Path, files: list[Path]) -> str:
+    """report.md into `directory`; one there that reads differently first moves aside with `files`."""
+    text = report_markdown(report)
+    keep_previous(directory, text, [directory / REPORT_MD, *files])
+    (directory / REPORT_MD).write_text(text, encoding="utf-8")
+    return text
 
 
 def keep_previous(sweep_dir: Path, text: str, files: list[Path]) -> Path | None:
@@ -129,5 +129,5 @@ def keep_previous(sweep_dir: Path, text: str, files: list[Path]) -> Path | None:
     target.mkdir(parents=True)
     for path in files:
         if path.is_file():
-            os.replace(path, target / path.name)
+            path.rename(target / path.name)  # a new folder: nothing there to replace
     return target
