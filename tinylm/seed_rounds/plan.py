@@ -38,7 +38,7 @@ from tinylm.analysis.runs import RunSummary, natural_key, read_runs
 from tinylm.analysis.sequential_design import Design, Round, read_design, write_design
 from tinylm.layout import HYDRA_DIR
 
-ADDED_DIR = "added"
+ADDED_DIR = "added"  # below the sweep: where its rounds run, and the report finds them
 
 
 @dataclass(frozen=True)
@@ -113,9 +113,8 @@ def next_round(
 
 def look_lines(design: Design, report: SweepReport) -> list[str]:
     """What add_seeds says at a look, counted and worded as the report says it: the seeds it judges (the sweep's
-    own at look 1, else those added since, as `look 2 (2 added seeds)` counts them; it counted every seed of
-    the baseline, the tuning seeds too), how many comparisons are open, and the verdict each has reached (on a
-    ladder, each design's word across levels too)."""
+    own at look 1, else those added since, as `look 2 (2 added seeds)` counts them), how many comparisons are
+    open, and the verdict each has reached (on a ladder, each design's word across levels too)."""
     look = len(design.looks)
     if look <= 1:
         seeds = f"the sweep's own {len(design.first_seeds)} seeds"
