@@ -192,9 +192,11 @@ def recorded_metric(metric: Metric, runs: Sequence[RunSummary]) -> Metric:
     """`metric`, once some run of the sweep recorded its level (a level never reached is not recorded)."""
     if metric.tag is None or any(metric.tag in run.targets for run in runs):
         return metric
-    levels = sorted({key.split("/")[1] for run in runs for key in run.targets}, key=float, reverse=True)
+    levels = {
+        level for run in runs for level in run.watched or () if Metric(metric.kind, level).tag in run.targets
+    }
     recorded = (
-        f"the runs recorded {', '.join(levels)}"
+        f"the runs recorded {', '.join(f'{level:g}' for level in sorted(levels, reverse=True))}"
         if levels
         else "no run recorded any level (callbacks.targets.levels, in metrics.json as target/<level>/step)"
     )
