@@ -43,7 +43,7 @@ from tinylm.overrides import OverrideError, parse
 from tinylm.probe.sweep_shapes import probe_rows
 
 REPORT_MD = "report.md"
-# Where a report that a new one would read differently from is kept (sweep_report.keep_previous).
+# Where a report that a new one would read differently from is kept (write_report.keep_previous).
 PREVIOUS_REPORTS = "previous_reports"
 REPORT_JSON = "report.json"
 REPORT_PNG = "report.png"
@@ -82,7 +82,7 @@ class SweepReport:
     still_learning: tuple[dict[str, Any], ...] = ()
     sizing: Sizing | None = None  # what resolving the open rows would take
     probe: list[dict[str, Any]] = field(default_factory=list)  # the depth probe at each of the runs' shapes
-    rule: str = TUNED_THEN_JUDGED  # how rates were tuned and failures counted (settings.CROSS_FITTED: before)
+    rule: str = TUNED_THEN_JUDGED  # how rates were tuned and failures counted (grouping.CROSS_FITTED: before)
     # What each run's result is: its final loss, or its steps or seconds to a level.
     metric: Metric = FINAL_LOSS
     # The level each look after a sequential design's first judges at (None: it judges nothing); a Monte Carlo.
