@@ -132,8 +132,8 @@ def _verdict(old: Mapping[str, Any]) -> dict[str, str] | None:
 def _why(row: Mapping[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
     """A *Why* row, naming the family row (else the settings row) it stands for by that row's choices."""
     named = next(s for s in rows if all(s["choices"].get(k) == v for k, v in row["design"].items()))
-    return {key: row[key] for key in ("design", "difference", "baseline", "findings")} | {
-        "setting": named["choices"], "verdict": _verdict(row),
+    return {key: row[key] for key in ("design", "difference", "baseline")} | {
+        "setting": named["choices"], "verdict": _verdict(row), "findings": [dict(f) for f in row["findings"]],
     }  # fmt: skip
 
 
