@@ -169,7 +169,7 @@ def test_a_healthy_pre_norm_run_that_converged_shows_nothing_but_that_it_validat
     (run_dir,) = [p.parent for p in case_runs["healthy"].rglob("metrics.json")]
     assert json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))[VAL_IN_TRAINING] == 1.0
     assert (run_dir / "train.log").read_text(encoding="utf-8").count(
-        "occur verbatim in the training split"
+        "found verbatim in the training split"
     ) == 1
 
 
