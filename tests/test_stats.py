@@ -30,8 +30,8 @@ from tinylm.analysis.plots import forest_rows
 from tinylm.analysis.render import markdown
 from tinylm.analysis.render_ladder import ladder_section
 from tinylm.analysis.report import PREVIOUS_REPORTS, REPORT_MD, build_report
-from tinylm.analysis.report_json import from_json, to_json
 from tinylm.analysis.runs import ReportError, RunSummary, runs_frame
+from tinylm.analysis.schema import from_json, to_json
 from tinylm.analysis.sequential_design import read_design, write_design
 from tinylm.analysis.verdicts import compare, judge
 from tinylm.analysis.write_report import keep_previous, write_report
@@ -68,30 +68,30 @@ def test_paired_difference_over_matching_seeds_resolves_a_consistent_gain():
     baseline = {"1": 2.0, "2": 2.5, "3": 1.8, "4": 2.2}
     setting = {"1": 1.9, "2": 2.3, "3": 1.5, "4": 2.0}  # differences -0.1, -0.2, -0.3, -0.2
     c = compare(setting, baseline)
-    d = c.difference
+    d = c.tests.difference
     # mean -0.2, sd sqrt(0.02 / 3) = 0.0816497, t(0.975, 3) = 3.1824463: half-width 0.1299228
     assert d.mean == pytest.approx(-0.2) and d.sd == pytest.approx(0.0816497, abs=1e-6)
     assert (d.low, d.high) == (pytest.approx(-0.3299228, abs=1e-6), pytest.approx(-0.0700772, abs=1e-6))
     # t = -0.2 / (0.0816497 / 2) = -4.898979 on 3 df: two-sided p = 0.016277
-    assert c.p_value == pytest.approx(2 * student_t.sf(0.2 / (math.sqrt(0.02 / 3) / 2), 3), rel=1e-9)
-    assert c.p_value == pytest.approx(0.016277, abs=1e-6) and c.p_adjusted == c.p_value  # a family of one
-    assert c.seeds == ("1", "2", "3", "4") and c.verdict == BETTER
+    assert c.tests.p_value == pytest.approx(2 * student_t.sf(0.2 / (math.sqrt(0.02 / 3) / 2), 3), rel=1e-9)
+    assert c.tests.p_value == pytest.approx(0.016277, abs=1e-6) and c.judgement.p_adjusted == c.tests.p_value  # a family of one
+    assert c.tests.seeds == ("1", "2", "3", "4") and c.judgement.verdict == BETTER
     # The same gain, unpaired, would be lost in the spread between seeds (0.29 sd): pairing is what resolves it.
     assert estimate(list(baseline.values())).high > estimate(list(setting.values())).low
 
 
 def test_verdicts_worse_unresolved_and_one_seed():
     baseline = {"1": 2.0, "2": 2.0, "3": 2.0}
-    assert compare({"1": 2.2, "2": 2.25, "3": 2.3}, baseline).verdict == WORSE  # +0.25, CI [0.126, 0.374]
+    assert compare({"1": 2.2, "2": 2.25, "3": 2.3}, baseline).judgement.verdict == WORSE  # +0.25, CI [0.126, 0.374]
     # differences -0.1, +0.2, 0.0: the interval crosses 0
-    assert compare({"1": 1.9, "2": 2.2, "3": 2.0}, baseline).verdict == UNRESOLVED
+    assert compare({"1": 1.9, "2": 2.2, "3": 2.0}, baseline).judgement.verdict == UNRESOLVED
     one = compare({"1": 1.0}, {"1": 2.0})
-    assert one.verdict == ONE_SEED and one.difference.mean == pytest.approx(-1.0) and one.power is None
+    assert one.judgement.verdict == ONE_SEED and one.tests.difference.mean == pytest.approx(-1.0) and one.judgement.power is None
 
 
 def test_two_seeds_are_judged_on_one_degree_of_freedom():
     c = compare({"1": 1.90, "2": 1.91}, {"1": 2.00, "2": 2.02})  # -0.10, -0.11: t = -21 on 1 df
-    assert c.p_value == pytest.approx(0.0303, abs=1e-3) and c.verdict == BETTER
+    assert c.tests.p_value == pytest.approx(0.0303, abs=1e-3) and c.judgement.verdict == BETTER
 
 
 def test_a_difference_inside_the_minimum_effect_is_equivalent_and_a_small_resolved_one_says_so():
@@ -100,33 +100,33 @@ def test_a_difference_inside_the_minimum_effect_is_equivalent_and_a_small_resolv
         s: v + d
         for (s, v), d in zip(baseline.items(), (1e-3, -1e-3, 2e-3, 0, -2e-3, 1e-3, 0, -1e-3), strict=True)
     }
-    assert compare(tiny, baseline, min_effect=0.01).verdict == "equivalent within ±0.01"
+    assert compare(tiny, baseline, min_effect=0.01).judgement.verdict == "equivalent within ±0.01"
     small = {
         s: v - 0.004 + d / 4
         for (s, v), d in zip(baseline.items(), (1e-3, -1e-3, 2e-3, 0, -2e-3, 1e-3, 0, -1e-3), strict=True)
     }
-    assert compare(small, baseline, min_effect=0.01).verdict == "better, but by less than 0.01"
-    assert compare(small, baseline, min_effect=0.001).verdict == BETTER
+    assert compare(small, baseline, min_effect=0.01).judgement.verdict == "better, but by less than 0.01"
+    assert compare(small, baseline, min_effect=0.001).judgement.verdict == BETTER
 
 
 def test_identical_results_and_a_constant_offset_are_named_not_tested():
     baseline = {"1": 2.0, "2": 2.1, "3": 1.9}
     same = compare(dict(baseline), baseline)
-    assert same.verdict == IDENTICAL_VERDICT and same.p_value is None and same.power is None
+    assert same.judgement.verdict == IDENTICAL_VERDICT and same.tests.p_value is None and same.judgement.power is None
     offset = compare({k: v + 1e-12 for k, v in baseline.items()}, baseline)
-    assert offset.verdict == IDENTICAL_VERDICT  # rounding, not a design difference: never "worse"
+    assert offset.judgement.verdict == IDENTICAL_VERDICT  # rounding, not a design difference: never "worse"
     constant = compare({k: v + 0.05 for k, v in baseline.items()}, baseline, min_effect=0.01)
-    assert constant.verdict == "worse (the same difference on every seed)"
-    assert compare({k: v - 0.005 for k, v in baseline.items()}, baseline, min_effect=0.01).verdict == (
+    assert constant.judgement.verdict == "worse (the same difference on every seed)"
+    assert compare({k: v - 0.005 for k, v in baseline.items()}, baseline, min_effect=0.01).judgement.verdict == (
         "equivalent within ±0.01 (the same difference on every seed)"
     )
 
 
 def test_only_seeds_both_sides_have_are_paired_and_the_others_are_named():
     c = compare({"1": 1.0, "2": 1.1, "3": 0.9}, {"2": 1.3, "3": 1.2, "4": 9.0})
-    assert c.seeds == ("2", "3") and c.unmatched == ("1", "4")
-    assert c.difference.mean == pytest.approx(((1.1 - 1.3) + (0.9 - 1.2)) / 2)
-    assert compare({"1": 1.0}, {"2": 1.0}).verdict == "no seeds in common with the baseline"
+    assert c.tests.seeds == ("2", "3") and c.tests.unmatched == ("1", "4")
+    assert c.tests.difference.mean == pytest.approx(((1.1 - 1.3) + (0.9 - 1.2)) / 2)
+    assert compare({"1": 1.0}, {"2": 1.0}).judgement.verdict == "no seeds in common with the baseline"
 
 
 def test_failures_are_counted_apart_with_an_exact_test_beside_the_trained_seeds_difference():
@@ -134,17 +134,17 @@ def test_failures_are_counted_apart_with_an_exact_test_beside_the_trained_seeds_
     once = compare({"1": 1.5, "2": math.inf, "3": 1.52}, baseline)
     # One seed of three failed, none of the baseline's: McNemar's exact p = 1. The losses are judged over the
     # two seeds both sides trained, and the failures said beside them.
-    assert once.failures == Failures(mine=1, theirs=0, n=3, p_value=1.0)
-    assert once.difference.mean == pytest.approx(-0.49) and once.difference.n == 2
-    assert once.verdict == "better when trained; fails 1/3 vs 0/3 (exact p = 1)"
-    assert once.verdict.outcome is Outcome.BETTER
+    assert once.tests.failures == Failures(mine=1, theirs=0, n=3, p_value=1.0)
+    assert once.tests.difference.mean == pytest.approx(-0.49) and once.tests.difference.n == 2
+    assert once.judgement.verdict == "better when trained; fails 1/3 vs 0/3 (exact p = 1)"
+    assert once.judgement.verdict.outcome is Outcome.BETTER
     # Both sides failed, on different seeds: two discordant seeds, one each way.
     crossed = compare({"1": math.inf, "2": 2.1, "3": 2.2}, {"1": 2.0, "2": math.inf, "3": 2.1})
-    assert crossed.failures == Failures(1, 1, 3, 1.0) and crossed.difference.n == 1
-    assert str(crossed.verdict).startswith(ONE_SEED)
+    assert crossed.tests.failures == Failures(1, 1, 3, 1.0) and crossed.tests.difference.n == 1
+    assert str(crossed.judgement.verdict).startswith(ONE_SEED)
     both = compare({"1": math.inf, "2": math.inf}, {"1": math.inf, "2": math.inf})
-    assert both.failures.mine == both.failures.theirs == 2 and both.difference is None
-    assert str(both.verdict).startswith("not resolved: every seed failed")
+    assert both.tests.failures.mine == both.tests.failures.theirs == 2 and both.tests.difference is None
+    assert str(both.judgement.verdict).startswith("not resolved: every seed failed")
 
 
 def test_a_baseline_that_failed_on_every_seed_is_beaten_only_when_the_rate_is_clear():
@@ -152,10 +152,10 @@ def test_a_baseline_that_failed_on_every_seed_is_beaten_only_when_the_rate_is_cl
     dead = {str(s): math.inf for s in range(1, 8)}
     c = compare(finite, dead)
     # 7 of 7 against 0 of 7: exact p = 2 * 0.5^7 = 0.0156
-    assert c.failures.p_value == pytest.approx(2 * 0.5**7)
-    assert c.verdict == "better: fails less often, 0/7 vs 7/7 (exact p = 0.016)"
+    assert c.tests.failures.p_value == pytest.approx(2 * 0.5**7)
+    assert c.judgement.verdict == "better: fails less often, 0/7 vs 7/7 (exact p = 0.016)"
     three = compare({"1": 2.0, "2": 2.0, "3": 2.0}, {"1": math.inf, "2": math.inf, "3": math.inf})
-    assert three.failures.p_value == pytest.approx(0.25) and str(three.verdict).startswith("not resolved")
+    assert three.tests.failures.p_value == pytest.approx(0.25) and str(three.judgement.verdict).startswith("not resolved")
 
 
 def test_the_rate_is_the_one_where_fewest_tuning_seeds_failed_then_the_lowest_mean_of_those_that_trained():
@@ -284,8 +284,8 @@ def test_report_on_made_up_records_has_the_known_means_intervals_and_tuned_rates
     assert tuned["post"].tuned_on == ("1", "2", "3") and tuned["post"].results == {}
     assert report.tuned_baseline is tuned["pre"] and report.baseline is None
     c = tuned["post"].comparison
-    assert c.seeds == () and c.verdict.outcome is Outcome.NOT_RESOLVED
-    assert c.verdict == "not yet judged (rates 0.001 against 0.003, chosen on seeds 1, 2, 3)"
+    assert c.tests.seeds == () and c.judgement.verdict.outcome is Outcome.NOT_RESOLVED
+    assert c.judgement.verdict == "not yet judged (rates 0.001 against 0.003, chosen on seeds 1, 2, 3)"
 
     text = markdown(report)
     assert "## Each setting at the rate its tuning seeds chose" in text
@@ -318,7 +318,7 @@ def test_a_named_baseline_is_compared_against_and_a_bad_one_is_refused(lr_sweep)
     assert report.tuned_baseline.choices["norm"] == "post"
     pre_tuned = next(s for s in report.tuned if s.choices["norm"] == "pre")
     assert (
-        pre_tuned.comparison.verdict == "not yet judged (rates 0.003 against 0.001, chosen on seeds 1, 2, 3)"
+        pre_tuned.comparison.judgement.verdict == "not yet judged (rates 0.003 against 0.001, chosen on seeds 1, 2, 3)"
     )
     with pytest.raises(ReportError, match="do not vary in this sweep"):
         build_report(lr_sweep, baseline="dropout=0.1")
@@ -343,7 +343,7 @@ def test_one_seed_per_setting_says_so_instead_of_an_interval(tmp_path):
     report = build_report(sweep, baseline="act=swiglu")
     assert not report.lr_varies and report.baseline.choices["act"] == "swiglu"
     gelu = next(s for s in report.settings if s.choices["act"] == "gelu")
-    assert gelu.comparison.verdict == ONE_SEED and gelu.comparison.difference.mean == pytest.approx(0.1)
+    assert gelu.comparison.judgement.verdict == ONE_SEED and gelu.comparison.tests.difference.mean == pytest.approx(0.1)
     assert "| gelu | 1 | +0.1000 | — | — | — | one seed: no interval |" in markdown(report)
 
 
@@ -372,16 +372,16 @@ def test_added_seeds_are_judged_at_the_rate_the_sweeps_own_seeds_chose_which_are
     tuned = {s.choices["act"]: s for s in report.tuned}
     # The sweep's own seeds 1-2 chose the rates and are judged on nothing, with the design as without it.
     assert tuned["gelu"].tuned_on == ("1", "2") and sorted(tuned["gelu"].seeds) == ["3", "4", "5", "6"]
-    before = {s.choices["act"]: s.comparison.verdict for s in fixed.tuned if s.comparison}
-    assert {a: s.comparison.verdict for a, s in tuned.items() if s.comparison} == before
-    assert all(s.comparison.verdict.outcome is Outcome.NOT_RESOLVED for s in fixed.tuned if s.comparison)
+    before = {s.choices["act"]: s.comparison.judgement.verdict for s in fixed.tuned if s.comparison}
+    assert {a: s.comparison.judgement.verdict for a, s in tuned.items() if s.comparison} == before
+    assert all(s.comparison.judgement.verdict.outcome is Outcome.NOT_RESOLVED for s in fixed.tuned if s.comparison)
     # The added seeds 3-6 at the rate seeds 1-2 chose: GELU at 1e-3 (though 1e-2 is better later), SwiGLU at 1e-2.
     c = tuned["swiglu"].added
-    assert sorted(c.seeds) == ["3", "4", "5", "6"] and tuned["swiglu"].answer is c
-    assert c.difference.mean == pytest.approx(
+    assert sorted(c.tests.seeds) == ["3", "4", "5", "6"] and tuned["swiglu"].answer is c
+    assert c.tests.difference.mean == pytest.approx(
         ((2.00 - 2.10) + (2.03 - 2.11) + (2.01 - 2.12) + (2.00 - 2.10)) / 4
     )
-    assert str(c.verdict).endswith("(look 3, 4 added seeds)") and c.verdict.outcome is Outcome.BETTER
+    assert str(c.judgement.verdict).endswith("(look 3, 4 added seeds)") and c.judgement.verdict.outcome is Outcome.BETTER
     text = markdown(report)
     assert "## Seeds added to the open rows (scripts/add_seeds.py)" in text
     assert "the settings table orders them the other way" not in text  # its rows at the rates agree
@@ -429,8 +429,8 @@ def test_the_report_opens_with_the_answer_a_sentence_per_comparison_and_what_is_
     swiglu = next(s for s in report.family if s.choices["act"] == "swiglu").comparison
     # Only the column that varies names a setting; the verdict, difference and interval are the table's.
     assert answer[0] == (
-        f"- `act=swiglu` against `act=gelu`: **{swiglu.verdict}**; -0.1000 nats/char over the seeds both sides trained, "
-        f"95% CI {fmt_interval(swiglu.difference, signed=True)}, 3 seeds; fails 0/3 vs 0/3"
+        f"- `act=swiglu` against `act=gelu`: **{swiglu.judgement.verdict}**; -0.1000 nats/char over the seeds both sides trained, "
+        f"95% CI {fmt_interval(swiglu.tests.difference, signed=True)}, 3 seeds; fails 0/3 vs 0/3"
     )
     assert answer[1].startswith("- `act=relu` against `act=gelu`: **not resolved**")
     opening = "\n".join(lines[: lines.index("## Settings")])
@@ -497,19 +497,19 @@ def test_steps_to_a_level_judges_the_runs_that_reached_it_and_counts_the_others_
     swiglu, relu = by_act["swiglu"].comparison, by_act["relu"]
     # Each run's result is its step at 1.88: swiglu's are 500, 500, 500 and 250 fewer, paired seed by seed.
     assert by_act["swiglu"].results == {"1": 750.0, "2": 1000.0, "3": 750.0, "4": 1250.0}
-    assert swiglu.difference.mean == pytest.approx(-437.5) and swiglu.eval_se is None  # no windows to steps
-    assert swiglu.verdict == BETTER and swiglu.verdict.outcome is Outcome.BETTER
+    assert swiglu.tests.difference.mean == pytest.approx(-437.5) and swiglu.tests.eval_se is None  # no windows to steps
+    assert swiglu.judgement.verdict == BETTER and swiglu.judgement.verdict.outcome is Outcome.BETTER
     # relu's seed 3 never reached 1.88: a failure, counted apart; its steps are over the three that did.
     assert relu.results["3"] == math.inf and relu.fails == 1 and relu.estimate.n == 3
     assert relu.estimate.mean == pytest.approx(1583.333, abs=1e-3)
-    assert relu.comparison.failures == Failures(mine=1, theirs=0, n=4, p_value=1.0)
+    assert relu.comparison.tests.failures == Failures(mine=1, theirs=0, n=4, p_value=1.0)
 
     # The report says what it compares, in its units, and reads no loss against the reference levels.
     assert text.startswith(f"# Sweep report: {target_sweep}, steps to 1.88\n")
     assert "Steps to 1.88 (lower is better) of 12 runs in 3 settings" in text
     assert "never reached 1.88 fails" in text and "δ = 50 steps, `--min-effect`" in text
     assert "gain over unigram" not in text and "Reference levels" not in text and "nats/char when" not in text
-    d = swiglu.difference
+    d = swiglu.tests.difference
     assert (
         f"- `act=swiglu` against `act=gelu`: **better**; -437.5 steps over the seeds both sides trained, 95% CI "
         f"{fmt_interval(d, signed=True, digits=1)}, 4 seeds; fails 0/4 vs 0/4"
@@ -525,7 +525,7 @@ def test_steps_to_a_level_judges_the_runs_that_reached_it_and_counts_the_others_
     assert rendered_row(text, report.runs.index(gelu_2) + 1, gelu_2.name, "gelu", "2", "801,664", "1500.0")
     # report.json records the metric, and renders the same report.md again.
     record = json.loads(written[1].read_text(encoding="utf-8"))
-    assert record["metric"] == "steps_to=1.88"
+    assert record["metric"] == {"kind": "steps_to", "level": 1.88}
     assert markdown(from_json(record)) == markdown(report)
 
     seconds = build_report(target_sweep, "act=gelu", metric="time_to=1.88")
@@ -533,7 +533,7 @@ def test_steps_to_a_level_judges_the_runs_that_reached_it_and_counts_the_others_
     assert "δ = 10 s, `--min-effect`" in markdown(seconds)
     # By default the final loss, as ever: there swiglu, which got to 1.88 first, ends worse.
     default = build_report(target_sweep, "act=gelu")
-    assert next(s for s in default.family if s.choices["act"] == "swiglu").comparison.verdict == WORSE
+    assert next(s for s in default.family if s.choices["act"] == "swiglu").comparison.judgement.verdict == WORSE
     assert default.metric.is_loss and "gain over unigram" in markdown(default)
 
 
@@ -599,9 +599,9 @@ def test_a_setting_that_fails_more_often_is_better_only_when_trained_and_says_bo
     baseline = {str(s): 2.0 + 0.01 * s for s in range(1, 6)}
     mine = {"1": math.inf, "2": math.inf, "3": math.inf, "4": 1.54, "5": 1.55}
     c = compare(mine, baseline)
-    assert c.failures == Failures(3, 0, 5, 0.25) and c.difference.mean < -0.4
+    assert c.tests.failures == Failures(3, 0, 5, 0.25) and c.tests.difference.mean < -0.4
     assert (
-        c.verdict
+        c.judgement.verdict
         == "better (the same difference on every seed) when trained; fails 3/5 vs 0/5 (exact p = 0.25)"
     )
 
@@ -611,23 +611,23 @@ def test_unequal_failures_that_are_not_resolved_are_said_beside_the_loss_verdict
     baseline = {str(s): 2.0 + 0.01 * (s % 3) for s in range(1, 9)}
     mine = {s: v + shift for s, v in baseline.items()} | {"1": math.inf}
     (c,) = judge([paired_tests(mine, baseline)])
-    assert c.verdict.outcome is outcome
-    assert str(c.verdict).endswith(" when trained; fails 1/8 vs 0/8 (exact p = 1)")
+    assert c.judgement.verdict.outcome is outcome
+    assert str(c.judgement.verdict).endswith(" when trained; fails 1/8 vs 0/8 (exact p = 1)")
 
 
 def test_equal_failures_on_both_sides_leave_the_loss_verdict_to_the_trained_seeds():
     baseline = {str(s): 2.0 + 0.01 * (s % 3) for s in range(1, 9)} | {"1": math.inf}
     mine = {s: v - 0.5 for s, v in baseline.items()}
     (c,) = judge([paired_tests(mine, baseline)])
-    assert c.failures == Failures(1, 1, 8, 1.0)
-    assert c.verdict.outcome is Outcome.BETTER and "when trained; fails 1/8 vs 1/8" in str(c.verdict)
+    assert c.tests.failures == Failures(1, 1, 8, 1.0)
+    assert c.judgement.verdict.outcome is Outcome.BETTER and "when trained; fails 1/8 vs 1/8" in str(c.judgement.verdict)
 
 
 def test_resolved_failures_decide_a_row_its_losses_leave_open():
     baseline = {str(s): 2.0 + 0.01 * (s % 3) for s in range(1, 9)}
     mine = {s: (math.inf if int(s) <= 7 else v - 1.0) for s, v in baseline.items()}  # 7/8 vs 0/8: p = 0.016
     (c,) = judge([paired_tests(mine, baseline)])
-    assert c.verdict == "worse: fails more often, 7/8 vs 0/8 (exact p = 0.016)"
+    assert c.judgement.verdict == "worse: fails more often, 7/8 vs 0/8 (exact p = 0.016)"
 
 
 def test_runs_are_a_tidy_table_that_groups_into_settings_by_every_choice_but_the_seed():
@@ -681,12 +681,12 @@ def test_a_ladder_over_the_rate_judges_each_rate_against_its_own_baseline_with_n
         }
         diverged = "1/3 vs 0/3 (exact p = 1)" if rung.level == "0.003" else None  # post at 3e-3, seed 2
         assert (
-            post.comparison.failures is None
+            post.comparison.tests.failures is None
             if diverged is None
-            else post.comparison.failures.describe() == diverged
+            else post.comparison.tests.failures.describe() == diverged
         )
     low = next(s for s in ladder.rungs[0].settings if s.choices["norm"] == "post")
-    assert low.comparison.difference.mean == pytest.approx((0.10 + 0.15 + 0.05) / 3)  # post − pre at 1e-3
+    assert low.comparison.tests.difference.mean == pytest.approx((0.10 + 0.15 + 0.05) / 3)  # post − pre at 1e-3
     (trend,) = ladder.trends
     assert trend.design == {"norm": "post", "norm_type": "layer", "act": "gelu"}
     text = markdown(report, ladder_section(report, ladder))
@@ -739,7 +739,7 @@ def test_seeds_added_to_a_ladder_go_to_the_open_level_and_are_judged_against_its
                 fake_run(sweep, number, "completed", loss, norm=norm, **{"model.n_layer": layers}, seed=seed)
                 number += 1
     report = build_report(sweep, baseline="norm=pre", ladder="model.n_layer")
-    assert [s.answer.verdict.outcome for rung in report.ladder.rungs for s in rung.settings if s.answer] == [
+    assert [s.answer.judgement.verdict.outcome for rung in report.ladder.rungs for s in rung.settings if s.answer] == [
         Outcome.WORSE, Outcome.NOT_RESOLVED,
     ]  # fmt: skip
     (before,) = report.ladder.trends
@@ -771,9 +771,9 @@ def test_seeds_added_to_a_ladder_go_to_the_open_level_and_are_judged_against_its
     low, high = (
         next(s for s in rung.settings if s.choices["norm"] == "post") for rung in report.ladder.rungs
     )
-    assert low.added is None and len(low.comparison.seeds) == 3  # resolved by the sweep: its own verdict
-    assert sorted(high.added.seeds) == ["4", "5"] and high.added.verdict.outcome is Outcome.WORSE
-    assert high.added.difference.mean == pytest.approx(0.31)  # against the 4-block baseline's added seeds
+    assert low.added is None and len(low.comparison.tests.seeds) == 3  # resolved by the sweep: its own verdict
+    assert sorted(high.added.tests.seeds) == ["4", "5"] and high.added.judgement.verdict.outcome is Outcome.WORSE
+    assert high.added.tests.difference.mean == pytest.approx(0.31)  # against the 4-block baseline's added seeds
     (after,) = report.ladder.trends
     assert after.word is TrendWord.HOLDS, after.verdict  # worse at both levels, read from the answers
     text, _ = write_report(sweep)
@@ -879,10 +879,10 @@ def test_after_added_seeds_every_part_of_the_report_states_the_same_comparison(t
     write_design(sweep, design)
     report = build_report(sweep)
     (post,) = [s for s in report.family if s.choices["norm"] == "post"]
-    assert post.comparison.verdict.outcome is Outcome.NOT_RESOLVED and post.answer is post.added
-    assert str(post.added.verdict) == "not resolved at look 2 (2 added seeds)"
+    assert post.comparison.judgement.verdict.outcome is Outcome.NOT_RESOLVED and post.answer is post.added
+    assert str(post.added.judgement.verdict) == "not resolved at look 2 (2 added seeds)"
     (row,) = [row for row in forest_rows(report) if not row.baseline]
-    d = post.added.difference
+    d = post.added.tests.difference
     assert row.label.endswith("(added seeds)") and (row.mean, row.low, row.high) == (d.mean, d.low, d.high)
     text = markdown(report)
     answer = text.split("## Answer")[1].split("\n\n")[1]
@@ -930,5 +930,5 @@ def test_an_added_row_left_open_still_says_how_often_each_side_failed(tmp_path):
             number += 1
     write_design(sweep, replace(design, looks=(("1", "2", "3"), ("1", "2", "3", "4", "5", "6"))))
     (post,) = [s for s in build_report(sweep).family if s.choices["norm"] == "post"]
-    assert post.added.verdict.outcome is Outcome.NOT_RESOLVED
-    assert str(post.added.verdict) == "not resolved at look 2 (3 added seeds); fails 1/3 vs 0/3 (exact p = 1)"
+    assert post.added.judgement.verdict.outcome is Outcome.NOT_RESOLVED
+    assert str(post.added.judgement.verdict) == "not resolved at look 2 (3 added seeds); fails 1/3 vs 0/3 (exact p = 1)"

@@ -94,7 +94,7 @@ def test_a_scaled_down_corpus_ladder_reads_each_corpus_in_bits_and_add_seeds_goe
         (swiglu,) = [s for s in rung.settings if s.choices["act"] == "swiglu"]
         assert (swiglu.added is not None) == (rung.level in open_levels)
         if swiglu.added is not None:
-            assert swiglu.added.seeds == ("4",)
+            assert swiglu.added.tests.seeds == ("4",)
 
 
 @pytest.mark.slow
