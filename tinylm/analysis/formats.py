@@ -19,6 +19,10 @@ def fmt_number(value: float | None, digits: int = 4, signed: bool = False) -> st
     return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
 
 
+def fmt_mean(e: Estimate | None, digits: int = 4, signed: bool = False) -> str:
+    return fmt_number(None if e is None else e.mean, digits, signed)
+
+
 def fmt_interval(e: Estimate | None, signed: bool = False, digits: int = 4) -> str:
     if e is None or not e.has_interval:
         return "—"
@@ -32,14 +36,26 @@ def fmt_wall_time(seconds: float | None) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
 
 
+def fmt_p(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2g}"
+
+
+def fmt_duration(seconds: float) -> str:
+    hours = seconds / 3600
+    return f"{hours:,.1f} hours" if hours >= 2 else f"{seconds / 60:.0f} minutes"
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 seed`, `3 seeds`."""
+    return f"{count} {noun}{'s' if count != 1 else ''}"
+
+
 @dataclass(frozen=True)
 class Column:
-    """A column of a report table: its header, its cell for a row, and its separator cell (the alignment:
-    `---`, `:--`, `--:`)."""
+    """A column of a report table: its header and its cell for a row."""
 
     header: str
     cell: Callable[[Any], Any]
-    align: str = "---"
 
 
 def choice_columns(
@@ -49,24 +65,24 @@ def choice_columns(
     return [Column(c, lambda row, c=c: shown(choices(row).get(c, "—"))) for c in columns]
 
 
-def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def md_table(columns: Sequence[Column], rows: Iterable[Any]) -> list[str]:
     """Every table of report.md: a header row, a separator row and a line per row, unpadded (tabulate, and
     pandas' `to_markdown` through it, pad each cell to its column's width and do not escape `|`)."""
     lines = [
         "| " + " | ".join(c.header for c in columns) + " |",
-        "|" + "|".join(c.align for c in columns) + "|",
+        "|" + "|".join("---" for _ in columns) + "|",
     ]
     return lines + ["| " + " | ".join(_cell(c.cell(row)) for c in columns) + " |" for row in rows]
 
 
-def fmt_p(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2g}"
+def _cell(text: Any) -> str:
+    return str(text).translate({ord("|"): "\\|", ord("\n"): " "})
 
 
-def fmt_duration(seconds: float) -> str:
-    hours = seconds / 3600
-    return f"{hours:,.1f} hours" if hours >= 2 else f"{seconds / 60:.0f} minutes"
+def blocks(*parts: str | Sequence[str]) -> list[str]:
+    """Markdown blocks, each followed by a blank line: a heading or paragraph (a string), or a table's lines."""
+    lines: list[str] = []
+    for part in parts:
+        lines += [part] if isinstance(part, str) else part
+        lines.append("")
+    return lines

@@ -1,6 +1,5 @@
-"""The report's sections after its tables, worded from the report value: the seeds a sequential design added,
-what resolving the open rows would take, *Why* each setting that lost or failed did, and the depth probe at
-the sweep's shapes."""
+"""The report's sections after its tables: the seeds a sequential design added, what resolving the open rows
+would take, *Why* each setting that lost or failed did, and the depth probe at the sweep's shapes."""
 
 from __future__ import annotations
 
@@ -10,12 +9,14 @@ from typing import Any
 
 from tinylm.analysis.formats import (
     Column,
+    blocks,
     choice_columns,
     fmt_duration,
     fmt_interval,
-    fmt_number,
+    fmt_mean,
     fmt_p,
     md_table,
+    plural,
 )
 from tinylm.analysis.grouping import setting_label
 from tinylm.analysis.report import DESIGN_FILE, REPORT_PNG, SweepReport
@@ -27,20 +28,26 @@ def added_section(report: SweepReport) -> list[str]:
     """The seeds a sequential design added to the open rows: how the design judges them and, where the sweep's
     own seeds judged the family, a table of the added seeds' verdicts."""
     pct = f"{report.confidence:.0%}"
-    return [
-        "## Seeds added to the open rows (scripts/add_seeds.py)",
-        "",
-        _design_words(report) + f"Intervals are {pct}, over the added seeds, not adjusted for the looks.",
-        "",
-        *([] if report.judged_apart else _added_table(report)),  # judged apart: the family table is theirs
-        "",
+    columns = [
+        *choice_columns(report.shown_family_columns),
+        Column("sweep's verdict", lambda s: s.comparison.judgement.verdict),
+        Column("added seeds", lambda s: len(s.added.tests.seeds)),
+        Column("difference", lambda s: fmt_mean(s.added.tests.difference, signed=True)),
+        Column(f"{pct} CI", lambda s: fmt_interval(s.added.tests.difference, signed=True)),
+        Column("p", lambda s: fmt_p(s.added.tests.p_value)),
+        Column("verdict on added seeds", lambda s: s.added.judgement.verdict),
     ]
+    table = md_table(columns, [s for s in report.family if s.added is not None])
+    return blocks(
+        "## Seeds added to the open rows (scripts/add_seeds.py)",
+        _design_words(report) + f"Intervals are {pct}, over the added seeds, not adjusted for the looks.",
+        [] if report.judged_apart else table,  # judged apart: the family table is theirs
+    )
 
 
 def _design_words(report: SweepReport) -> str:
-    """Which seeds the added ones are judged apart from, the design's looks and levels, and its α."""
     design, alpha = report.design, report.alpha
-    first = design.first_seeds
+    first = f"{len(design.first_seeds)} seeds ({', '.join(design.first_seeds)})"
     looks = ", ".join(
         f"look {number + 2}: {len(design.added_seeds(number + 1))} added seeds, "
         + ("judging nothing" if level is None else f"level {level:.2g}")
@@ -48,48 +55,28 @@ def _design_words(report: SweepReport) -> str:
     )
     rate = " at the rate its sweep seeds chose" if report.lr_varies else ""
     first_words = (
-        f"The sweep's own {len(first)} seeds ({', '.join(first)}) chose each setting's rate and are judged on "
-        "nothing; the rows above are the seeds added since, at those rates. They are judged by a "
-        "group-sequential "
+        f"The sweep's own {first} chose each setting's rate and are judged on nothing; the rows above are the "
+        "seeds added since, at those rates. They are judged by a group-sequential "
         if report.judged_apart
-        else f"The rows above are judged on the sweep's own {len(first)} seeds ({', '.join(first)}), as its "
-        f"report judged them, and keep those verdicts. The seeds added since to the rows left open (and to the "
-        f"baseline) are a second experiment, judged here on the added seeds alone{rate}: a group-sequential "
+        else f"The rows above are judged on the sweep's own {first}, as its report judged them, and keep those "
+        "verdicts. The seeds added since to the rows left open (and to the baseline) are a second experiment, "
+        f"judged here on the added seeds alone{rate}: a group-sequential "
     )
     over_both = (
         "The chance of any false `better`/`worse` over the whole procedure, each design at the rate its tuning "
         "seeds chose, is at most α. "
         if report.judged_apart
         else "Each experiment's chance of any false `better`/`worse` is at most α, so a row's answer (the "
-        "sweep's verdict, or where it was open the added seeds') errs with chance at most "
-        f"2α = {2 * alpha:g} over both. "
+        f"sweep's verdict, or where it was open the added seeds') errs with chance at most 2α = {2 * alpha:g} "
+        "over both. "
     )
     return (
-        first_words + f"design declared before its first added seed ({DESIGN_FILE}), up to {design.horizon} "
-        f"added seeds, α = {alpha:g} spent by Lan-DeMets' O'Brien-Fleming-type function with "
-        f"boundaries for the looks' t statistics ({looks}: the level of a test given the whole α; Holm gives the k-th smallest "
-        "of m p-values the level of α / (m − k + 1) at the same look). A verdict names the "
-        "look that gave it. " + over_both
+        f"{first_words}design declared before its first added seed ({DESIGN_FILE}), up to {design.horizon} "
+        f"added seeds, α = {alpha:g} spent by Lan-DeMets' O'Brien-Fleming-type function with boundaries for "
+        f"the looks' t statistics ({looks}: the level of a test given the whole α; Holm gives the k-th smallest "
+        "of m p-values the level of α / (m − k + 1) at the same look). A verdict names the look that gave it. "
+        + over_both
     )
-
-
-def _added_table(report: SweepReport) -> list[str]:
-    """Each family row the added seeds judged: the sweep's verdict beside the added seeds'."""
-    columns = [
-        *choice_columns(report.shown_family_columns),
-        Column("sweep's verdict", lambda s: s.comparison.judgement.verdict),
-        Column("added seeds", lambda s: len(s.added.tests.seeds)),
-        Column(
-            "difference",
-            lambda s: fmt_number(
-                s.added.tests.difference.mean if s.added.tests.difference else None, signed=True
-            ),
-        ),
-        Column(f"{report.confidence:.0%} CI", lambda s: fmt_interval(s.added.tests.difference, signed=True)),
-        Column("p", lambda s: fmt_p(s.added.tests.p_value)),
-        Column("verdict on added seeds", lambda s: s.added.judgement.verdict),
-    ]
-    return md_table(columns, [s for s in report.family if s.added is not None])
 
 
 def cost_lines(report: SweepReport) -> list[str]:
@@ -97,31 +84,10 @@ def cost_lines(report: SweepReport) -> list[str]:
     sizing = report.sizing
     if sizing is None:
         return []
-    lines = []
-    for row in sizing.rows:
-        label = setting_label(row.design)
-        seeds = "added seeds" if row.added else "seeds"
-        beyond = (
-            f"; more than the {row.horizon} added seeds this design allows, where it stops"
-            if row.added and row.horizon is not None and row.needed is not None and row.needed > row.horizon
-            else ""
-        )
-        if row.needed is None:
-            lines.append(f"- `{label}`: too few finished seeds to size it")
-        elif row.more:
-            runs = f"{row.runs} run{'s' if row.runs != 1 else ''}"
-            lines.append(f"- `{label}`: {row.needed} {seeds} ({row.more} more, {runs} of its own){beyond}")
-        elif beyond:
-            lines.append(f"- `{label}`: {row.needed} {seeds}{beyond}: its {row.has} are spent")
-        else:
-            lines.append(
-                f"- `{label}`: its {row.has} {seeds} would find this difference 80% of the time and did not: it "
-                "is smaller than it seems, or this was the other 20%"
-            )
-    count = sizing.open
+    lines = [_cost_line(row) for row in sizing.rows]
     head = (
-        f"What resolving the {count} open row{'s' if count != 1 else ''} would take, if each difference is what "
-        "it seems (or δ, if smaller):"
+        f"What resolving the {plural(sizing.open, 'open row')} would take, if each difference is what it seems "
+        "(or δ, if smaller):"
     )
     if sizing.runs:
         per_seed = (
@@ -139,50 +105,62 @@ def cost_lines(report: SweepReport) -> list[str]:
     return ["", *lines] if lines else []
 
 
+def _cost_line(row: Any) -> str:
+    label, seeds = setting_label(row.design), "added seeds" if row.added else "seeds"
+    beyond = (
+        f"; more than the {row.horizon} added seeds this design allows, where it stops"
+        if row.added and row.horizon is not None and row.needed is not None and row.needed > row.horizon
+        else ""
+    )
+    if row.needed is None:
+        return f"- `{label}`: too few finished seeds to size it"
+    if row.more:
+        return f"- `{label}`: {row.needed} {seeds} ({row.more} more, {plural(row.runs, 'run')} of its own){beyond}"
+    if beyond:
+        return f"- `{label}`: {row.needed} {seeds}{beyond}: its {row.has} are spent"
+    return (
+        f"- `{label}`: its {row.has} {seeds} would find this difference 80% of the time and did not: it is "
+        "smaller than it seems, or this was the other 20%"
+    )
+
+
 def why_section(report: SweepReport) -> list[str]:
     """The *Why* section: a sentence or two per row of `report.why`, naming the figure of each health tag."""
     if not report.why:
         return []
     explained = [row for row in report.why if row.lost_or_failed]
+    about_data = [row for row in report.why if row.about_data]
     text = ["## Why", ""]
     if explained:
-        text += [
+        text += blocks(
             "What the curves of each setting that lost or failed show (its judged runs; thresholds in "
-            "docs/diagnosis.md). Loss findings are in "
-            f"{REPORT_PNG} (the reference levels are its dashed lines); health findings in the figure named.",
-            "",
-        ]
+            f"docs/diagnosis.md). Loss findings are in {REPORT_PNG} (the reference levels are its dashed "
+            "lines); health findings in the figure named."
+        )
     for row in explained:
-        label = setting_label(row.design)
         if row.verdict is not None and row.difference is not None:
             outcome = f"{row.verdict}, {row.difference:+.{report.metric.digits - 1}f}"
         else:  # a baseline (a ladder has one per level) is named as one, not as a failure
             outcome = "baseline" if row.baseline else "no difference measured"
-        if not row.about_runs:
-            text += [f"- **{label}** ({outcome}): nothing in its curves names a cause.", ""]
-            continue
-        text += [f"- **{label}** ({outcome}): " + "; ".join(map(_sentence, row.about_runs)) + ".", ""]
-    about_data = [row for row in report.why if row.about_data]
+        found = "; ".join(map(_sentence, row.about_runs)) or "nothing in its curves names a cause"
+        text += blocks(f"- **{setting_label(row.design)}** ({outcome}): {found}.")
     if about_data:  # a finding about the data, not the run: never among the settings that lost or failed
-        text += [
+        text += blocks(
             "About the data, not the runs: a validation loss measures what a model generalises to only where "
             "its validation text is not its training text (docs/diagnosis.md).",
-            "",
-        ]
-        for row in about_data:
-            text += [
-                f"- **{setting_label(row.design)}**: " + "; ".join(map(_sentence, row.about_data)) + ".",
-                "",
-            ]
+        )
+    for row in about_data:
+        text += blocks(
+            f"- **{setting_label(row.design)}**: " + "; ".join(map(_sentence, row.about_data)) + "."
+        )
     return text
 
 
 def _sentence(f: Shared) -> str:
     """One finding of a *Why* row: how many runs showed it, whose numbers it gives, and where it shows."""
-    example = f.example
-    name = quantity(example.tag)
-    where = f"`{example.tag}`" + (f", {why_figure(name)}" if name else "")
-    return f"{f.kind} in {f.count}/{f.of} runs{_seeds(f)} ({_example(f)}{example.evidence}; {where})"
+    name = quantity(f.example.tag)
+    where = f"`{f.example.tag}`" + (f", {why_figure(name)}" if name else "")
+    return f"{f.kind} in {f.count}/{f.of} runs{_seeds(f)} ({_example(f)}{f.example.evidence}; {where})"
 
 
 def _seeds(f: Shared) -> str:
@@ -196,8 +174,7 @@ def _seeds(f: Shared) -> str:
 
 
 def _example(f: Shared) -> str:
-    """Whose numbers a finding's sentence gives and from which step: the one run's, or one of several named
-    as such (`e.g. seed 1, from step 100: `)."""
+    """Whose numbers a finding's sentence gives and from which step (`e.g. seed 1, from step 100: `)."""
     named = "" if f.count == 1 and _seeds(f) else f"seed {f.seed}" if f.count == 1 else f"e.g. seed {f.seed}"
     began = f"from step {f.example.step}" if f.example.step is not None else ""
     head = ", ".join(part for part in (named, began) if part)
@@ -210,25 +187,20 @@ def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
         return []
     from tinylm.probe.depth import label
 
+    names = {"norm": "norm", "act": "act", "n_layer": "blocks", "d_model": "d_model"}
     columns = [
-        Column("norm", lambda row: row["norm"]),
-        Column("act", lambda row: row["act"]),
-        Column("blocks", lambda row: row["n_layer"]),
-        Column("d_model", lambda row: row["d_model"]),
+        *(Column(header, lambda row, key=key: row[key]) for key, header in names.items()),
         *(Column(f"{label(key)}, block n", lambda row, key=key: _probe_value(row[key])) for key in SHOWN),
     ]
-    return [
+    return blocks(
         "## At initialisation: the depth probe at this sweep's shapes",
-        "",
         "Each placement's fresh blocks (no embeddings, no head), initialised as its runs were, one forward and "
         "backward pass on `randn` input over the runs' context with causal attention, loss a fixed random "
         "projection, float64; measured after the last block n (docs/probe.md). Token spread near 0 means the "
         "tokens have collapsed onto one vector; ‖∇W_q‖ and ‖∇W_k‖ orders of magnitude below ‖∇W_v‖ mean "
         "queries and keys get no gradient to learn from.",
-        "",
-        *md_table(columns, rows),
-        "",
-    ]
+        md_table(columns, rows),
+    )
 
 
 def _probe_value(value: float) -> str:
