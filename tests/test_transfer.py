@@ -81,7 +81,7 @@ def test_a_scaled_down_corpus_ladder_reads_each_corpus_in_bits_and_add_seeds_goe
     lines: list[str] = []
     train = [sys.executable, str(REPO / "scripts" / "train.py")]
     add_seeds(sweep, train, budget=Budget(max_seeds=4, per_round=1, max_minutes=10), echo=lines.append)
-    assert lines[0].startswith(f"look 1: 3 seeds; {len(open_levels)} of 2 comparisons open")
+    assert lines[0].startswith(f"look 1: the sweep's own 3 seeds; {len(open_levels)} of 2 comparisons open")
     design = json.loads((sweep / DESIGN_FILE).read_text(encoding="utf-8"))
     assert design["looks"] == [["1", "2", "3"], ["1", "2", "3", "4"]]
     added = sorted(path.parent.name for path in (sweep / ADDED_DIR).glob("*/*/metrics.json"))
