@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tinylm.analysis.estimates import Estimate
-from tinylm.analysis.formats import Column, fmt_interval, fmt_number, fmt_p, md_table
+from tinylm.analysis.formats import Column, blocks, fmt_interval, fmt_number, fmt_p, md_table
 from tinylm.analysis.grouping import CROSS_FITTED, Setting, gain_over_unigram, setting_label
-from tinylm.analysis.ladder import Ladder, Rung, Trend
+from tinylm.analysis.ladder import Ladder, Rung
 from tinylm.analysis.plots import ForestRow, plot_ladder, plot_scale
 from tinylm.analysis.render import rates_cell
 from tinylm.analysis.render_answer import ladder_title
@@ -31,16 +32,15 @@ def _level_label(ladder: Ladder, rung: Rung) -> str:
     return f"{rung.level} ({params}, {rung.steps} steps)"
 
 
-def _mean_cell(mean: float, unigram: float | None, digits: int = 4) -> str:
-    """A mean final loss: in nats, or (levels on different corpora: `unigram`, the level's unigram level) in
-    bits/char with its gain over that level; a mean of steps or seconds to a level to `digits` decimals."""
+def _mean_cell(mean: float, unigram: float | None, digits: int) -> str:
+    """A mean: in nats, or (levels on different corpora) in bits/char with its gain over the level's unigram."""
     if unigram is None or not math.isfinite(mean):
         return fmt_number(mean, digits)
     bits = 1 / math.log(2)
     return f"{fmt_number(mean * bits)} ({fmt_number(gain_over_unigram(mean, unigram) * bits, signed=True)})"
 
 
-def _difference_cell(d: Estimate, base: Setting, unigram: float | None, digits: int = 4) -> str:
+def _difference_cell(d: Estimate, base: Setting, unigram: float | None, digits: int) -> str:
     """A difference from the level's baseline `base` with its interval, in nats (the unit δ and the verdicts
     are in); with `unigram` (levels on different corpora), also as a share of the baseline's gain over that
     unigram level, which compares across corpora. A share of a gain means something only when the baseline
@@ -61,69 +61,51 @@ def shown_comparison(report: SweepReport, s: Setting) -> Comparison | None:
     return s.comparison
 
 
-def _at(rung: Rung, key: tuple, columns: Sequence[str]) -> Setting | None:
-    """The design `key` (its values of `columns`) at `rung`, where it was run."""
-    return next((s for s in rung.settings if s.key(columns) == key), None)
-
-
 def _in_bits(report: SweepReport, ladder: Ladder) -> bool:
     """Levels on corpora of their own: nats are not comparable between vocabularies (steps to a level are)."""
     return ladder.in_bits and report.metric.is_loss
 
 
-def _unigrams(report: SweepReport, ladder: Ladder) -> list[float | None]:
-    """Each level's unigram level where the levels are read in bits against their own, else None per level."""
-    return [rung.reference["unigram"] if _in_bits(report, ladder) else None for rung in ladder.rungs]
+def _level_table(
+    report: SweepReport,
+    rows: list[Any],
+    design: Callable[[Any], dict[str, Any]],
+    cell: Callable[[SweepReport, Setting, Rung, float | None], str],
+    *last: Column,
+) -> list[str]:
+    """A row per design (its choices: `design(row)`), a column per level with `cell` of the design there."""
+    ladder, columns = report.ladder, report.ladder.columns
 
+    def at(rung: Rung) -> Callable[[Any], str]:
+        unigram = rung.reference["unigram"] if _in_bits(report, ladder) else None
 
-def _means_table(report: SweepReport, ladder: Ladder) -> list[str]:
-    """Each design's mean at each level (with the rates its seeds chose, where the rate is tuned)."""
-    columns, digits = ladder.columns, report.metric.digits
+        def of(row: Any) -> str:
+            key = tuple(design(row).get(c, "—") for c in columns)
+            s = next((s for s in rung.settings if s.key(columns) == key), None)
+            return "—" if s is None else cell(report, s, rung, unigram)
 
-    def mean(rung: Rung, unigram: float | None):
-        def cell(design: Setting) -> str:
-            s = _at(rung, design.key(columns), columns)
-            if s is None or s.estimate is None:
-                return "—"
-            rates = f" ({rates_cell(s)})" if report.lr_varies else ""
-            return f"{_mean_cell(s.estimate.mean, unigram, digits)}{rates}"
+        return of
 
-        return cell
-
-    designs = {s.key(columns): s for rung in ladder.rungs for s in rung.settings}
+    leading = [Column(c, lambda row, c=c: design(row).get(c, "—")) for c in ladder.shown_columns]
     return md_table(
-        [
-            *(Column(c, lambda s, c=c: s.choices.get(c, "—")) for c in ladder.shown_columns),
-            *(Column(_level_label(ladder, rung), mean(rung, u)) for rung, u in zip(ladder.rungs, _unigrams(report, ladder), strict=True)),
-        ],
-        designs.values(),
-    )  # fmt: skip
+        [*leading, *(Column(_level_label(ladder, rung), at(rung)) for rung in ladder.rungs), *last], rows
+    )
 
 
-def _differences_table(report: SweepReport, ladder: Ladder, across: str) -> list[str]:
-    """Each design's difference from its level's baseline at each level, and its verdict `across` levels."""
-    columns, digits = ladder.columns, report.metric.digits
+def _mean_at(report: SweepReport, s: Setting, _: Rung, unigram: float | None) -> str:
+    if s.estimate is None:
+        return "—"
+    rates = f" ({rates_cell(s)})" if report.lr_varies else ""
+    return f"{_mean_cell(s.estimate.mean, unigram, report.metric.digits)}{rates}"
 
-    def difference(rung: Rung, unigram: float | None):
-        def cell(trend: Trend) -> str:
-            s = _at(rung, tuple(trend.design[c] for c in columns), columns)
-            c, added = (shown_comparison(report, s), s.added) if s is not None else (None, None)
-            if c is None or c.tests.difference is None:
-                return "—"
-            also = f"; added seeds: {added.judgement.verdict}" if added is not None and added is not c else ""
-            text = _difference_cell(c.tests.difference, rung.baseline, unigram, digits)
-            return f"{text}, p {fmt_p(c.judgement.p_adjusted)}: {c.judgement.verdict}{also}"
 
-        return cell
-
-    return md_table(
-        [
-            *(Column(c, lambda t, c=c: t.design[c]) for c in ladder.shown_columns),
-            *(Column(_level_label(ladder, rung), difference(rung, u)) for rung, u in zip(ladder.rungs, _unigrams(report, ladder), strict=True)),
-            Column(across, lambda t: t.verdict),
-        ],
-        ladder.trends,
-    )  # fmt: skip
+def _difference_at(report: SweepReport, s: Setting, rung: Rung, unigram: float | None) -> str:
+    c, added = shown_comparison(report, s), s.added
+    if c is None or c.tests.difference is None:
+        return "—"
+    also = f"; added seeds: {added.judgement.verdict}" if added is not None and added is not c else ""
+    text = _difference_cell(c.tests.difference, rung.baseline, unigram, report.metric.digits)
+    return f"{text}, p {fmt_p(c.judgement.p_adjusted)}: {c.judgement.verdict}{also}"
 
 
 def _words(report: SweepReport, ladder: Ladder) -> tuple[str, str, str, str]:
@@ -139,62 +121,51 @@ def _words(report: SweepReport, ladder: Ladder) -> tuple[str, str, str, str]:
             "`grows / shrinks with size`: resolved in the same direction at the smallest and largest sizes, and "
             "Welch's t test of the difference at the largest size against that at the smallest, Holm over the "
             "designs, finds a change; `holds at every size`: the same resolved verdict at every size and no "
-            f"change shown; `flips`: {FLIPS_WORDS}; `changes with size`: that test finds a "
-            "change, but the ends' verdicts show neither its direction nor a sign change. Loss against "
-            f"parameters: {SCALE_PNG}."
+            f"change shown; `flips`: {FLIPS_WORDS}; `changes with size`: that test finds a change, but the ends' "
+            f"verdicts show neither its direction nor a sign change. Loss against parameters: {SCALE_PNG}."
         )
         return "across sizes", "size", f", each at its own {chosen} per size. {loss} (rates chosen):", words
     rates = (
         f", each at its own {chosen} per level. {loss} (rates chosen):" if report.lr_varies else f". {loss}:"
     )
     ends = (
-        f"`grows / shrinks with {axis}`: resolved in the same direction at the first and last levels, "
-        "and Welch's t test of the difference at the last level against that at the first, Holm over the "
-        f"designs, finds a change; `changes with {axis}`: that test finds a change, but the ends' verdicts "
-        "show neither its direction nor a sign change; "
+        f"`grows / shrinks with {axis}`: resolved in the same direction at the first and last levels, and "
+        "Welch's t test of the difference at the last level against that at the first, Holm over the designs, "
+        f"finds a change; `changes with {axis}`: that test finds a change, but the ends' verdicts show neither "
+        "its direction nor a sign change; "
         if ladder.ordered
         else "The levels have no order, so no word compares the ends; "
     )
     words = (
-        ends
-        + "`holds at every level`: the same resolved verdict at every level"
-        + (" and no change shown" if ladder.ordered else "")
-        + f"; `flips`: {FLIPS_WORDS}."
+        f"{ends}`holds at every level`: the same resolved verdict at every level"
+        f"{' and no change shown' if ladder.ordered else ''}; `flips`: {FLIPS_WORDS}."
     )
     return "across levels", f"level (`{axis}`)", rates, words
 
 
 def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
     """The report's *Across sizes* (or *Across levels of …*) section: per design and level, the mean and the
-    paired difference with its interval and verdict, then the verdict across levels; and, for sizes, the
-    figure."""
+    paired difference with its interval and verdict, then the verdict across levels."""
     pct, noun, metric, shown = f"{report.confidence:.0%}", ladder.noun, report.metric, ladder.shown_columns
     across, along, rates, words = _words(report, ladder)
     # The family the verdicts shown come from: a tuned ladder's judging seeds', not the sweep's own.
     judged = [shown_comparison(report, s) for rung in ladder.rungs for s in rung.settings]
     family = family_size([c for c in judged if c is not None])
-    interval = (
-        f"its {pct} interval and its share of the baseline's gain over unigram (which compares across corpora)"
-        if _in_bits(report, ladder)
-        else f"its {pct} interval"
-    )
-    return [
+    gain = " and its share of the baseline's gain over unigram (which compares across corpora)"
+    designs = {s.key(ladder.columns): s for rung in ladder.rungs for s in rung.settings}
+    return blocks(
         f"## {ladder_title(ladder)}",
-        "",
         f"Each design against the baseline `{ladder.rungs[0].baseline.label(shown)}` of its own {along}{rates}",
-        "",
-        *_means_table(report, ladder),
-        "",
-        f"Difference from the baseline in {metric.units} (< 0: "
-        f"{'lower loss' if metric.is_loss else metric.lower}), {interval}, p (Holm) and verdict at each "
-        f"{noun}, and the verdict {across} ({LADDER_PNG} draws it):",
-        "",
-        *_differences_table(report, ladder, across),
-        "",
+        _level_table(report, list(designs.values()), lambda s: s.choices, _mean_at),
+        f"Difference from the baseline in {metric.units} (< 0: {'lower loss' if metric.is_loss else metric.lower}"
+        f"), its {pct} interval{gain if _in_bits(report, ladder) else ''}, p (Holm) and verdict at each {noun}, "
+        f"and the verdict {across} ({LADDER_PNG} draws it):",
+        _level_table(
+            report, ladder.trends, lambda t: t.design, _difference_at, Column(across, lambda t: t.verdict)
+        ),
         f"Every {noun}'s comparisons are one family ({family} tests, Holm, α = {report.alpha:g}, δ = "
         f"{report.min_effect:g}{'' if metric.is_loss else ' ' + metric.units}). {words}",
-        "",
-    ]
+    )
 
 
 def draw_ladder(report: SweepReport, ladder: Ladder, path: Path) -> Path:
@@ -211,27 +182,23 @@ def draw_ladder(report: SweepReport, ladder: Ladder, path: Path) -> Path:
 def draw_ladder_verdicts(report: SweepReport, ladder: Ladder, path: Path) -> Path:
     """ladder.png: each design's difference from its level's baseline with its interval and verdict, a panel
     per level, and each design's verdict across levels."""
-    shown = ladder.shown_columns
+    shown, named = ladder.shown_columns, ladder.noun if ladder.noun == "size" else ", ".join(ladder.axis)
     order = [
         tuple(t.design[c] for c in ladder.columns) for t in ladder.trends
     ]  # the same rows in every panel
     panels = []
     for rung in ladder.rungs:
-        rows = [ForestRow(rung.baseline.label(shown), 0.0, None, None, "baseline", baseline=True)]
         designs = {
-            s.key(ladder.columns): (s, c)
+            s.key(ladder.columns): ForestRow.of(s.label(shown), c.tests.difference, c.judgement.verdict)
             for s in rung.settings
             if s is not rung.baseline and (c := shown_comparison(report, s)) is not None
         }
-        for s, c in (designs[key] for key in order if key in designs):
-            d = c.tests.difference
-            finite = d is not None and math.isfinite(d.mean)
-            low, high = (d.low, d.high) if finite and d.has_interval else (None, None)
-            rows.append(ForestRow(s.label(shown), d.mean if finite else None, low, high, c.judgement.verdict))
-        named = ladder.noun if ladder.noun == "size" else ", ".join(ladder.axis)
+        rows = [
+            ForestRow.of_baseline(rung.baseline.label(shown)),
+            *(designs[k] for k in order if k in designs),
+        ]
         panels.append((f"{named} = {_level_label(ladder, rung)}", rows))
     across = [f"{setting_label(t.design, shown)}: {t.verdict}" for t in ladder.trends]
-    base = ladder.rungs[0].baseline.label(shown)
-    title = f"{report.sweep_dir.name}: each design against {base} at each {ladder.noun}"
+    title = f"{report.sweep_dir.name}: each design against {ladder.rungs[0].baseline.label(shown)} at each {ladder.noun}"
     heading = f"{ladder_title(ladder)} (the difference at each in the plots above):"
     return plot_ladder(panels, [heading, *across], path, report, title)
