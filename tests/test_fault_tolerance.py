@@ -137,6 +137,9 @@ def test_resume_reproduces_the_uninterrupted_run_bit_for_bit(tmp_path, corpus, s
     assert {"train/batches", "train/time", "loss/val"} <= resumed.keys()
     for tag, steps in resumed.items():
         assert steps <= whole[tag] and min(steps) >= 4, (tag, sorted(steps), sorted(whole[tag]))
+    # The resumed run's directory holds the tokenizer it was trained with, from the checkpoint.
+    tokenizer = (tmp_path / "resumed" / "tokenizer.json").read_text(encoding="utf-8")
+    assert tokenizer == (tmp_path / "first" / "tokenizer.json").read_text(encoding="utf-8")
 
 
 LEVELS = (10.0, 4.0, 3.9, 0.5)  # settings()' callbacks.targets.levels

@@ -259,6 +259,9 @@ def test_checkpoint_alone_rebuilds_the_trained_model(trained):
 # --- resume ------------------------------------------------------------------------------------------------
 
 
+# The same mechanism, bit for bit and mid-interval, in the default run: tests/test_fault_tolerance.py
+# test_resume_reproduces_the_uninterrupted_run_bit_for_bit (the tokenizer check too).
+@pytest.mark.slow
 def test_resume_continues_exactly_where_the_first_run_stopped(tmp_path):
     # decay_steps fixed so that the 6-step run, the resumed run and the straight 9-step run share one schedule.
     first = run(compose_train(tmp_path / "first", ["optim.decay_steps=9"]))
