@@ -190,6 +190,7 @@ def logged_steps(run_dir: Path) -> dict[str, set[int]]:
     return {tag: {int(s) for s in scalars[scalars.tag == tag].step} for tag in set(scalars.tag)}
 
 
+@pytest.mark.slow  # Lightning's resume: the AdamW tests here; Muon's state round trip: tests/test_optimizers.py
 def test_a_muon_run_resumed_from_its_last_checkpoint_ends_where_the_uninterrupted_run_ends(tmp_path, corpus):
     """optim=muon: the momentum buffers and AdamW's moments are in the checkpoint (fp32 Newton–Schulz, the
     path a CPU without native bf16 takes; bf16 is torch.optim.Muon's own step)."""
