@@ -13,6 +13,7 @@ import pickle
 import random
 import resource
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -106,13 +107,25 @@ def straight(corpus, tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.fixture(scope="module")
+def first_segment(corpus, tmp_path_factory) -> Path:
+    """The uninterrupted run's first 4 steps, trained once; each test resumes its own copy (`first_copy`)."""
+    run_dir = tmp_path_factory.mktemp("first_segment") / "run"
+    run(compose_train(run_dir, settings(corpus, "trainer.max_steps=4")))
+    return run_dir
+
+
+def first_copy(first_segment: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(first_segment, tmp_path / "first"))
+
+
 # --- exact resume -----------------------------------------------------------------------------------------
 
 
-def test_resume_reproduces_the_uninterrupted_run_bit_for_bit(tmp_path, corpus, straight):
+def test_resume_reproduces_the_uninterrupted_run_bit_for_bit(tmp_path, corpus, straight, first_segment):
     # The first segment ends at step 4, between validations (interval 3): Lightning validates there and
     # saves last.ckpt mid-step, the case where its logging step used to come back one short.
-    run(compose_train(tmp_path / "first", settings(corpus, "trainer.max_steps=4")))
+    first_copy(first_segment, tmp_path)
     run(
         compose_train(
             tmp_path / "resumed",
@@ -217,11 +230,10 @@ def test_a_muon_run_resumed_from_its_last_checkpoint_ends_where_the_uninterrupte
 
 
 def test_a_checkpoint_with_a_scheduler_state_from_earlier_versions_still_resumes_exactly(
-    tmp_path, corpus, straight
+    tmp_path, corpus, straight, first_segment
 ):
     # Before the rate was set from the step, checkpoints carried LambdaLR's state and `initial_lr`.
-    run(compose_train(tmp_path / "first", settings(corpus, "trainer.max_steps=4")))
-    last = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    last = first_copy(first_segment, tmp_path) / "checkpoints" / "last.ckpt"
     checkpoint = read_checkpoint(last).contents
     assert checkpoint["lr_schedulers"] == []
     groups = checkpoint["optimizer_states"][0]["param_groups"]
