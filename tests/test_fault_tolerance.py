@@ -491,18 +491,19 @@ def test_divergence_is_a_distinct_exception_a_sweep_can_catch():
 
 
 def test_a_diverging_job_of_a_real_sweep_is_recorded_and_the_sweep_goes_on(tmp_path, corpus):
+    # Only the diverging job: that the jobs after a failed one still train is tests/test_sweep.py's
+    # test_failing_jobs_are_recorded_and_the_sweep_goes_on (a real sweep too).
     sweep = tmp_path / "sweep"
     result = run_script_in_process(
-        "train.py", "-m", *SHRINK, *settings(corpus), "optim.warmup_steps=0", "optim.lr=1e-3,1e6",
+        "train.py", "-m", *SHRINK, *settings(corpus), "optim.warmup_steps=0", "optim.lr=1e6",
         f"hydra.sweep.dir={sweep}",
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, result.stderr[-3000:]  # a diverged job does not end the sweep
     records = {
         path.parent.name.split("_")[0]: read_run_record(path.parent) for path in sweep.glob("*/metrics.json")
     }
-    assert records["0"]["status"] == "completed" and records["0"]["step"] == 6
-    assert records["1"]["status"] == "diverged"
-    assert records["1"]["error"].startswith("TrainingDiverged: training diverged:")
+    assert list(records) == ["0"] and records["0"]["status"] == "diverged"
+    assert records["0"]["error"].startswith("TrainingDiverged: training diverged:")
 
 
 def test_a_signal_stops_a_sweep_and_its_job_is_recorded_interrupted(tmp_path, monkeypatch):
