@@ -75,14 +75,33 @@ def test_the_peak_flops_are_those_of_the_dtype_the_precision_multiplies_in(preci
     assert compute_dtype(precision) == dtype
 
 
-def test_a_run_saves_the_precision_it_really_used(tmp_path):
+class _ProfilerSeen(L.Callback):
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.profiler = trainer.profiler
+
+
+@pytest.fixture(scope="module")
+def auto_profiled(tmp_path_factory) -> SimpleNamespace:
+    """One real run at `trainer.precision=auto` (SHRINK pins 32-true) with the simple profiler: its config,
+    its directory and the profiler its Trainer had."""
+    seen, run_dir = _ProfilerSeen(), tmp_path_factory.mktemp("auto_profiled") / "run"
+    overrides = [
+        "trainer.max_steps=3",
+        "sample.chars=0",
+        "trainer.precision=auto",
+        "+trainer.profiler=simple",
+    ]
+    cfg = compose_train(run_dir, overrides)
+    run(cfg, observers=[seen])
+    return SimpleNamespace(cfg=cfg, run_dir=run_dir, profiler=seen.profiler)
+
+
+def test_a_run_saves_the_precision_it_really_used(auto_profiled):
     with initialize_config_module("tinylm.conf", version_base="1.3"):
         assert compose("train").trainer.precision == "auto"  # the CPU preset's default
-    cfg = compose_train(tmp_path / "run", ["sample.chars=0", "trainer.precision=auto"])  # SHRINK pins 32-true
-    run(cfg)
-    saved = OmegaConf.load(tmp_path / "run" / "config.yaml")
+    saved = OmegaConf.load(auto_profiled.run_dir / "config.yaml")
     assert saved.trainer.precision == resolve_precision("auto", "cpu") != "auto"
-    assert cfg.trainer.precision == "auto", "run(cfg) must not change the caller's config"
+    assert auto_profiled.cfg.trainer.precision == "auto", "run(cfg) must not change the caller's config"
 
 
 # --- attention under CPU autocast ------------------------------------------------------------------------
@@ -200,43 +219,40 @@ def test_only_bf16_norm_clipping_bypasses_lightning(
 # --- what a run logs, and where ------------------------------------------------------------------
 
 
-def test_train_metrics_are_written_every_n_steps_and_at_the_last(tmp_path):
-    cfg = compose_train(
-        tmp_path / "run", ["trainer.max_steps=7", "trainer.log_every_n_steps=3", "sample.chars=0"]
-    )
+@pytest.fixture(scope="module")
+def logged_every_2(tmp_path_factory) -> SimpleNamespace:
+    """One real 7-step run logging every 2 steps, throughput over a 4-step window: its config, the metrics
+    run() returned and its TensorBoard scalars."""
+    run_dir = tmp_path_factory.mktemp("logged_every_2") / "run"
+    overrides = [
+        "trainer.max_steps=7",
+        "trainer.log_every_n_steps=2",
+        "callbacks.throughput.window_size=4",
+        "sample.chars=0",
+    ]
+    cfg = compose_train(run_dir, overrides)
     metrics = run(cfg)
-    scalars = tbparse.SummaryReader(str(tmp_path / "run" / "tb")).scalars
-    for tag in ("loss/train", "lr"):
-        assert sorted(int(s) for s in scalars[scalars.tag == tag].step) == [2, 5, 6], tag
-    last_loss = scalars[(scalars.tag == "loss/train") & (scalars.step == 6)].value.item()
-    assert metrics["loss/train"] == pytest.approx(last_loss, rel=1e-6)  # the final step's, not a stale one
-
-
-class _ProfilerSeen(L.Callback):
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.profiler = trainer.profiler
-
-
-def test_a_run_profiles_its_steps_when_asked(tmp_path):
-    seen = _ProfilerSeen()
-    overrides = ["trainer.max_steps=3", "sample.chars=0", "+trainer.profiler=simple"]
-    run(compose_train(tmp_path / "run", overrides), observers=[seen])
-    assert isinstance(seen.profiler, SimpleProfiler)
-    assert len(seen.profiler.recorded_durations["[Strategy]SingleDeviceStrategy.training_step"]) == 3
-
-
-def test_a_run_writes_throughput_where_it_writes_the_loss(tmp_path):
-    cfg = compose_train(
-        tmp_path / "run",
-        [
-            "trainer.max_steps=7",
-            "trainer.log_every_n_steps=2",
-            "callbacks.throughput.window_size=4",
-            "sample.chars=0",
-        ],
+    return SimpleNamespace(
+        cfg=cfg, metrics=metrics, scalars=tbparse.SummaryReader(str(run_dir / "tb")).scalars
     )
-    run(cfg)
-    scalars = tbparse.SummaryReader(str(tmp_path / "run" / "tb")).scalars
+
+
+def test_train_metrics_are_written_every_n_steps_and_at_the_last(logged_every_2):
+    scalars = logged_every_2.scalars
+    for tag in ("loss/train", "lr"):  # steps 1, 3, 5 every 2 steps; 6, the last, off that grid
+        assert sorted(int(s) for s in scalars[scalars.tag == tag].step) == [1, 3, 5, 6], tag
+    last_loss = scalars[(scalars.tag == "loss/train") & (scalars.step == 6)].value.item()
+    # The final step's, not a stale one.
+    assert logged_every_2.metrics["loss/train"] == pytest.approx(last_loss, rel=1e-6)
+
+
+def test_a_run_profiles_its_steps_when_asked(auto_profiled):
+    assert isinstance(auto_profiled.profiler, SimpleProfiler)
+    assert len(auto_profiled.profiler.recorded_durations["[Strategy]SingleDeviceStrategy.training_step"]) == 3
+
+
+def test_a_run_writes_throughput_where_it_writes_the_loss(logged_every_2):
+    cfg, scalars = logged_every_2.cfg, logged_every_2.scalars
     loss_steps = sorted(int(s) for s in scalars[scalars.tag == "loss/train"].step)
     assert loss_steps == [1, 3, 5, 6]
     lengths = scalars[scalars.tag == "train/lengths"].sort_values("step")
