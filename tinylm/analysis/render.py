@@ -1,23 +1,25 @@
 """report.md from the report value: the answer, the settings, the family against its baseline and every run
-(the sections after them: render_sections.py; report.json: schema.py; the figures: plots.py). Reads a
-`SweepReport` as `build_report` built it, and computes nothing."""
+(the sections after them: render_sections.py; a ladder's: render_ladder.py)."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from tinylm.analysis.estimates import PairedTests
 from tinylm.analysis.formats import (
     Column,
+    blocks,
     choice_columns,
     fmt_interval,
+    fmt_mean,
     fmt_number,
     fmt_p,
     fmt_wall_time,
     md_table,
+    plural,
 )
 from tinylm.analysis.grouping import CROSS_FITTED, Setting, gain_over_unigram, setting_label, varying
 from tinylm.analysis.metric import STEPS_TO
@@ -33,18 +35,15 @@ LEVELS = ("uniform", "unigram", "bigram")
 
 
 class _Ranked(NamedTuple):
-    """A row of the settings table: its rank, its setting, and what its runs show."""
-
     rank: int
     setting: Setting
     why: Sequence[Shared]
 
 
-def _settings_columns(report: SweepReport, columns: Sequence[str], gains: str | None) -> list[Column]:
+def _settings_columns(report: SweepReport, gains: str | None) -> list[Column]:
     """`gains`: "nats" adds each setting's gain over the unigram level its runs share; "bits" adds its mean
     and that gain in bits/char, for settings on different corpora (their nats are not comparable)."""
-    pct, digits = f"{report.confidence:.0%}", report.metric.digits
-    scale = 1.0 if gains == "nats" else 1 / math.log(2)
+    digits, scale = report.metric.digits, 1.0 if gains == "nats" else 1 / math.log(2)
 
     def finite(row: _Ranked) -> bool:
         e = row.setting.estimate
@@ -60,34 +59,36 @@ def _settings_columns(report: SweepReport, columns: Sequence[str], gains: str | 
     in_bits = Column(
         "bits/char", lambda r: fmt_number(r.setting.estimate.mean * scale if finite(r) else None)
     )
+    gain_columns = {
+        "bits": [in_bits, Column("gain over unigram (bits/char)", gain)],
+        "nats": [Column("gain over unigram", gain)],
+    }
     return [
         Column("rank", lambda r: r.rank if r.setting.estimate is not None else "—"),
-        *choice_columns(columns, lambda r: r.setting.choices),
+        *choice_columns(report.swept_columns, lambda r: r.setting.choices),
         Column("seeds", lambda r: len(r.setting.results)),
-        Column("mean", lambda r: fmt_number(r.setting.estimate.mean if r.setting.estimate else None, digits)),
+        Column("mean", lambda r: fmt_mean(r.setting.estimate, digits)),
         Column("sd", lambda r: fmt_number(r.setting.estimate.sd if r.setting.estimate else None, digits)),
-        Column(f"{pct} CI", lambda r: fmt_interval(r.setting.estimate, digits=digits)),
-        *([in_bits, Column("gain over unigram (bits/char)", gain)] if gains == "bits" else []),
-        *([Column("gain over unigram", gain)] if gains == "nats" else []),
+        Column(f"{report.confidence:.0%} CI", lambda r: fmt_interval(r.setting.estimate, digits=digits)),
+        *gain_columns.get(gains, []),
         Column("diverged", lambda r: r.setting.fails)
         if report.rule == CROSS_FITTED
-        else Column("fails", lambda r: fails_cell(r.setting)),
+        else Column("fails", lambda r: _fails_cell(r.setting)),
         Column("no result", lambda r: r.setting.without_result),
         Column("why", lambda r: "; ".join(f.describe() for f in r.why) or "—"),
         Column("note", lambda r: "baseline" if r.setting is report.baseline else ""),
     ]
 
 
-def fails_cell(s: Setting) -> str:
+def _fails_cell(s: Setting) -> str:
     """`1/4 [0.01, 0.81]`: its runs that failed, of those with a result, and the exact interval of the rate."""
     interval = s.fail_interval
     return f"{s.fails}/{len(s.results)}" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
 
 
 def gains_in(report: SweepReport) -> str | None:
-    """How the report reads losses against the reference levels: "nats" when every run shares them, "bits"
-    when its settings are on corpora of their own (nats are not comparable between vocabularies), else None
-    (and None when it compares steps or seconds to a level, not losses)."""
+    """How the settings table reads losses against the reference levels: "nats" when every run shares them,
+    "bits" when its settings are on corpora of their own, else None (and for steps or seconds to a level)."""
     if not report.metric.is_loss:
         return None
     if report.reference is not None:
@@ -96,18 +97,18 @@ def gains_in(report: SweepReport) -> str | None:
     return "bits" if references and None not in references else None
 
 
-def _reference_lines(report: SweepReport, cols: Sequence[str]) -> list[str]:
+def _reference_lines(report: SweepReport) -> list[str]:
     """The reference levels the settings' gains are measured from: the one split they share, or one row per
     corpus, named by the choices that tell the corpora apart."""
     if report.reference is not None:
         levels = report.reference
-        return [
+        return blocks(
             f"Reference levels of the validation split, estimated on the training split (nats/char): uniform "
             f"(ln V) {levels['uniform']:.4f}, unigram {levels['unigram']:.4f}, bigram {levels['bigram']:.4f}. "
             "A loss at the unigram level has learned the characters' frequencies and nothing of their "
-            "context; `gain over unigram` is how far below it a setting got.",
-            "",
-        ]
+            "context; `gain over unigram` is how far below it a setting got."
+        )
+    cols = report.swept_columns
     corpora: dict[tuple[tuple[str, float], ...], list[Setting]] = {}
     for s in report.settings:
         corpora.setdefault(tuple(sorted(s.reference.items())), []).append(s)
@@ -124,15 +125,13 @@ def _reference_lines(report: SweepReport, cols: Sequence[str]) -> list[str]:
         ),
         *(Column(f"{k} bits/char", lambda g, k=k: f"{g[0].reference[k] / math.log(2):.3f}") for k in LEVELS),
     ]
-    return [
+    return blocks(
         f"The settings are on {len(corpora)} corpora, each with its own reference levels (validation split, "
         "estimated on the training split). Their nats are not comparable between vocabularies, so the table "
         "also reads each mean in bits/char and as `gain over unigram` in bits/char: how far below its own "
         "corpus's unigram level (the characters' frequencies, nothing of their context) a setting got.",
-        "",
-        *md_table(columns, corpora.values()),
-        "",
-    ]
+        md_table(columns, corpora.values()),
+    )
 
 
 def _seeds_cell(t: PairedTests, _: Judgement) -> str:
@@ -147,114 +146,100 @@ def rates_cell(s: Setting) -> str:
 
 
 def _failures_cell(t: PairedTests, _: Judgement) -> str:
-    return (
-        t.failures.describe() if t.failures else f"0/{len(t.seeds)} vs 0/{len(t.seeds)}" if t.seeds else "—"
-    )
+    n = len(t.seeds)
+    return t.failures.describe() if t.failures else f"0/{n} vs 0/{n}" if n else "—"
 
 
 def _family_columns(report: SweepReport) -> list[Column]:
     """The family table's columns: a row per setting against the baseline, whose own row names it."""
-    base, digits, apart, pct = (
-        report.family_baseline,
-        report.metric.digits,
-        report.judged_apart,
-        f"{report.confidence:.0%}",
-    )
+    base, digits, apart = report.family_baseline, report.metric.digits, report.judged_apart
+    pct, delta = f"{report.confidence:.0%}", f"{report.min_effect:g}"
 
-    def judged(cell, on_base=""):  # a cell from a row's tests and judgement; the baseline's own row's
-        def of(s: Setting):
+    def judged(header: str, cell: Callable[..., object], on_base: object = "") -> Column:
+        def of(s: Setting) -> object:  # a cell of a row's tests and judgement; the baseline's own row's
             c = s.answer if apart else s.comparison
             return on_base if s is base else cell(c.tests, c.judgement)
 
-        return of
+        return Column(header, of)
 
     def paired_sd(t: PairedTests, j: Judgement) -> str:
         return fmt_number(
             j.power.sd if j.power else t.difference.sd if apart and t.difference else None, digits
         )
 
-    mean = Column("mean", lambda s: fmt_number(s.estimate.mean if s.estimate else None, digits))
+    mean = Column("mean", lambda s: fmt_mean(s.estimate, digits))
     tuned = [
         Column("rate", lambda s: shown(s.rate)),
         Column("tuned on", lambda s: ", ".join(s.tuned_on) or "—"),
     ]
+    rates = [*tuned, mean] if apart else [Column("rates chosen", rates_cell), mean]
     own = report.own_seeds
     base_seeds = len(base.results) if apart else sum(own is None or seed in own for seed in base.results)
     return [
         *choice_columns(report.shown_family_columns),
-        *(([*tuned, mean] if apart else [Column("rates chosen", rates_cell), mean]) if report.lr_varies else []),
-        Column("seeds", judged(_seeds_cell, base_seeds)),
-        Column("difference", judged(lambda t, _: fmt_number(t.difference.mean if t.difference else None, digits, signed=True), "baseline")),
-        Column(f"{pct} CI", judged(lambda t, _: fmt_interval(t.difference, signed=True, digits=digits))),
-        Column("p (Holm)", judged(lambda _, j: fmt_p(j.p_adjusted))),
-        Column("equivalence p (Holm)", judged(lambda _, j: fmt_p(j.p_equivalence_adjusted))),
-        Column("verdict", judged(lambda _, j: j.verdict)),
-        Column("diverged" if report.rule == CROSS_FITTED else "fails", judged(_failures_cell)),
-        Column("paired sd", judged(paired_sd)),
-        Column("resolves (80%)", judged(lambda _, j: fmt_number(j.power.resolvable if j.power else None, digits - 1))),
-        Column(f"seeds for ±{report.min_effect:g}", judged(lambda _, j: j.power.seeds_for_min_effect if j.power else "—")),
-        Column("eval SE", judged(lambda t, _: fmt_number(t.eval_se, 4) if t.eval_se is not None else "—")),
-    ]  # fmt: skip
+        *(rates if report.lr_varies else []),
+        judged("seeds", _seeds_cell, base_seeds),
+        judged("difference", lambda t, _: fmt_mean(t.difference, digits, signed=True), "baseline"),
+        judged(f"{pct} CI", lambda t, _: fmt_interval(t.difference, signed=True, digits=digits)),
+        judged("p (Holm)", lambda _, j: fmt_p(j.p_adjusted)),
+        judged("equivalence p (Holm)", lambda _, j: fmt_p(j.p_equivalence_adjusted)),
+        judged("verdict", lambda _, j: j.verdict),
+        judged("diverged" if report.rule == CROSS_FITTED else "fails", _failures_cell),
+        judged("paired sd", paired_sd),
+        judged("resolves (80%)", lambda _, j: fmt_number(j.power and j.power.resolvable, digits - 1)),
+        judged(f"seeds for ±{delta}", lambda _, j: j.power.seeds_for_min_effect if j.power else "—"),
+        judged("eval SE", lambda t, _: fmt_number(t.eval_se)),
+    ]
 
 
 def _family_heading(report: SweepReport) -> list[str]:
     """The family section's heading where the rate is tuned per setting, and how it was tuned."""
     if report.judged_apart:
-        return [
+        return blocks(
             "## Each setting at the rate its tuning seeds chose",
-            "",
             "Each setting's rate is chosen on its tuning seeds, the sweep's own: of the rates where the fewest of "
             "them failed, the one with the lowest mean over those that trained (`tuned on`: the seeds). It is "
             "judged only on other seeds run at that rate, which `scripts/add_seeds.py` adds: no seed both "
             "chooses a rate and is judged at it, which would flatter a setting whose optimum is broad. `mean`: "
             "over the judging seeds that trained.",
-            "",
-        ]
+        )
     if report.lr_varies:
-        return [
+        return blocks(
             "## Each setting at a cross-fitted learning rate",
-            "",
             "Each seed's result is taken at the rate with the lowest mean over the setting's *other* seeds "
             "(leave one seed out), so no seed both chooses the rate and is judged at it: picking the best "
             "rate on the runs it is judged on flatters a setting whose optimum is broad. `rates chosen` "
             "counts the seeds judged at each rate.",
-            "",
-        ]
+        )
     return []
 
 
 def _family_section(report: SweepReport) -> list[str]:
-    pct = f"{report.confidence:.0%}"
-    columns, base = report.shown_family_columns, report.family_baseline
+    base, named = report.family_baseline, report.shown_family_columns
     text = _family_heading(report)
     if report.ladder is not None:
-        return [
-            *text,
-            f"The baseline is judged at each {report.ladder.noun}: see *{ladder_title(report.ladder)}* below.",
-            "",
-        ]
+        noun, title = report.ladder.noun, ladder_title(report.ladder)
+        return text + blocks(f"The baseline is judged at each {noun}: see *{title}* below.")
     if base is None:
-        return [
-            *text,
+        return text + blocks(
             "No verdicts: no baseline was named. The best setting is not used as one: it is picked from the "
             "same runs it would be judged on, which tilts every other row toward `worse`. Name it with "
-            "`--baseline key=value[,key=value]`, or with `baseline:` in the experiment preset.",
-            "",
-        ]
+            "`--baseline key=value[,key=value]`, or with `baseline:` in the experiment preset."
+        )
     if not report.lr_varies:
-        text += [f"## Against the baseline `{base.label(columns)}`", ""]
-    compared = (s.answer if report.judged_apart else s.comparison for s in report.family)
-    rows = [s for s, c in zip(report.family, compared, strict=True) if s is base or c is not None]
-    text += [
-        f"Baseline `{base.label(columns)}` (named by {report.baseline_source}). Paired seed by seed: the mean "
-        f"of (setting − baseline) over the seeds both finished, with its {pct} interval; < 0 is "
-        f"{report.metric.lower}.",
-        "",
-        *md_table(_family_columns(report), rows),
-        "",
-        *_family_notes(report),
-        "",
+        text += blocks(f"## Against the baseline `{base.label(named)}`")
+    rows = [
+        s
+        for s in report.family
+        if s is base or (s.answer if report.judged_apart else s.comparison) is not None
     ]
+    text += blocks(
+        f"Baseline `{base.label(named)}` (named by {report.baseline_source}). Paired seed by seed: the mean "
+        f"of (setting − baseline) over the seeds both finished, with its {report.confidence:.0%} interval; < 0 "
+        f"is {report.metric.lower}.",
+        md_table(_family_columns(report), rows),
+        [*_family_notes(report), *cost_lines(report)],
+    )
     if report.design is not None and len(report.design.looks) > 1:
         text += added_section(report)
     return text
@@ -274,26 +259,25 @@ def _family_notes(report: SweepReport) -> list[str]:
         if cross_fitted
         else "paired t over the seeds both sides trained"
     )
-    failed = "diverged" if cross_fitted else "failed"
-    notes = [
-        f"One family: {tests} test{'s' if tests != 1 else ''} of difference ({test}; for {failed} seeds, "
-        f"McNemar's exact test), Holm-adjusted so that the chance of any false `better`/`worse` in the table "
-        f"is at most α = {report.alpha:g}; {equivalence} test{'s' if equivalence != 1 else ''} of equivalence "
-        f"(two one-sided tests within ±δ, δ = {delta} {units}, `--min-effect`), Holm-adjusted apart. `better, but by "
-        f"less than {delta}`: both. A difference below {1e-6:g} on every seed is `identical on every seed`. "
-        f"`resolves (80%)`: the smallest |difference| ({units}) these seeds find with 80% power at α/{max(1, tests)}; "
-        f"`seeds for ±{delta}`: the seeds a difference of δ would need. `eval SE`: the standard error the "
-        "final evaluation's finite set of windows adds to the difference (part of the seed interval already).",
+    return [
+        f"One family: {plural(tests, 'test')} of difference ({test}; for {'diverged' if cross_fitted else 'failed'} "
+        f"seeds, McNemar's exact test), Holm-adjusted so that the chance of any false `better`/`worse` in the table "
+        f"is at most α = {report.alpha:g}; {plural(equivalence, 'test')} of equivalence (two one-sided tests within "
+        f"±δ, δ = {delta} {units}, `--min-effect`), Holm-adjusted apart. `better, but by less than {delta}`: both. "
+        f"A difference below {1e-6:g} on every seed is `identical on every seed`. `resolves (80%)`: the smallest "
+        f"|difference| ({units}) these seeds find with 80% power at α/{max(1, tests)}; `seeds for ±{delta}`: the "
+        "seeds a difference of δ would need. `eval SE`: the standard error the final evaluation's finite set of "
+        "windows adds to the difference (part of the seed interval already).",
     ]
-    notes += cost_lines(report)
-    return notes
 
 
 def _method_lines(report: SweepReport) -> list[str]:
     """What the settings table compares, how its intervals and failures read, and what every run shares."""
     pct, metric = f"{report.confidence:.0%}", report.metric
     n_seeds = max((len(s.results) for s in report.settings), default=0)
-    seeds = f"{len(report.runs)} runs in {len(report.settings)} settings, up to {n_seeds} seed{'s' if n_seeds != 1 else ''} each"
+    seeds = (
+        f"{len(report.runs)} runs in {len(report.settings)} settings, up to {plural(n_seeds, 'seed')} each"
+    )
     compared = (
         f"Final validation loss (nats/char) of {seeds}: the mean over the final evaluation's windows "
         "(every validation window, or up to 4 per window a short run trained on; the runs table says how many), "
@@ -316,53 +300,41 @@ def _method_lines(report: SweepReport) -> list[str]:
         f"the rate, and the means are over the runs that {'trained' if metric.is_loss else 'reached it'}; a "
         "crashed or unfinished run has no result."
     )
-    text = [
-        f"{compared}Intervals are {pct} confidence intervals for the mean (Student t over seeds); {counted}",
-        "",
-    ]
     shared = {c: report.runs[0].choices.get(c, "—") for c in report.columns if c not in _run_columns(report)}
     shared |= report.common
-    if shared:
-        text += ["Shared by every run: " + " ".join(f"`{k}={shown(v)}`" for k, v in shared.items()), ""]
-    return text
-
-
-def _settings_section(report: SweepReport) -> list[str]:
-    cols = varying(report.setting_columns, [s.choices for s in report.settings])
-    gains = gains_in(report)
-    why = report.setting_why or [()] * len(report.settings)
-    rows = [_Ranked(n, s, w) for n, (s, w) in enumerate(zip(report.settings, why, strict=True), start=1)]
-    return [
-        "## Settings",
-        "",
-        *md_table(_settings_columns(report, cols, gains), rows),
-        "",
-        *(_reference_lines(report, cols) if gains else []),
-        "`why`: what the runs' curves show, with how many runs showed it and the step it began "
-        "(tinylm/analysis/diagnosis.py; docs/diagnosis.md has each threshold and its reason).",
-        "",
-    ]
+    shared_line = "Shared by every run: " + " ".join(f"`{k}={shown(v)}`" for k, v in shared.items())
+    return blocks(
+        f"{compared}Intervals are {pct} confidence intervals for the mean (Student t over seeds); {counted}",
+        *([shared_line] if shared else []),
+    )
 
 
 def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
     """The report as markdown: settings with intervals, the family of comparisons, `sections` (lines of
     markdown from elsewhere, e.g. the depth probe), every run."""
-    metric = report.metric
-    title = f"# Sweep report: {report.sweep_dir}" + ("" if metric.is_loss else f", {metric.noun}")
-    text = [title, "", *answer_section(report), *_method_lines(report), *_settings_section(report)]
-    if len(report.family) > 1:
-        text += _family_section(report)
+    metric, gains = report.metric, gains_in(report)
     counts = Counter(run.status for run in report.runs)
-    text += [
+    why = report.setting_why or [()] * len(report.settings)
+    ranked = [_Ranked(n, s, w) for n, (s, w) in enumerate(zip(report.settings, why, strict=True), start=1)]
+    text = [
+        f"# Sweep report: {report.sweep_dir}" + ("" if metric.is_loss else f", {metric.noun}"),
+        "",
+        *answer_section(report),
+        *_method_lines(report),
+        *blocks("## Settings", md_table(_settings_columns(report, gains), ranked)),
+        *(_reference_lines(report) if gains else []),
+        *blocks(
+            "`why`: what the runs' curves show, with how many runs showed it and the step it began "
+            "(tinylm/analysis/diagnosis.py; docs/diagnosis.md has each threshold and its reason)."
+        ),
+        *(_family_section(report) if len(report.family) > 1 else []),
         *sections,
-        "## Runs",
-        "",
-        *md_table(_runs_columns(report), enumerate(report.runs, start=1)),
-        "",
-        f"{len(report.runs)} runs: " + ", ".join(f"{n} {s}" for s, n in counts.items())
-        + ". bits/char = nats / ln 2; params without position embeddings; tokens/s and wall time depend on what "
-        "else ran on the machine.",
-    ]  # fmt: skip
+        *blocks("## Runs", md_table(_runs_columns(report), enumerate(report.runs, start=1))),
+        f"{len(report.runs)} runs: "
+        + ", ".join(f"{n} {s}" for s, n in counts.items())
+        + ". bits/char = nats / "
+        "ln 2; params without position embeddings; tokens/s and wall time depend on what else ran on the machine.",
+    ]
     return "\n".join(text) + "\n"
 
 
@@ -388,18 +360,21 @@ def _runs_columns(report: SweepReport) -> list[Column]:
         text = run.status if not run.error else f"{run.status}: {run.error}"
         return text if len(text) <= 120 else text[:117] + "..."
 
+    def of_run(header: str, cell: Callable[[RunSummary], object]) -> Column:
+        return Column(header, lambda row: cell(row[1]))
+
     return [
         Column("rank", lambda r: r[0] if r[1].result is not None else "—"),
-        Column("run", lambda r: r[1].name),
+        of_run("run", lambda run: run.name),
         *choice_columns(_run_columns(report), lambda r: r[1].choices),
-        Column("params", lambda r: "—" if r[1].params is None else f"{r[1].params:,}"),
-        *([Column(metric.noun, lambda r: reached(r[1]))] if metric.tag is not None else []),
-        Column("final val loss", lambda r: fmt_number(r[1].final_val_loss)),
-        Column("evaluated on", lambda r: r[1].evaluated),
-        Column("best val loss", lambda r: fmt_number(r[1].best_val_loss)),
-        Column("bits/char", lambda r: fmt_number(r[1].final_bpc, 3)),
-        Column("tokens/s", lambda r: "—" if r[1].tokens_per_s is None else f"{r[1].tokens_per_s:,.0f}"),
-        Column("wall time", lambda r: fmt_wall_time(r[1].wall_time_s)),
-        Column("steps", lambda r: steps(r[1])),
-        Column("status", lambda r: status(r[1])),
+        of_run("params", lambda run: "—" if run.params is None else f"{run.params:,}"),
+        *([of_run(metric.noun, reached)] if metric.tag is not None else []),
+        of_run("final val loss", lambda run: fmt_number(run.final_val_loss)),
+        of_run("evaluated on", lambda run: run.evaluated),
+        of_run("best val loss", lambda run: fmt_number(run.best_val_loss)),
+        of_run("bits/char", lambda run: fmt_number(run.final_bpc, 3)),
+        of_run("tokens/s", lambda run: "—" if run.tokens_per_s is None else f"{run.tokens_per_s:,.0f}"),
+        of_run("wall time", lambda run: fmt_wall_time(run.wall_time_s)),
+        of_run("steps", steps),
+        of_run("status", status),
     ]
