@@ -10,6 +10,7 @@ import json
 import math
 import runpy
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -73,9 +74,19 @@ def sweep_copy(grid_sweep, tmp_path) -> Path:
     return copy
 
 
-def test_report_ranks_the_four_runs_of_a_grid_and_plots_them(sweep_copy):
-    # The one fresh interpreter of scripts/report.py, as a user runs it; the other tests run it in-process.
-    result = run_script("report.py", str(sweep_copy), "--baseline", "norm=pre,act=gelu")
+@pytest.fixture(scope="module")
+def grid_report(grid_sweep, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """A copy of the grid with its report written (the depth probe included) by the one fresh interpreter of
+    scripts/report.py, as a user runs it; the other tests run it in-process. Read only by its tests."""
+    sweep_dir, result = grid_sweep
+    assert result.returncode == 0, result.stderr[-3000:]
+    copy = tmp_path_factory.mktemp("grid_report") / "sweep"
+    shutil.copytree(sweep_dir, copy)
+    return copy, run_script("report.py", str(copy), "--baseline", "norm=pre,act=gelu")
+
+
+def test_report_ranks_the_four_runs_of_a_grid_and_plots_them(grid_report):
+    sweep_copy, result = grid_report
     assert result.returncode == 0 and result.stderr == "", result.stderr[-3000:]
     markdown = (sweep_copy / REPORT_MD).read_text(encoding="utf-8")
     assert markdown in result.stdout
@@ -234,9 +245,9 @@ def test_report_on_a_directory_that_is_not_a_sweep_fails_in_one_line(grid_sweep,
         assert sorted(p.name for p in target.iterdir()) == before  # nothing written
 
 
-def test_the_report_probes_each_placement_at_initialisation_at_the_sweeps_own_shape(sweep_copy):
-    code, stderr = report_script(str(sweep_copy))
-    assert code == 0, stderr
+def test_the_report_probes_each_placement_at_initialisation_at_the_sweeps_own_shape(grid_report):
+    sweep_copy, result = grid_report
+    assert result.returncode == 0, result.stderr[-3000:]
     text = (sweep_copy / REPORT_MD).read_text(encoding="utf-8")
     rows = {(row["norm"], row["act"]): row for row in written_report(sweep_copy).probe}
     assert sorted(rows) == [("post", "gelu"), ("post", "swiglu"), ("pre", "gelu"), ("pre", "swiglu")]
