@@ -21,13 +21,13 @@ from tinylm.analysis.formats import (
     md_table,
     plural,
 )
-from tinylm.analysis.grouping import CROSS_FITTED, Setting, gain_over_unigram, setting_label, varying
+from tinylm.analysis.grouping import CROSS_FITTED, Setting, gain_over_unigram, varying
 from tinylm.analysis.metric import STEPS_TO
 from tinylm.analysis.render_answer import answer_section, ladder_title
 from tinylm.analysis.render_sections import added_section, cost_lines
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.runs import RunSummary
-from tinylm.analysis.verdicts import Judgement, family_size
+from tinylm.analysis.verdicts import Judgement
 from tinylm.analysis.why import Shared
 from tinylm.overrides import shown
 
@@ -108,29 +108,17 @@ def _reference_lines(report: SweepReport) -> list[str]:
             "A loss at the unigram level has learned the characters' frequencies and nothing of their "
             "context; `gain over unigram` is how far below it a setting got."
         )
-    cols = report.swept_columns
-    corpora: dict[tuple[tuple[str, float], ...], list[Setting]] = {}
-    for s in report.settings:
-        corpora.setdefault(tuple(sorted(s.reference.items())), []).append(s)
-    # The choices that hold within each corpus and differ between them (e.g. `data`) name it.
-    constant = [
-        c for c in cols if all(len({s.choices.get(c) for s in group}) == 1 for group in corpora.values())
-    ]
-    named = varying(constant, [group[0].choices for group in corpora.values()]) or list(cols)
     columns = [
-        Column("corpus", lambda group: setting_label(group[0].choices, named)),
-        *(
-            Column(f"{k} (ln V)" if k == "uniform" else k, lambda g, k=k: f"{g[0].reference[k]:.4f}")
-            for k in LEVELS
-        ),
-        *(Column(f"{k} bits/char", lambda g, k=k: f"{g[0].reference[k] / math.log(2):.3f}") for k in LEVELS),
+        Column("corpus", lambda corpus: corpus[0]),
+        *(Column(f"{k} (ln V)" if k == "uniform" else k, lambda c, k=k: f"{c[1][k]:.4f}") for k in LEVELS),
+        *(Column(f"{k} bits/char", lambda c, k=k: f"{c[1][k] / math.log(2):.3f}") for k in LEVELS),
     ]
     return blocks(
-        f"The settings are on {len(corpora)} corpora, each with its own reference levels (validation split, "
+        f"The settings are on {len(report.corpora)} corpora, each with its own reference levels (validation split, "
         "estimated on the training split). Their nats are not comparable between vocabularies, so the table "
         "also reads each mean in bits/char and as `gain over unigram` in bits/char: how far below its own "
         "corpus's unigram level (the characters' frequencies, nothing of their context) a setting got.",
-        md_table(columns, corpora.values()),
+        md_table(columns, report.corpora),
     )
 
 
@@ -157,7 +145,7 @@ def _family_columns(report: SweepReport) -> list[Column]:
 
     def judged(header: str, cell: Callable[..., object], on_base: object = "") -> Column:
         def of(s: Setting) -> object:  # a cell of a row's tests and judgement; the baseline's own row's
-            c = s.answer if apart else s.comparison
+            c = report.shown_comparison(s)
             return on_base if s is base else cell(c.tests, c.judgement)
 
         return Column(header, of)
@@ -173,12 +161,10 @@ def _family_columns(report: SweepReport) -> list[Column]:
         Column("tuned on", lambda s: ", ".join(s.tuned_on) or "—"),
     ]
     rates = [*tuned, mean] if apart else [Column("rates chosen", rates_cell), mean]
-    own = report.own_seeds
-    base_seeds = len(base.results) if apart else sum(own is None or seed in own for seed in base.results)
     return [
         *choice_columns(report.shown_family_columns),
         *(rates if report.lr_varies else []),
-        judged("seeds", _seeds_cell, base_seeds),
+        judged("seeds", _seeds_cell, report.baseline_seeds),
         judged("difference", lambda t, _: fmt_mean(t.difference, digits, signed=True), "baseline"),
         judged(f"{pct} CI", lambda t, _: fmt_interval(t.difference, signed=True, digits=digits)),
         judged("p (Holm)", lambda _, j: fmt_p(j.p_adjusted)),
@@ -228,11 +214,7 @@ def _family_section(report: SweepReport) -> list[str]:
         )
     if not report.lr_varies:
         text += blocks(f"## Against the baseline `{base.label(named)}`")
-    rows = [
-        s
-        for s in report.family
-        if s is base or (s.answer if report.judged_apart else s.comparison) is not None
-    ]
+    rows = [s for s in report.family if s is base or report.shown_comparison(s) is not None]
     text += blocks(
         f"Baseline `{base.label(named)}` (named by {report.baseline_source}). Paired seed by seed: the mean "
         f"of (setting − baseline) over the seeds both finished, with its {report.confidence:.0%} interval; < 0 "
@@ -246,10 +228,7 @@ def _family_section(report: SweepReport) -> list[str]:
 
 
 def _family_notes(report: SweepReport) -> list[str]:
-    shown_rows = [s.answer if report.judged_apart else s.comparison for s in report.family]
-    comparisons = [c for c in shown_rows if c is not None]
-    tests = family_size(comparisons)
-    equivalence = sum(c.tests.p_equivalence is not None for c in comparisons)
+    tests = report.family_tests
     delta, units = f"{report.min_effect:g}", report.metric.units
     cross_fitted = report.rule == CROSS_FITTED
     # Every stored report judged cross-fitted (report.json format 2) that has this table tuned its rate.
@@ -262,7 +241,7 @@ def _family_notes(report: SweepReport) -> list[str]:
     return [
         f"One family: {plural(tests, 'test')} of difference ({test}; for {'diverged' if cross_fitted else 'failed'} "
         f"seeds, McNemar's exact test), Holm-adjusted so that the chance of any false `better`/`worse` in the table "
-        f"is at most α = {report.alpha:g}; {plural(equivalence, 'test')} of equivalence (two one-sided tests within "
+        f"is at most α = {report.alpha:g}; {plural(report.equivalence_tests, 'test')} of equivalence (two one-sided tests within "
         f"±δ, δ = {delta} {units}, `--min-effect`), Holm-adjusted apart. `better, but by less than {delta}`: both. "
         f"A difference below {1e-6:g} on every seed is `identical on every seed`. `resolves (80%)`: the smallest "
         f"|difference| ({units}) these seeds find with 80% power at α/{max(1, tests)}; `seeds for ±{delta}`: the "
@@ -274,10 +253,7 @@ def _family_notes(report: SweepReport) -> list[str]:
 def _method_lines(report: SweepReport) -> list[str]:
     """What the settings table compares, how its intervals and failures read, and what every run shares."""
     pct, metric = f"{report.confidence:.0%}", report.metric
-    n_seeds = max((len(s.results) for s in report.settings), default=0)
-    seeds = (
-        f"{len(report.runs)} runs in {len(report.settings)} settings, up to {plural(n_seeds, 'seed')} each"
-    )
+    seeds = f"{len(report.runs)} runs in {len(report.settings)} settings, up to {plural(report.most_seeds, 'seed')} each"
     compared = (
         f"Final validation loss (nats/char) of {seeds}: the mean over the final evaluation's windows "
         "(every validation window, or up to 4 per window a short run trained on; the runs table says how many), "
@@ -313,7 +289,6 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
     """The report as markdown: settings with intervals, the family of comparisons, `sections` (lines of
     markdown from elsewhere, e.g. the depth probe), every run."""
     metric, gains = report.metric, gains_in(report)
-    counts = Counter(run.status for run in report.runs)
     why = report.setting_why or [()] * len(report.settings)
     ranked = [_Ranked(n, s, w) for n, (s, w) in enumerate(zip(report.settings, why, strict=True), start=1)]
     text = [
@@ -331,7 +306,7 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
         *sections,
         *blocks("## Runs", md_table(_runs_columns(report), enumerate(report.runs, start=1))),
         f"{len(report.runs)} runs: "
-        + ", ".join(f"{n} {s}" for s, n in counts.items())
+        + ", ".join(f"{n} {s}" for s, n in report.run_statuses.items())
         + ". bits/char = nats / "
         "ln 2; params without position embeddings; tokens/s and wall time depend on what else ran on the machine.",
     ]

@@ -16,7 +16,6 @@ from tinylm.analysis.plots import ForestRow, plot_ladder, plot_scale
 from tinylm.analysis.render import rates_cell
 from tinylm.analysis.render_answer import ladder_title
 from tinylm.analysis.report import SweepReport
-from tinylm.analysis.verdicts import Comparison, family_size
 
 SCALE_PNG = "scale.png"
 # Each design's difference from its level's baseline, a panel per level, with the verdicts.
@@ -51,14 +50,6 @@ def _difference_cell(d: Estimate, base: Setting, unigram: float | None, digits: 
         return text
     gain = gain_over_unigram(e.mean, unigram)
     return text + (f" ({d.mean / gain:+.1%} of the baseline's gain)" if gain > 0 else "")
-
-
-def shown_comparison(report: SweepReport, s: Setting) -> Comparison | None:
-    """The comparison a ladder's cell, family and figure show for `s`: when the rate was tuned on the sweep's
-    seeds and judged on others, the judging seeds' (the sweep's own chose the rate and test nothing)."""
-    if report.judged_apart and s.added is not None:
-        return s.added
-    return s.comparison
 
 
 def _in_bits(report: SweepReport, ladder: Ladder) -> bool:
@@ -100,7 +91,7 @@ def _mean_at(report: SweepReport, s: Setting, _: Rung, unigram: float | None) ->
 
 
 def _difference_at(report: SweepReport, s: Setting, rung: Rung, unigram: float | None) -> str:
-    c, added = shown_comparison(report, s), s.added
+    c, added = report.shown_comparison(s), s.added
     if c is None or c.tests.difference is None:
         return "—"
     also = f"; added seeds: {added.judgement.verdict}" if added is not None and added is not c else ""
@@ -148,9 +139,6 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
     paired difference with its interval and verdict, then the verdict across levels."""
     pct, noun, metric, shown = f"{report.confidence:.0%}", ladder.noun, report.metric, ladder.shown_columns
     across, along, rates, words = _words(report, ladder)
-    # The family the verdicts shown come from: a tuned ladder's judging seeds', not the sweep's own.
-    judged = [shown_comparison(report, s) for rung in ladder.rungs for s in rung.settings]
-    family = family_size([c for c in judged if c is not None])
     gain = " and its share of the baseline's gain over unigram (which compares across corpora)"
     designs = {s.key(ladder.columns): s for rung in ladder.rungs for s in rung.settings}
     return blocks(
@@ -163,7 +151,7 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
         _level_table(
             report, ladder.trends, lambda t: t.design, _difference_at, Column(across, lambda t: t.verdict)
         ),
-        f"Every {noun}'s comparisons are one family ({family} tests, Holm, α = {report.alpha:g}, δ = "
+        f"Every {noun}'s comparisons are one family ({report.family_tests} tests, Holm, α = {report.alpha:g}, δ = "
         f"{report.min_effect:g}{'' if metric.is_loss else ' ' + metric.units}). {words}",
     )
 
@@ -191,7 +179,7 @@ def draw_ladder_verdicts(report: SweepReport, ladder: Ladder, path: Path) -> Pat
         designs = {
             s.key(ladder.columns): ForestRow.of(s.label(shown), c.tests.difference, c.judgement.verdict)
             for s in rung.settings
-            if s is not rung.baseline and (c := shown_comparison(report, s)) is not None
+            if s is not rung.baseline and (c := report.shown_comparison(s)) is not None
         }
         rows = [
             ForestRow.of_baseline(rung.baseline.label(shown)),

@@ -1,19 +1,10 @@
 """A sweep, compared: which setting is better, by how much, and how sure that is (docs/sweeps.md).
-
-`build_report` is the one pass, in the order the modules go: read the runs as typed records (runs.py), group
-the settings that differ only in their seed (grouping.py), estimate and test (estimates.py), judge the family
-against its baseline or level by level (verdicts.py, ladder.py), judge a sequential design's added seeds apart
-(sequential_design.py), diagnose each run and explain each setting (diagnosis.py, why.py), size what
-is still open (sizing.py); then the `SweepReport` is built once from those parts, and nothing changes it.
-report.md, report.json and the figures are rendered from it (render.py, schema.py, plots.py). A run's
-result is its final validation loss, or by `--metric` the steps or seconds at which it reached a level
-(metric.py). A run that diverged or collapsed (or, by steps or seconds, never reached the level) fails: a
-result (+inf, the worst) counted apart; a crashed or unfinished one is none.
-"""
+`build_report` reads the runs, judges them and explains them in one pass, and builds the `SweepReport` once."""
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,15 +19,16 @@ from tinylm.analysis.grouping import (
     Rules,
     Setting,
     group_settings,
+    setting_label,
     tuned_settings,
     varying,
 )
 from tinylm.analysis.ladder import SCALE_KEY, Ladder, baseline_keys, judge_family
 from tinylm.analysis.metric import FINAL_LOSS, LOSS, STEPS_TO, TIME_TO, Metric
 from tinylm.analysis.runs import DESIGN_CHOICES, ReportError, RunSummary, read_runs, shared_reference
-from tinylm.analysis.sequential_design import Design, read_design
+from tinylm.analysis.sequential_design import Design, own_seeds, read_design
 from tinylm.analysis.sizing import Sizing, size_open_rows
-from tinylm.analysis.verdicts import ALPHA
+from tinylm.analysis.verdicts import ALPHA, Comparison, family_size
 from tinylm.analysis.why import Shared, WhyRow, run_failure, shared, still_learning, why_rows
 from tinylm.layout import DESIGN_FILE
 from tinylm.overrides import OverrideError, parse
@@ -69,22 +61,18 @@ class SweepReport:
     baseline_source: str | None = None  # where the baseline was named: --baseline or the runs' config
     design: Design | None = None
     reference: dict[str, float] | None = None  # the levels of the runs' validation split, when they share one
-    # A ladder: the family judged level by level along `axis` (tinylm/analysis/ladder.py), not against one
-    # baseline. `axis` is known before the verdicts: it decides whether the rate is tuned or a level.
-    axis: list[str] = field(default_factory=list)
+    axis: list[str] = field(default_factory=list)  # a ladder's: the family is judged level by level along it
     ladder: Ladder | None = None
     findings: dict[Path, list[Finding]] = field(default_factory=dict)  # each run's diagnosis, by its path
     # What each setting's runs show (the settings table's `why`), in the order of `settings`.
     setting_why: list[tuple[Shared, ...]] = field(default_factory=list)
-    # Each setting that lost or failed, and what its runs show.
-    why: list[WhyRow] = field(default_factory=list)
+    why: list[WhyRow] = field(default_factory=list)  # each setting that lost or failed, and what it shows
     # The family rows (choices) whose answer pairs only runs still improving at their end, both sides.
     still_learning: tuple[dict[str, Any], ...] = ()
     sizing: Sizing | None = None  # what resolving the open rows would take
     probe: list[dict[str, Any]] = field(default_factory=list)  # the depth probe at each of the runs' shapes
     rule: str = TUNED_THEN_JUDGED  # how rates were tuned and failures counted (grouping.CROSS_FITTED: before)
-    # What each run's result is: its final loss, or its steps or seconds to a level.
-    metric: Metric = FINAL_LOSS
+    metric: Metric = FINAL_LOSS  # a run's result: its final loss, or its steps or seconds to a level
     # The level each look after a sequential design's first judges at (None: it judges nothing); a Monte Carlo.
     look_levels: tuple[float | None, ...] = ()
     # Derived once, here, from the fields above (`_derived`): what every renderer reads.
@@ -101,6 +89,13 @@ class SweepReport:
     shown_family_columns: list[str] = field(init=False)  # the family's columns that vary between its rows
     # The axes the sweep varies: setting columns whose value differs between settings (a tuned rate is one).
     swept_columns: list[str] = field(init=False)
+    # The tests of difference, and of equivalence, in the family the report shows: what Holm divides α by.
+    family_tests: int = field(init=False)
+    equivalence_tests: int = field(init=False)
+    baseline_seeds: int = field(init=False)  # the family baseline's seeds its row counts (the sweep's own)
+    run_statuses: dict[str, int] = field(init=False)  # how many runs ended in each status
+    most_seeds: int = field(init=False)  # the most seeds any setting has a result for
+    corpora: list[tuple[str, dict[str, float]]] = field(init=False)  # `corpora_of`
 
     def __post_init__(self) -> None:
         for name, value in self._derived().items():
@@ -111,17 +106,30 @@ class SweepReport:
         family = self.tuned if lr_varies else self.settings
         family_base = self.tuned_baseline if lr_varies else self.baseline
         columns = family_columns_of(self.setting_columns, lr_varies)
-        ladder = self.ladder
+        ladder, apart = self.ladder, lr_varies and self.rule != CROSS_FITTED
+        shown = [c for s in family if (c := s.answer if apart else s.comparison) is not None]
+        own, counted = own_seeds(self.design), family_base.results if family_base is not None else {}
+        swept = varying(self.setting_columns, [s.choices for s in self.settings])
         return {
-            "lr_varies": lr_varies, "judged_apart": lr_varies and self.rule != CROSS_FITTED, "family": family,
+            "lr_varies": lr_varies, "judged_apart": apart, "family": family,
             "family_columns": columns, "family_baseline": family_base,
             "baselines": baselines_of(ladder, family_base),
             "baseline_keys": baseline_keys(family, family_base, ladder, columns),
-            "own_seeds": own_seeds(self.design),
+            "own_seeds": own,
             "rules": Rules(self.confidence, self.alpha, self.min_effect, lr_varies),
             "shown_family_columns": varying(columns, [s.choices for s in family]),
-            "swept_columns": varying(self.setting_columns, [s.choices for s in self.settings]),
+            "swept_columns": swept,
+            "family_tests": family_size(shown),
+            "equivalence_tests": sum(c.tests.p_equivalence is not None for c in shown),
+            "baseline_seeds": sum(apart or own is None or seed in own for seed in counted),
+            "run_statuses": dict(Counter(run.status for run in self.runs)),
+            "most_seeds": max((len(s.results) for s in self.settings), default=0),
+            "corpora": corpora_of(self.settings, swept) if self.reference is None else [],
         }  # fmt: skip
+
+    def shown_comparison(self, setting: Setting) -> Comparison | None:
+        """The comparison the report shows for `setting`: the judging seeds' where the rate is tuned apart."""
+        return setting.answer if self.judged_apart else setting.comparison
 
     def baseline_of(self, setting: Setting) -> Setting | None:
         """The setting `setting` is judged against: the family's baseline, or on a ladder its level's."""
@@ -130,6 +138,19 @@ class SweepReport:
         return next(
             (rung.baseline for rung in self.ladder.rungs if any(s is setting for s in rung.settings)), None
         )
+
+
+def corpora_of(settings: Sequence[Setting], columns: Sequence[str]) -> list[tuple[str, dict[str, float]]]:
+    """Settings on corpora of their own: each corpus's reference levels, named by the choices that hold within
+    each corpus and differ between them (e.g. `data`); [] where a setting has none."""
+    if not settings or any(s.reference is None for s in settings):
+        return []
+    groups: dict[tuple[tuple[str, float], ...], list[Setting]] = {}
+    for s in settings:
+        groups.setdefault(tuple(sorted(s.reference.items())), []).append(s)
+    constant = [c for c in columns if all(len({s.choices.get(c) for s in g}) == 1 for g in groups.values())]
+    named = varying(constant, [g[0].choices for g in groups.values()]) or list(columns)
+    return [(setting_label(g[0].choices, named), g[0].reference) for g in groups.values()]
 
 
 def rate_tuned(setting_columns: Sequence[str], axis: Sequence[str]) -> bool:
@@ -147,15 +168,8 @@ def baselines_of(ladder: Ladder | None, base: Setting | None) -> list[Setting]:
     return [rung.baseline for rung in ladder.rungs] if ladder else [base] if base else []
 
 
-def own_seeds(design: Design | None) -> tuple[str, ...] | None:
-    """With a sequential design, the sweep's own seeds (its first look), the only ones its verdicts use; None
-    without one (every seed is the sweep's own)."""
-    return design.first_seeds if design is not None and design.looks else None
-
-
 def parse_choices(text: str) -> dict[str, Any]:
-    """`norm=pre,act=gelu` -> {"norm": "pre", "act": "gelu"}; values typed as Hydra types overrides (so 1e-3
-    is the float 0.001, as in the runs' own records)."""
+    """`norm=pre,act=gelu` -> {"norm": "pre", "act": "gelu"}, each value typed as Hydra types overrides."""
     pairs = [part.strip() for part in text.split(",") if part.strip()]
     if not pairs or any("=" not in pair or pair.startswith("=") for pair in pairs):
         raise ReportError(
@@ -169,8 +183,7 @@ def parse_choices(text: str) -> dict[str, Any]:
 
 
 def parse_metric(text: str | None) -> Metric:
-    """`--metric`: `loss` (None: the default), `steps_to=1.88` or `time_to=1.88`; whether a run of the sweep
-    recorded that level is `recorded_metric`'s to say."""
+    """`--metric`: `loss` (None: the default), `steps_to=1.88` or `time_to=1.88`."""
     if text is None or text.strip() == LOSS:
         return FINAL_LOSS
     kind, equals, level = (part.strip() for part in text.partition("="))
@@ -226,11 +239,8 @@ def build_report(
     probe: bool = False,
     metric: str | None = None,
 ) -> SweepReport:
-    """The report of a sweep, in one pass: its runs, the settings that differ only in their seed, the family
-    judged against its baseline (or level by level along a ladder), the added seeds' verdicts, each run's
-    findings and what they explain, what resolving the open rows would take; `probe`: the depth probe at the
-    runs' shapes too (torch, seconds); `metric`: what a run's result is (`--metric`, default its final loss).
-    Each part is computed once, and the report built from them."""
+    """The report of a sweep: its runs, settings, verdicts, findings and what they explain; `probe`: the depth
+    probe at the runs' shapes too (torch, seconds); `metric`: what a run's result is (`--metric`)."""
     sweep_dir = Path(sweep_dir)
     measured = parse_metric(metric)
     runs = read_runs(sweep_dir, curve, measured)
@@ -260,9 +270,8 @@ def resolve(
     min_effect: float | None,
     metric: Metric,
 ) -> Scope:
-    """The report's scope from its options (`--baseline`, `--ladder`, `--min-effect`, `--metric`), the
-    experiment's and a sequential design's, each name parsed once; a ReportError where an option contradicts
-    the design its added seeds were judged under (its verdicts hold only for that)."""
+    """The report's scope from its options, the experiment's and a sequential design's; a ReportError where an
+    option contradicts the design its added seeds were judged under."""
     added = "this sweep's seeds were added"
     if design is not None and not metric.is_loss:
         raise ReportError(
@@ -300,9 +309,8 @@ def resolve(
 def judge(
     runs: Sequence[RunSummary], findings: dict[Path, list[Finding]], scope: Scope
 ) -> tuple[list[Setting], list[Setting], Setting | None, Ladder | None]:
-    """The settings (failed runs counted apart), the family (each setting at its tuned rate when the rate is
-    tuned: chosen on the sweep's own seeds, judged on those added since), its baseline and its ladder, judged
-    against the baseline (no verdicts without one), with a sequential design's added seeds judged apart."""
+    """The settings, the family (each setting at its tuned rate where the rate is tuned), its baseline and its
+    ladder, judged against the baseline (no verdicts without one)."""
     rules, columns = scope.rules, scope.family_columns
     failed = {path for path, found in findings.items() if run_failure(found) is not None}
     settings = group_settings(runs, scope.setting_columns, rules.confidence, failed)
@@ -323,8 +331,7 @@ def explain(
     findings: dict[Path, list[Finding]],
     scope: Scope,
 ) -> dict[str, Any]:
-    """What the runs' findings explain (each setting's, and each row that lost or failed), the rows whose runs
-    were all still learning, what resolving the open rows would take, and the levels a design's looks judge at."""
+    """The `SweepReport` fields the runs' findings and the verdicts give: the *Why*s, sizing and look levels."""
     rules, design = scope.rules, scope.design
     explained = (family, scope.family_columns) if len(family) > 1 else (settings, scope.setting_columns)
     horizon = design.horizon if design is not None else None
@@ -341,8 +348,7 @@ def explain(
 
 
 def run_columns(runs: Sequence[RunSummary]) -> tuple[list[str], dict[str, Any]]:
-    """The choices shown per run (the design choices, then every override that varies) and the overrides
-    every run shares."""
+    """The choices shown per run (the design choices, then every override that varies), and those all share."""
     keys = list(DESIGN_CHOICES) + sorted({k for r in runs for k in r.choices} - set(DESIGN_CHOICES))
     varied = [k for k in keys if len({r.choices.get(k) for r in runs}) > 1]
     columns = list(DESIGN_CHOICES) + [k for k in varied if k not in DESIGN_CHOICES]
@@ -357,10 +363,8 @@ def ladder_axis(
     wanted: dict[str, Any] | None,
     design: Sequence[str] | None = None,
 ) -> list[str]:
-    """The choices the report judges level by level: --ladder, the axis a sequential design's looks were
-    judged along (`design`), the experiment's `ladder:`, or `size` when the sweep varies it and the baseline
-    does not name it (the scale ladder's runs predate `ladder:`); [] for none. Each must vary in the sweep,
-    and the baseline names the design only, not a level."""
+    """The choices judged level by level: --ladder, a sequential design's, the experiment's `ladder:`, or `size`
+    where the sweep varies it and the baseline does not name it (older scale ladders); [] for none."""
     named = {run.ladder for run in runs if run.ladder}
     if not flag and not design and len(named) > 1:
         raise ReportError(
@@ -393,8 +397,7 @@ def ladder_axis(
 def named_baseline(
     flag: str | None, runs: Sequence[RunSummary], design: Design | None
 ) -> tuple[str | None, str | None]:
-    """The baseline and who named it: --baseline, the sequential design, or the experiment's `baseline:`
-    (in every run's config). Never the best setting: that is picked from the data it would then judge."""
+    """The baseline and who named it: --baseline, the sequential design, or the experiment's `baseline:`."""
     if flag:
         return flag, "--baseline"
     if design is not None:
