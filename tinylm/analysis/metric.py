@@ -1,9 +1,5 @@
-"""What a report compares each run on (`scripts/report.py --metric`): its final validation loss (the default),
-or the optimizer steps (`steps_to=LEVEL`) or the training seconds (`time_to=LEVEL`) at which its validation
-loss first reached LEVEL nats/char: metrics.json's `target/<level>/step` and `target/<level>/time_s`
-(tinylm/training/callbacks/targets.py). The statistics are the same for each: a completed run that never
-reached the level fails, as a diverged one does, counted apart with its result +inf (`RunSummary.result`).
-`report.parse_metric` reads the flag; the renderers read the words here and compute nothing."""
+"""What a report compares each run on (`--metric`): its final validation loss (the default), or the optimizer
+steps or training seconds at which its validation loss first reached a level (metrics.json's `target/...`)."""
 
 from __future__ import annotations
 
@@ -30,7 +26,7 @@ class Metric:
 
     @property
     def flag(self) -> str:
-        """As `--metric` names it and report.json records it: `loss`, `steps_to=1.88`."""
+        """As `--metric` names it: `loss`, `steps_to=1.88`."""
         return self.kind if self.level is None else f"{self.kind}={self.level:g}"
 
     @property

@@ -1,16 +1,8 @@
-"""report.json: the report value through one schema, both ways (`to_json`, `from_json`), so that
-`python scripts/report.py --from-json PATH/report.json` renders the same report.md from it alone.
-
-cattrs (un)structures the report's frozen stdlib dataclasses from their own type hints, with no second
-declaration of them (msgspec would need its own Structs; pydantic, models or TypeAdapters over a compiled core).
-The json follows the types, with three exceptions declared here: a value is written once and named elsewhere
-(a setting's runs by name; a baseline, a level's settings and a *Why* row's setting by the setting's
-choices); the runs' curves and the settings' per-window losses are left out (too long; only the figures
-read them, and a report read back draws none of those); non-finite floats are the strings "inf"/"nan".
-A settings row also carries, for readers, its `seeds` (`judged_on` for a tuned row) and `fails`.
-
-`upgrade` turns a report.json of an earlier `format` into the current one; nothing else knows old formats.
-"""
+"""report.json: the report value through one schema, both ways (`to_json`, `from_json`); `upgrade` reads
+an earlier `format`. cattrs (un)structures the stdlib dataclasses from their own type hints, with no second
+declaration (msgspec would need its own Structs; pydantic, models or TypeAdapters over a compiled core).
+The json follows the types, but: a setting is written once and named elsewhere by its choices (its runs by
+name); curves and per-window losses are left out (only the figures read them); non-finite floats are strings."""
 
 from __future__ import annotations
 
@@ -74,9 +66,8 @@ _KEPT = ("sweep_dir", "columns", "common", "setting_columns", "confidence", "alp
 
 
 def upgrade(old: dict[str, Any]) -> dict[str, Any]:
-    """A report.json of an earlier format (2 to 5) as this one writes it. What those lack is derived from what
-    they hold, as `build_report` derives it: the runs of each *Why* finding (from the runs' stored findings),
-    the rows whose runs were all still learning, and the level each look of a sequential design judges at."""
+    """A report.json of an earlier format (2 to 5) as this one writes it; what those lack is derived from what
+    they hold, as `build_report` derives it."""
     version = int(old.get("format", 1))
     if version >= FORMAT:
         return old
@@ -138,8 +129,7 @@ def _why(row: Mapping[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _seeds(found: Shared, setting: Setting, report: SweepReport) -> list[str]:
-    """A *Why* finding's seeds, for a report.json written before each one named them: those of its row's
-    judged runs whose stored findings show it, where as many do as it counts (else none is named)."""
+    """An older *Why* finding's seeds: its row's judged runs whose findings show it, if as many as it counts."""
     if found.seeds:
         return list(found.seeds)
     showed = [
@@ -155,8 +145,7 @@ def _key(choices: Mapping[str, Any]) -> frozenset[tuple[str, Any]]:
 
 
 def _converter(runs: Mapping[str, RunSummary] | None) -> Converter:
-    """The schema: for writing (`runs` None), or for reading a report whose runs are `runs`, by name; each
-    setting it reads is the one its references name, by its choices (a setting's choices are its own)."""
+    """The schema: for writing (`runs` None), or for reading a report whose runs are `runs`, by name."""
     c = Converter()
     read: dict[frozenset[tuple[str, Any]], Setting] = {}
     c.register_structure_hook(float, lambda v, _: float(v))  # "inf", "nan"
@@ -199,5 +188,5 @@ def _remembered(made: Any, read: dict[frozenset[tuple[str, Any]], Setting]) -> A
 
 
 def _row(c: Converter, setting: Setting, seeds: str) -> dict[str, Any]:
-    """A settings row with, for readers, its seeds (a tuned row's: those it is judged on) and its failures."""
+    """A settings row with, for readers, its seeds (a tuned row's: those judged on) and its failures."""
     return c.unstructure(setting, Setting) | {seeds: list(setting.seeds), "fails": setting.fails}

@@ -1,7 +1,5 @@
-"""`write_report`: the files `scripts/report.py` writes into a sweep directory. The report is assembled once
-(`tinylm.analysis.report.build_report`), then rendered: its text (`tinylm.analysis.render`, with the ladder's
-section), its json (`tinylm.analysis.schema`) and its figures (`tinylm.analysis.plots`) meet only here.
-`write_from_json` renders report.md again from a report.json alone."""
+"""The files `scripts/report.py` writes into a sweep directory: the report value rendered as report.md,
+report.json and figures (`write_report`), or report.md again from a report.json alone (`write_from_json`)."""
 
 from __future__ import annotations
 
@@ -45,10 +43,8 @@ def write_report(
     ladder: str | None = None,
     metric: str | None = None,
 ) -> tuple[str, list[Path]]:
-    """Build the report and write report.md, report.json and report.png (or `report_<curve>.png` for another
-    scalar than the validation loss), lr_sensitivity.png when the learning rate varies, scale.png for a scale
-    ladder and why_<quantity>.png for each health curve a diagnosis names, into the sweep directory; returns
-    the markdown and the paths written. `metric`: what each run's result is (`--metric`)."""
+    """Build the report and write report.md, report.json, report.png (`report_<curve>.png` for another curve)
+    and the figures its value calls for into the sweep directory; returns the markdown and the paths written."""
     report = build_report(
         sweep_dir, baseline, curve=curve, min_effect=min_effect, ladder=ladder, probe=True, metric=metric
     )
@@ -91,8 +87,7 @@ def report_markdown(report: SweepReport) -> str:
 
 
 def write_from_json(path: str | Path) -> tuple[str, list[Path]]:
-    """report.md written again beside `path` (a report.json) from it alone, with the figures that need no
-    curves (lr_sensitivity.png, ladder.png, scale.png); a report.md that reads differently moves aside first."""
+    """report.md written again beside `path` (a report.json) from it alone, with the figures that need no curves."""
     path = Path(path)
     if not path.is_file():
         raise ReportError(
@@ -116,8 +111,8 @@ def _write_markdown(report: SweepReport, directory: Path, files: list[Path]) -> 
 
 
 def keep_previous(sweep_dir: Path, text: str, files: list[Path]) -> Path | None:
-    """Before a report is replaced by one that reads differently, move it and the files written with it to
-    previous_reports/<its time>/: a user's verdicts are never rewritten without a copy. Returns that folder."""
+    """Move a report that a new one reads differently from, with `files`, to previous_reports/<its time>/: a
+    user's verdicts are never rewritten without a copy. Returns that folder."""
     current = sweep_dir / REPORT_MD
     if not current.is_file() or current.read_text(encoding="utf-8") == text:
         return None
