@@ -46,7 +46,6 @@ def fmt_duration(seconds: float) -> str:
 
 
 def plural(count: int, noun: str) -> str:
-    """`1 seed`, `3 seeds`."""
     return f"{count} {noun}{'s' if count != 1 else ''}"
 
 

@@ -81,7 +81,6 @@ def _settings_columns(report: SweepReport, gains: str | None) -> list[Column]:
 
 
 def _fails_cell(s: Setting) -> str:
-    """`1/4 [0.01, 0.81]`: its runs that failed, of those with a result, and the exact interval of the rate."""
     interval = s.fail_interval
     return f"{s.fails}/{len(s.results)}" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
 
@@ -139,7 +138,6 @@ def _failures_cell(t: PairedTests, _: Judgement) -> str:
 
 
 def _family_columns(report: SweepReport) -> list[Column]:
-    """The family table's columns: a row per setting against the baseline, whose own row names it."""
     base, digits, apart = report.family_baseline, report.metric.digits, report.judged_apart
     pct, delta = f"{report.confidence:.0%}", f"{report.min_effect:g}"
 
@@ -179,7 +177,6 @@ def _family_columns(report: SweepReport) -> list[Column]:
 
 
 def _family_heading(report: SweepReport) -> list[str]:
-    """The family section's heading where the rate is tuned per setting, and how it was tuned."""
     if report.judged_apart:
         return blocks(
             "## Each setting at the rate its tuning seeds chose",
@@ -318,7 +315,6 @@ def _run_columns(report: SweepReport) -> list[str]:
 
 
 def _runs_columns(report: SweepReport) -> list[Column]:
-    """The runs table's columns, over (rank, run) rows: runs with a result come first, ranked by it."""
     metric = report.metric
 
     def reached(run: RunSummary) -> str:

@@ -70,9 +70,8 @@ def answer_section(report: SweepReport) -> list[str]:
 
 
 def _answer_words(report: SweepReport, s: Setting, base: Setting) -> str:
-    """One comparison's answer: its verdict, difference, interval and seeds; over the runs that trained, with
-    how often each side failed, and why it disagrees with the settings table where it does (a report judged
-    cross-fitted, `CROSS_FITTED`: its verdict, difference, interval and seeds only)."""
+    """One comparison's answer: its verdict, difference, interval and seeds; how often each side failed, and why
+    it disagrees with the settings table where it does (a report judged `CROSS_FITTED`: the first four only)."""
     c, cross, digits = s.answer, report.rule == CROSS_FITTED, report.metric.digits
     d, n, verdict = c.tests.difference, len(c.tests.seeds), c.judgement.verdict
     if not n and not cross:
@@ -110,7 +109,6 @@ def ladder_title(ladder: Ladder) -> str:
 
 
 def _ladder_answer(report: SweepReport) -> list[str]:
-    """A ladder's answer: per design, its verdict across the levels (which names each level's verdict)."""
     ladder, shown, axis = report.ladder, report.ladder.shown_columns, ", ".join(report.ladder.axis)
     base = ladder.rungs[0].baseline.label(shown)
     unjudged = report.judged_apart and any(

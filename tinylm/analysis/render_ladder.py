@@ -40,10 +40,8 @@ def _mean_cell(mean: float, unigram: float | None, digits: int) -> str:
 
 
 def _difference_cell(d: Estimate, base: Setting, unigram: float | None, digits: int) -> str:
-    """A difference from the level's baseline `base` with its interval, in nats (the unit δ and the verdicts
-    are in); with `unigram` (levels on different corpora), also as a share of the baseline's gain over that
-    unigram level, which compares across corpora. A share of a gain means something only when the baseline
-    got below unigram."""
+    """A difference and its interval in nats; with `unigram` (levels on different corpora), also as a share of
+    the baseline's gain over that unigram level, which compares across corpora (only where it got below it)."""
     text = f"{fmt_number(d.mean, digits, signed=True)} {fmt_interval(d, signed=True, digits=digits)}"
     e = base.estimate
     if unigram is None or e is None or not math.isfinite(e.mean) or not math.isfinite(d.mean):
@@ -53,7 +51,6 @@ def _difference_cell(d: Estimate, base: Setting, unigram: float | None, digits: 
 
 
 def _in_bits(report: SweepReport, ladder: Ladder) -> bool:
-    """Levels on corpora of their own: nats are not comparable between vocabularies (steps to a level are)."""
     return ladder.in_bits and report.metric.is_loss
 
 

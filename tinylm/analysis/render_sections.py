@@ -157,7 +157,6 @@ def why_section(report: SweepReport) -> list[str]:
 
 
 def _sentence(f: Shared) -> str:
-    """One finding of a *Why* row: how many runs showed it, whose numbers it gives, and where it shows."""
     name = quantity(f.example.tag)
     where = f"`{f.example.tag}`" + (f", {why_figure(name)}" if name else "")
     return f"{f.kind} in {f.count}/{f.of} runs{_seeds(f)} ({_example(f)}{f.example.evidence}; {where})"
@@ -174,7 +173,6 @@ def _seeds(f: Shared) -> str:
 
 
 def _example(f: Shared) -> str:
-    """Whose numbers a finding's sentence gives and from which step (`e.g. seed 1, from step 100: `)."""
     named = "" if f.count == 1 and _seeds(f) else f"seed {f.seed}" if f.count == 1 else f"e.g. seed {f.seed}"
     began = f"from step {f.example.step}" if f.example.step is not None else ""
     head = ", ".join(part for part in (named, began) if part)
