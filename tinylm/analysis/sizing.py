@@ -1,8 +1,6 @@
-"""What resolving the open rows would take: per row, the seeds that find its observed difference (or δ, when
-that is smaller: below δ the answer sought is equivalence, which needs about as many) with 80% power at the
-level the row is judged at; the runs and run time that adds, at the runs' own median wall times. Computed
-once into the report; where a sequential design judges the row on its added seeds, sized on those and held
-against the design's horizon (the most added seeds it allows)."""
+"""What resolving the open rows would take: per row, the seeds that find its difference (or δ, if smaller)
+with 80% power at its level, and the runs and run time they add; a row a sequential design judges on added
+seeds sized on those, up to the design's horizon."""
 
 from __future__ import annotations
 
@@ -16,9 +14,8 @@ from tinylm.analysis.grouping import Setting
 
 @dataclass(frozen=True)
 class RowSize:
-    """One open row: `needed` seeds (None: too few finished seeds to size it), of which it `has` some; the
-    `more` that adds with the baseline's, as `runs` and `seconds`. `added`: counted in the sequential design's
-    added seeds, whose `horizon` is the most it allows."""
+    """One open row: `needed` seeds (None: too few finished to size it), of which it `has` some, and the
+    `more` that adds as `runs` and `seconds`; `added`: counted in the sequential design's, up to `horizon`."""
 
     design: dict[str, Any]
     needed: int | None
@@ -37,9 +34,8 @@ class RowSize:
 
 @dataclass(frozen=True)
 class Sizing:
-    """Every open row's size, and the runs and run time all of them take together (the baseline's new seeds,
-    shared by the rows, counted once). `every_rate`: each new seed at every rate of a setting, as a report of
-    the cross-fitted rule sized them (a report.json of that rule holds it; the report now runs each once)."""
+    """Every open row's size, and the runs and run time of all of them (the baseline's counted once).
+    `every_rate`: each new seed run at every rate, as reports of the cross-fitted rule sized them."""
 
     rows: tuple[RowSize, ...]
     runs: int
@@ -49,24 +45,25 @@ class Sizing:
 
 
 def size_open_rows(
-    family: list[Setting], baseline: Setting | None, columns: list[str], min_effect: float, horizon: int | None,
+    family: list[Setting],
+    baseline: Setting | None,
+    columns: list[str],
+    min_effect: float,
+    horizon: int | None,
     alpha: float,
-) -> Sizing | None:  # fmt: skip
-    """`horizon`: the most added seeds of the report's sequential design (None without one); a row judged only
-    on added seeds is sized at α / the open rows."""
+) -> Sizing | None:
+    """`horizon`: the most added seeds of the sequential design (None without one); a row judged only on added
+    seeds is sized at α / the open rows."""
     # A tuned row not yet judged has no spread to size it by: its first judging seeds give one.
-    open_rows = [
-        s for s in family if s is not baseline and s.answer and not s.answer.resolved and s.answer.tests.seeds
-    ]
+    answers = [(s, s.answer) for s in family if s is not baseline]
+    open_rows = [s for s, c in answers if c and not c.resolved and c.tests.seeds]
     if not open_rows or baseline is None:
         return None
     sized = [_size(s, columns, min_effect, horizon, alpha / len(open_rows)) for s in open_rows]
     rows = tuple(row for row in sized if row is not None)
-    # The baseline's new seeds are shared by the rows: the most any row needs, counted once.
-    runs, seconds = run_cost(baseline, max((row.more for row in rows), default=0))
-    return Sizing(
-        rows, runs + sum(r.runs for r in rows), seconds + sum(r.seconds for r in rows), False, len(open_rows)
-    )
+    more = max((row.more for row in rows), default=0)  # the baseline's new seeds, shared by the rows
+    runs, seconds = more + sum(r.runs for r in rows), _seconds(baseline, more) + sum(r.seconds for r in rows)
+    return Sizing(rows, runs, seconds, False, len(open_rows))
 
 
 def _size(
@@ -86,13 +83,12 @@ def _size(
         return None
     has = len((added or c).tests.seeds)
     more = max(0, needed - has)
-    if added is not None and horizon is not None:  # the design stops at its horizon, resolved or not
+    if added is not None:  # the design stops at its horizon, resolved or not
         more = min(more, max(0, horizon - has))
-    runs, seconds = run_cost(s, more)
-    return RowSize(design, needed, has, more, runs, seconds, added is not None, horizon)
+    return RowSize(design, needed, has, more, more, _seconds(s, more), added is not None, horizon)
 
 
-def run_cost(s: Setting, seeds: int) -> tuple[int, float]:
-    """The runs `seeds` more seeds of `s` take (one each), and their run time at its runs' median wall time."""
+def _seconds(s: Setting, seeds: int) -> float:
+    """The run time of `seeds` more runs of `s`, at its runs' median wall time."""
     times = [run.wall_time_s for run in s.runs if run.wall_time_s is not None]
-    return seeds, seeds * (statistics.median(times) if times else 0.0)
+    return seeds * (statistics.median(times) if times else 0.0)
