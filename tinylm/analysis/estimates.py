@@ -1,10 +1,6 @@
-"""The tests of one comparison (docs/sweeps.md): a mean over seeds with its Student-t interval; a setting
-against a baseline, paired seed by seed, with a test of difference and a test of equivalence within ±δ over
-the seeds both sides trained, and McNemar's exact test of how often each side failed; the power its seeds have.
-
-Lower is better (validation losses); a failed run (diverged or collapsed) counts as +inf. The tests come from
-scipy and statsmodels; a family's verdicts are tinylm/analysis/verdicts.py's.
-"""
+"""The tests of one comparison (docs/sweeps.md): a mean with its Student-t interval, a setting paired seed by
+seed with its baseline (t test, TOST within ±δ, McNemar's exact test of failures), and the power its seeds have.
+Lower is better; a failed run counts as +inf."""
 
 from __future__ import annotations
 
@@ -27,14 +23,14 @@ MIN_EFFECT = 0.01  # nats/char: δ, the smallest difference worth a claim (repor
 POWER = 0.8  # the power the "resolves" and "seeds for ±δ" columns are computed at
 IDENTICAL = 1e-6  # differences below this are float32 rounding of a loss, not design (docs/sweeps.md)
 
-# Each side's per-window losses of the final evaluation, by seed.
-WindowLosses = tuple[Mapping[Hashable, Sequence[float]], Mapping[Hashable, Sequence[float]]]
+Windows = Mapping[Hashable, Sequence[float]]  # per-window losses of the final evaluation, by seed
+WindowLosses = tuple[Windows, Windows]  # each side's
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """The mean of `n` values, their standard deviation (n - 1) and a two-sided confidence interval for the
-    mean (Student t with n - 1 degrees of freedom). With one value, or a non-finite one, only the mean."""
+    """The mean of `n` values, their sd and the mean's two-sided Student-t interval at `confidence` (with one
+    value, or a non-finite one, the mean alone)."""
 
     mean: float
     n: int
@@ -53,9 +49,8 @@ def estimate(values: Sequence[float], confidence: float = 0.95) -> Estimate:
         raise ValueError("no values to estimate from")
     n = len(values)
     if not all(math.isfinite(v) for v in values):
-        return Estimate(
-            math.inf if any(v == math.inf for v in values) else math.nan, n, confidence=confidence
-        )
+        found = math.inf if any(v == math.inf for v in values) else math.nan
+        return Estimate(found, n, confidence=confidence)
     mean = statistics.fmean(values)
     if n == 1:
         return Estimate(mean, 1, confidence=confidence)
@@ -68,8 +63,7 @@ def estimate(values: Sequence[float], confidence: float = 0.95) -> Estimate:
 
 @dataclass(frozen=True)
 class Failures:
-    """How many of the `n` seeds both sides ran failed on each side, and McNemar's exact test of the
-    difference (a binomial test on the seeds where exactly one side failed)."""
+    """How many of the `n` seeds both sides ran failed on each side, and McNemar's exact p-value."""
 
     mine: int
     theirs: int
@@ -82,8 +76,7 @@ class Failures:
 
 @dataclass(frozen=True)
 class Power:
-    """What the seeds of a comparison can resolve: the smallest |difference| they find with `POWER` at the
-    level the row is judged at, and the seeds a difference of δ would need."""
+    """The smallest |difference| the seeds find with `POWER` at `level`, and the seeds δ would need."""
 
     sd: float
     level: float
@@ -93,9 +86,8 @@ class Power:
 
 @dataclass(frozen=True)
 class PairedTests:
-    """A setting against the baseline over the seeds both have. `difference` is the mean of (setting -
-    baseline) over the seeds both finished (< 0: the setting reaches a lower loss); the p-values are the
-    paired t test of no difference and the paired two one-sided tests (TOST) of a difference inside ±δ."""
+    """A setting against the baseline over the seeds both have: the mean of (setting - baseline) over those
+    both finished, the paired t test's p-value and the TOST p-value of a difference within ±δ."""
 
     seeds: tuple[Hashable, ...]
     unmatched: tuple[Hashable, ...] = ()  # seeds only one side has: said, not used
@@ -115,13 +107,12 @@ def paired_tests(
     confidence: float = 0.95,
     window_losses: WindowLosses | None = None,
 ) -> PairedTests:
-    """Pair `values` with `baseline` seed by seed (keys are seeds) and run the tests (a family's judgement of
-    them is `verdicts.judge`'s); `window_losses` (each side's per-window losses by seed) adds the evaluation
-    set's standard error."""
+    """`values` paired with `baseline` by seed (the keys) and tested; `window_losses` adds the eval SE."""
     seeds = tuple(sorted(set(values) & set(baseline), key=str))
     unmatched = tuple(sorted(set(values) ^ set(baseline), key=str))
     finished = [s for s in seeds if math.isfinite(values[s]) and math.isfinite(baseline[s])]
-    failures = failure_test(values, baseline, seeds) if len(finished) < len(seeds) else None
+    failed = [(not math.isfinite(values[s]), not math.isfinite(baseline[s])) for s in seeds]
+    failures = _failures(failed) if len(finished) < len(seeds) else None
     if not finished:
         return PairedTests(seeds, unmatched, failures=failures)
     mine, theirs = np.array([values[s] for s in finished]), np.array([baseline[s] for s in finished])
@@ -136,27 +127,16 @@ def paired_tests(
     )  # fmt: skip
 
 
-def failure_test(
-    values: Mapping[Hashable, float], baseline: Mapping[Hashable, float], seeds: Sequence[Hashable]
-) -> Failures:
-    """How often each side failed (+inf) on `seeds`, and McNemar's exact test of the difference."""
-    mine = [not math.isfinite(values[s]) for s in seeds]
-    theirs = [not math.isfinite(baseline[s]) for s in seeds]
-    only_mine = sum(a and not b for a, b in zip(mine, theirs, strict=True))
-    only_theirs = sum(b and not a for a, b in zip(mine, theirs, strict=True))
-    both = sum(a and b for a, b in zip(mine, theirs, strict=True))
-    # McNemar's table (rows: mine trained, failed; columns: theirs); only its discordant cells count.
-    table = [[len(seeds) - only_mine - only_theirs - both, only_theirs], [only_mine, both]]
-    return Failures(sum(mine), sum(theirs), len(seeds), float(mcnemar(table, exact=True).pvalue))
+def _failures(failed: Sequence[tuple[bool, bool]]) -> Failures:
+    """How often each side failed, and McNemar's exact test (it reads only the seeds where one side did)."""
+    only_mine, only_theirs = sum(a and not b for a, b in failed), sum(b and not a for a, b in failed)
+    p_value = float(mcnemar([[0, only_theirs], [only_mine, 0]], exact=True).pvalue)
+    return Failures(sum(a for a, _ in failed), sum(b for _, b in failed), len(failed), p_value)
 
 
-def evaluation_se(
-    seeds: Sequence[Hashable],
-    mine: Mapping[Hashable, Sequence[float]],
-    theirs: Mapping[Hashable, Sequence[float]],
-) -> float | None:
+def evaluation_se(seeds: Sequence[Hashable], mine: Windows, theirs: Windows) -> float | None:
     """The standard error the finite evaluation set adds to a mean paired difference: per seed, that of the
-    mean of the window-by-window differences (both runs saw the same windows), combined over seeds."""
+    mean window-by-window difference (both runs saw the same windows), combined over seeds."""
     variances = []
     for seed in seeds:
         a, b = mine.get(seed), theirs.get(seed)
@@ -172,26 +152,25 @@ def power(tests: PairedTests, min_effect: float, level: float) -> Power | None:
     d = tests.difference
     if d is None or d.sd is None or d.n < 2 or d.sd <= IDENTICAL:
         return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # as in seeds_needed
-        try:
-            resolvable = float(TTestPower().solve_power(nobs=d.n, alpha=level, power=POWER)) * d.sd
-        except (ValueError, RuntimeError):
-            resolvable = None
-    resolvable = resolvable if resolvable is not None and math.isfinite(resolvable) else None
+    effect = _solved(nobs=d.n, alpha=level, power=POWER)
+    resolvable = effect * d.sd if effect is not None else None
     return Power(d.sd, level, resolvable, seeds_needed(min_effect / d.sd, level))
 
 
-def seeds_needed(effect_size: float, level: float, power: float = POWER) -> int | None:
-    """The paired seeds a standardised difference needs to be found with `power` at `level` (at least 2)."""
-    analysis = TTestPower()
-    if analysis.power(effect_size=effect_size, nobs=2, alpha=level) >= power:
+def seeds_needed(effect_size: float, level: float) -> int | None:
+    """The paired seeds a standardised difference needs to be found with `POWER` at `level` (at least 2)."""
+    if TTestPower().power(effect_size=effect_size, nobs=2, alpha=level) >= POWER:
         return 2  # below 2 seeds there is no interval at all
+    n = _solved(effect_size=effect_size, alpha=level, power=POWER)
+    return max(2, math.ceil(n)) if n is not None else None
+
+
+def _solved(**known: float) -> float | None:
+    """statsmodels' paired t power equation solved for its one unknown; None where that fails."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # statsmodels warns, then returns nan, when its root finder fails
         try:
-            n = analysis.solve_power(effect_size=effect_size, alpha=level, power=power)
+            found = float(np.asarray(TTestPower().solve_power(**known)).reshape(-1)[0])
         except (ValueError, RuntimeError):
             return None
-    n = float(np.asarray(n).reshape(-1)[0])
-    return max(2, math.ceil(n)) if math.isfinite(n) else None
+    return found if math.isfinite(found) else None

@@ -1,9 +1,5 @@
-"""Settings and families: the runs that differ only in their seed, grouped and estimated, and a family of them
-compared with one baseline (docs/sweeps.md). Each is built once, with its results: judging a family returns
-new settings that carry their comparisons, and changes none.
-
-A run that diverged or collapsed (`why.run_failure`) fails: its result is +inf, the worst, so that it is
-counted apart from the losses of the runs that trained (`Setting.fails`); an estimate is over those."""
+"""Settings (the runs that differ only in their seed, grouped and estimated) and families of them judged
+against a baseline (docs/sweeps.md). A failed run's result is +inf, counted apart from the losses."""
 
 from __future__ import annotations
 
@@ -23,17 +19,16 @@ from tinylm.analysis.verdicts import Comparison, Judgement, judge
 from tinylm.overrides import shown
 
 LR = "optim.lr"
-# How a report tuned rates and what it counted as a failure. Reports judged before `TUNED_THEN_JUDGED` (report.json
-# format 2 and earlier) took each seed at the rate the others chose (cross-fitting) and counted only diverged
-# runs apart; they are read, and rendered, as they were judged.
+# How a report tuned rates and counted failures; reports of format 2 and earlier were cross-fitted (each seed
+# at the rate the others chose, only diverged runs failed), and are rendered as they were judged.
 CROSS_FITTED = "cross-fitted"
 TUNED_THEN_JUDGED = "tuned then judged"
 
 
 @dataclass(frozen=True)
 class Setting:
-    """The runs that differ only in their seed; in the tuned table, the runs of every learning rate, judged at
-    the `rate` chosen on its `tuned_on` seeds, on the other seeds run at that rate (`results`)."""
+    """The runs that differ only in their seed; tuned, those of every rate, judged at the `rate` its `tuned_on`
+    seeds chose on the other seeds run at that rate (`results`)."""
 
     choices: dict[str, Any]
     runs: list[RunSummary]
@@ -45,10 +40,7 @@ class Setting:
     tuned_on: tuple[str, ...] = ()  # tuned: the seeds that chose the rate, none of them judged
     rates: dict[str, float] = field(default_factory=dict)  # tuned: seed -> the rate it is judged at
     by_rate: dict[float, dict[str, float]] = field(default_factory=dict)  # tuned: rate -> seed -> result
-    missing: tuple[str, ...] = ()  # cross-fitted: seeds with no run at the rate the other seeds chose
-    # A sequential extension's comparison (scripts/add_seeds.py): over the seeds added after the first look
-    # only, with the verdict of the first look that resolved it.
-    added: Comparison | None = None
+    added: Comparison | None = None  # a sequential design's, over the seeds added after its first look
 
     @property
     def answer(self) -> Comparison | None:
@@ -59,12 +51,12 @@ class Setting:
 
     @property
     def fails(self) -> int:
-        """Its runs that failed (diverged or collapsed; under the cross-fitted rule, diverged only)."""
+        """Its runs that failed (diverged or collapsed; cross-fitted, diverged only)."""
         return sum(not math.isfinite(v) for v in self.results.values())
 
     @property
     def fail_interval(self) -> tuple[float, float] | None:
-        """The exact (Clopper-Pearson) 95% interval of the rate at which its runs fail; None without results."""
+        """The exact (Clopper-Pearson) 95% interval of its runs' failure rate; None without results."""
         if not self.results:
             return None
         ci = binomtest(self.fails, len(self.results)).proportion_ci(0.95, method="exact")
@@ -72,20 +64,17 @@ class Setting:
 
     @property
     def mean_at_rate(self) -> float | None:
-        """Tuned: the mean at its rate over every seed that trained there, tuning seeds too (the settings
-        table's row for that rate)."""
+        """Tuned: the mean at its rate over every seed that trained there, tuning seeds too."""
         finite = [v for v in self.by_rate.get(self.rate, {}).values() if math.isfinite(v)]
         return statistics.fmean(finite) if finite else None
 
     @property
     def seeds(self) -> tuple[str, ...]:
-        """The seeds it has a result for: its mean's. A tuned row's are its judging seeds alone (its comparison's,
-        report.json's `judged_on`); a settings row's every seed run at its rate, those that chose it included."""
+        """The seeds it has a result for (a tuned row's: its judging seeds alone, report.json's `judged_on`)."""
         return tuple(self.results)
 
     @property
     def reference(self) -> dict[str, float] | None:
-        """The reference levels of its runs' validation split (one corpus per setting, or None)."""
         return shared_reference(self.runs)
 
     @property
@@ -100,14 +89,12 @@ class Setting:
 
 
 def gain_over_unigram(mean: float, unigram: float) -> float:
-    """How far below its corpus's unigram level (the characters' frequencies, nothing of their context) a loss
-    got, in the loss's units: what the report reads a loss against, within and across corpora."""
+    """How far below its corpus's unigram level a loss got: what a loss is read against across corpora."""
     return unigram - mean
 
 
 def setting_label(choices: dict[str, Any], columns: Sequence[str] | None = None) -> str:
-    """`norm=pre act=gelu`: how a setting is named in tables, legends and figures (by `columns`; all its
-    choices by default)."""
+    """`norm=pre act=gelu`: a setting's name in tables and figures (by `columns`; default all its choices)."""
     named = choices if columns is None else columns
     return " ".join(f"{c}={shown(choices.get(c, '—'))}" for c in named) or "all runs"
 
@@ -119,8 +106,7 @@ def varying(columns: Sequence[str], choices: Sequence[dict[str, Any]]) -> list[s
 
 @dataclass(frozen=True)
 class Rules:
-    """How a family is judged: the interval's confidence, the family-wise α, the equivalence margin δ, and
-    whether the rate varies (then each setting is judged at the rate its tuning seeds chose, on other seeds)."""
+    """How a family is judged: confidence, family-wise α, margin δ, and whether the rate is tuned per setting."""
 
     confidence: float
     alpha: float
@@ -131,8 +117,7 @@ class Rules:
 def group_settings(
     runs: Sequence[RunSummary], columns: Sequence[str], confidence: float, failed: Collection[Path] = ()
 ) -> list[Setting]:
-    """Runs grouped by every column but the seed, ranked by their mean result (settings without one last);
-    the runs at `failed` (paths) and those that diverged count as failures (+inf)."""
+    """Runs grouped by every column but the seed, ranked (`ranking`); the runs at `failed` paths count +inf."""
     settings = []
     for key, rows in runs_frame(runs, columns).groupby(list(columns), sort=False, dropna=False):
         members = [runs[i] for i in rows.index]
@@ -142,16 +127,12 @@ def group_settings(
         windows = {
             run.seed: run.window_losses for run in finished if run.window_losses and run.metric.is_loss
         }
-        settings.append(
-            Setting(
-                dict(zip(columns, key, strict=True)), members, results, windows, trained(results, confidence)
-            )
-        )
+        choices = dict(zip(columns, key, strict=True))
+        settings.append(Setting(choices, members, results, windows, trained(results, confidence)))
     return sorted(settings, key=ranking)
 
 
 def trained(results: dict[str, float], confidence: float) -> Estimate | None:
-    """The estimate over the runs that trained (None when none did)."""
     values = [v for v in results.values() if math.isfinite(v)]
     return estimate(values, confidence) if values else None
 
@@ -163,10 +144,8 @@ def tuned_settings(
     tuned_on: Collection[str] | None = None,
     judged_on: Collection[str] | None = None,
 ) -> list[Setting]:
-    """Each group of settings that differ only in their learning rate, at the rate its tuning seeds chose
-    (`chosen_rate`), judged on the other seeds run at that rate only: no seed both chooses and is judged.
-    `tuned_on`: the tuning seeds (None: every seed the group has, a sweep before any judging seed is added);
-    `judged_on`: only these of the others."""
+    """Each group of settings that differ only in their rate, at the rate its `tuned_on` seeds chose (None:
+    all), judged on other seeds (`judged_on` only, when given): no seed both chooses and is judged."""
     tuned = []
     for key, group in groups_of(settings, columns).items():
         by_rate = {s.choices[LR]: dict(s.results) for s in group}
@@ -191,9 +170,8 @@ def tuned_settings(
 
 
 def chosen_rate(by_rate: dict[Any, dict[str, float]], tuning: Collection[str]) -> Any:
-    """The rate the `tuning` seeds choose: of the rates where the fewest of them failed (docs/sweeps.md: a
-    rate at the edge of stability is not chosen while another has fewer failures), the one with the lowest
-    mean over those that trained; None without a tuning seed."""
+    """The rate the `tuning` seeds choose: of those where the fewest of them failed, the lowest mean over
+    those that trained (docs/sweeps.md); None without a tuning seed."""
 
     def rank(rate: Any) -> tuple[int, float]:
         values = [v for seed, v in by_rate[rate].items() if seed in tuning]
@@ -205,12 +183,11 @@ def chosen_rate(by_rate: dict[Any, dict[str, float]], tuning: Collection[str]) -
 
 
 def ranking(setting: Setting) -> tuple[float, float]:
-    """Ranked as rates are chosen: the share of its runs that failed first, then the mean of those that trained
-    (a tuned setting not yet judged: its mean at the chosen rate)."""
+    """Ranked as rates are chosen: the share of its runs that failed, then the mean (not yet judged: at its rate)."""
     share = setting.fails / len(setting.results) if setting.results else 0.0
     if setting.estimate is not None and not math.isnan(setting.estimate.mean):
         return share, setting.estimate.mean
-    at_rate = setting.mean_at_rate if setting.by_rate else None
+    at_rate = setting.mean_at_rate
     return share, at_rate if at_rate is not None else math.inf
 
 
@@ -243,9 +220,8 @@ def pick_baseline(settings: Sequence[Setting], wanted: dict[str, Any], columns: 
 def compare_families(
     families: Sequence[tuple[Sequence[Setting], Setting]], rules: Rules, seeds: Collection[str] | None = None
 ) -> list[list[Comparison | None]]:
-    """Every setting of each family against its baseline, seed by seed (on `seeds` only, when given), all the
-    comparisons judged together, one Holm family; each family's in its order, None for its baseline. When
-    the rate varies, the sweep's own seeds chose it and judge nothing (`not_yet_judged`)."""
+    """Every setting of each family against its baseline (on `seeds` only, when given), all one Holm family,
+    None for a baseline; with the rate tuned, the sweep's own seeds chose it and judge nothing."""
     rows = [(s, base) for settings, base in families for s in settings if s is not base]
     if rules.lr_varies:
         compared = iter([not_yet_judged(s, base) for s, base in rows])

@@ -1,23 +1,6 @@
-"""Does a ranking hold along an axis? A ladder is a sweep judged level by level along one or more of its
-choices (the axis: `size` for `experiment=scale_ladder`, or any other, e.g. `optim.lr`, or `norm,model.n_layer`):
-each design against the baseline *of its level*, every level's comparisons one Holm family, and per design a
-verdict across levels (docs/sweeps.md). Along an ordered axis (`size`, by parameters, or one numeric choice):
-
-- `flips at <level>`: the losses resolved in opposite directions at two levels (a `better`/`worse` decided
-  by how often each side failed has no sign of the losses: it never makes a flip);
-- `grows / shrinks with <axis>`: resolved in the same direction at the first and the last level, and the
-  difference at the last differs from that at the first (Welch's t on the two levels' paired differences,
-  Holm over the designs): with one sign at both ends, the change is one of magnitude;
-- `holds at every <level>`: the same resolved verdict at every level, and no change shown; with how often
-  each side failed at each level where a seed did (`when trained; fails 0/8 vs 2/8 … at post`);
-- `changes with <axis>`: the same test finds a change, but the ends' verdicts make it none of the above. It
-  claims no sign: a sign is shown only where a level resolves it, and a sign change only by `flips` (the
-  sign at an unresolved end is noise);
-- otherwise `not resolved across <level>s`, with what each level says.
-
-Along an unordered axis (several choices, or text) there are no ends to compare: `flips`, `holds` or `not
-resolved`. Each verdict is a `TrendWord` with its text, so what the ladder says is counted without reading text.
-"""
+"""A ladder: a sweep judged level by level along one or more of its choices (the axis: `size`, `optim.lr`,
+`norm,model.n_layer`), each design against its level's baseline, all levels one Holm family, and per design a
+`TrendWord` across levels (`flips`, `grows`, `shrinks`, `holds`, `changes`; docs/sweeps.md says when each)."""
 
 from __future__ import annotations
 
@@ -31,23 +14,30 @@ from typing import Any
 
 from scipy.stats import ttest_ind_from_stats
 
-from tinylm.analysis.grouping import Rules, Setting, compare_families, judged, pick_baseline, varying
+from tinylm.analysis.grouping import (
+    Rules,
+    Setting,
+    compare_families,
+    groups_of,
+    judged,
+    pick_baseline,
+    varying,
+)
 from tinylm.analysis.outcome import Outcome
 from tinylm.analysis.runs import shared_reference
-from tinylm.analysis.sequential_design import Design, judge_added
+from tinylm.analysis.sequential_design import Design, judge_added, own_seeds
 from tinylm.analysis.verdicts import Comparison, decided_by_failures, failure_words, holm
 from tinylm.overrides import shown
 
-# The choice a scale ladder varies (conf/size/): a sweep over it with a baseline that does not name it is a
-# ladder even without `ladder:` (the scale ladder's runs predate it); its levels are ordered by parameters.
+# The choice a scale ladder varies (conf/size/): a sweep over it whose baseline does not name it is a ladder
+# even without `ladder:` (the scale ladder's runs predate it); its levels are ordered by parameters.
 SCALE_KEY = "size"
 
 
 @dataclass(frozen=True)
 class Rung:
-    """One level of the ladder: its name (the axis's values), its runs' parameter count and steps, its
-    baseline, and every design at it (the family's settings of that level, baseline included, each judged
-    against that baseline)."""
+    """One level: its name (the axis's values), its runs' parameters and steps, its baseline, and every
+    design at it (baseline included), each judged against that baseline."""
 
     level: str
     params: int | None
@@ -57,13 +47,10 @@ class Rung:
 
     @property
     def reference(self) -> dict[str, float] | None:
-        """The reference levels of the level's validation split, when its runs share one."""
         return shared_reference([run for s in self.settings for run in s.runs])
 
 
 class TrendWord(enum.StrEnum):
-    """What the ladder says of one design across levels."""
-
     FLIPS = "flips"
     GROWS = "grows"
     SHRINKS = "shrinks"
@@ -74,8 +61,8 @@ class TrendWord(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Trend:
-    """One design across levels: the change of its difference from the first level to the last, the test
-    of that change (raw and Holm over the designs), the verdict's word and its text."""
+    """One design across levels: the change of its difference from the first level to the last, that
+    change's test (raw and Holm over the designs), the verdict's text and its word."""
 
     design: dict[str, Any]
     change: float | None
@@ -102,26 +89,24 @@ class Ladder:
 
     @property
     def in_bits(self) -> bool:
-        """Whether the levels are read in bits/char and gain over unigram: each has its own reference levels
-        (different corpora), whose nats are not comparable between vocabularies."""
+        """Read in bits/char and gain over unigram: the levels have different reference levels (corpora)."""
         references = [rung.reference for rung in self.rungs]
         return None not in references and any(r != references[0] for r in references)
 
     @property
     def shown_columns(self) -> list[str]:
-        """The design columns that tell the designs apart and name its rows; the others are stated once."""
-        designs = [s.choices for rung in self.rungs for s in rung.settings]
-        return varying(self.columns, designs) or self.columns
+        """The design columns that tell the designs apart; the others are stated once."""
+        return (
+            varying(self.columns, [s.choices for rung in self.rungs for s in rung.settings]) or self.columns
+        )
 
 
 def noun(axis: Sequence[str]) -> str:
-    """What a level is called in the report's words: `size` on the scale ladder, else `level`."""
     return "size" if list(axis) == [SCALE_KEY] else "level"
 
 
 def ordered(axis: Sequence[str], levels: Sequence[str]) -> bool:
-    """Whether the levels have an order that makes `grows` and `shrinks` mean something: sizes, or the
-    values of one numeric choice."""
+    """Whether `grows` and `shrinks` mean something: the levels are sizes, or values of one numeric choice."""
     return list(axis) == [SCALE_KEY] or (
         len(axis) == 1 and all(_number(level) is not None for level in levels)
     )
@@ -139,66 +124,54 @@ def judge_family(
     wanted: dict[str, Any],
     columns: Sequence[str],
     rules: Rules,
-    axis: Sequence[str] = (),
-    design: Design | None = None,
-    settings: list[Setting] | None = None,
+    axis: Sequence[str],
+    design: Design | None,
+    settings: list[Setting],
 ) -> tuple[list[Setting], Setting | None, Ladder | None]:
-    """The family judged against the baseline `wanted` names, or along `axis` level by level (each design
-    against its level's baseline, all levels' comparisons one Holm family), on a sequential design's first
-    look only when there is one; then the rows that left open judged on the seeds `design` added since
-    (`judge_added`, regrouping `settings`); each row built once with both, and each design's verdict across
-    levels read from them. Returns the rows in the family's order, the baseline (none on a ladder), the ladder.
-    `columns`: the family's."""
+    """The family (over `columns`) judged against the baseline `wanted` names, or level by level along `axis`,
+    on a sequential design's first look; the rows left open judged again on the seeds it added since
+    (`judge_added`, regrouping `settings`). Returns the rows, the baseline (none on a ladder), the ladder."""
     levels = ladder_levels(family, axis) if axis else [("", None, None, list(family))]
     design_columns = [c for c in columns if c not in axis]
     groups = [(group, pick_baseline(group, wanted, design_columns)) for *_, group in levels]
-    seeds = design.first_seeds if design is not None and design.looks else None
     own = {
-        s.key(columns): c
-        for (group, _), found in zip(groups, compare_families(groups, rules, seeds), strict=True)
+        s.key(columns): (c, base.key(columns))
+        for (group, base), found in zip(
+            groups, compare_families(groups, rules, own_seeds(design)), strict=True
+        )
         for s, c in zip(group, found, strict=True)
     }
-    bases = {s.key(columns): base.key(columns) for group, base in groups for s in group}
     keys = [s.key(columns) for s in family]
-    still = {key: bases[key] for key in keys if own[key] is not None and not own[key].resolved}
+    still = {key: own[key][1] for key in keys if own[key][0] is not None and not own[key][0].resolved}
     added = {}
     if design is not None and len(design.looks) >= 2:
-        added = judge_added(still, settings or [], list(columns), rules, design)
-    rows = {key: judged(s, own[key], added.get(key)) for s, key in zip(family, keys, strict=True)}
+        added = judge_added(still, settings, columns, rules, design)
+    rows = {key: judged(s, own[key][0], added.get(key)) for s, key in zip(family, keys, strict=True)}
     if not axis:
         return list(rows.values()), groups[0][1], None
     rungs = [
         Rung(level, params, steps, base, [rows[s.key(columns)] for s in group])
         for (level, params, steps, group), (_, base) in zip(levels, groups, strict=True)
     ]
-    return (
-        list(rows.values()),
-        None,
-        Ladder(list(axis), design_columns, rungs, trends(rungs, design_columns, rules.alpha, axis)),
-    )
+    ladder = Ladder(list(axis), design_columns, rungs, trends(rungs, design_columns, rules.alpha, axis))
+    return list(rows.values()), None, ladder
 
 
 def ladder_levels(
     family: Sequence[Setting], axis: Sequence[str]
 ) -> list[tuple[str, int | None, int | None, list[Setting]]]:
-    """The family's settings by level of `axis`: each level's name, its runs' median parameters and steps,
-    and its settings; in the axis's order (by parameters for sizes, by value for one numeric choice)."""
-    by_level: dict[tuple[Any, ...], list[Setting]] = {}
-    for setting in family:
-        by_level.setdefault(tuple(setting.choices[key] for key in axis), []).append(setting)
-    levels = [
-        (
-            value,
-            _median([r.params for s in group for r in s.runs]),
-            _median([r.max_steps for s in group for r in s.runs]),
-        )
-        for value, group in by_level.items()
-    ]
+    """Each level of `axis`: its name, its runs' median parameters and steps, and its settings; in the axis's
+    order (by parameters for sizes, by value for one numeric choice)."""
+    levels = []
+    for value, group in groups_of(family, axis).items():
+        runs = [run for s in group for run in s.runs]
+        params, steps = _median([r.params for r in runs]), _median([r.max_steps for r in runs])
+        levels.append((level_name(value), params, steps, group))
     if list(axis) == [SCALE_KEY]:
-        levels.sort(key=lambda level: (level[1] is None, level[1] or 0, level_name(level[0])))
-    elif ordered(axis, [level_name(value) for value in by_level]):
-        levels.sort(key=lambda level: float(level[0][0]))
-    return [(level_name(value), params, steps, by_level[value]) for value, params, steps in levels]
+        levels.sort(key=lambda level: (level[1] is None, level[1] or 0, level[0]))
+    elif ordered(axis, [name for name, *_ in levels]):
+        levels.sort(key=lambda level: float(level[3][0].choices[axis[0]]))
+    return levels
 
 
 def baseline_keys(
@@ -213,32 +186,33 @@ def baseline_keys(
 def trends(
     rungs: list[Rung], columns: list[str], alpha: float, axis: Sequence[str] = (SCALE_KEY,)
 ) -> list[Trend]:
-    along, called = ordered(axis, [rung.level for rung in rungs]), noun(axis)
-    designs: dict[tuple[str, ...], list[tuple[Rung, Setting]]] = {}
+    """Each design's verdict across `rungs`; the change tests (ordered levels only) are Holm over the designs."""
+    along = ordered(axis, [rung.level for rung in rungs])
+    designs: dict[tuple[Any, ...], list[tuple[Rung, Setting]]] = {}
     for rung in rungs:
         for setting in rung.settings:
             if setting is not rung.baseline and setting.answer is not None:
                 designs.setdefault(setting.key(columns), []).append((rung, setting))
     tests = {key: _change(found) if along else (None, None) for key, found in designs.items()}
-    tested = [key for key, (_, p) in tests.items() if p is not None]
-    adjusted = dict(zip(tested, holm([tests[key][1] for key in tested]), strict=True))
+    adjusted = holm({key: p for key, (_, p) in tests.items() if p is not None})
     said = []
     for key, found in designs.items():
         (change, p), p_adjusted = tests[key], adjusted.get(key)
-        word, text = _verdict(
-            found, change, p_adjusted, alpha, called, ", ".join(axis) if called == "level" else called, along
-        )
+        text, word = _verdict(found, p_adjusted, alpha, noun(axis), ", ".join(axis))
         said.append(Trend(dict(zip(columns, key, strict=True)), change, p, p_adjusted, text, word))
     return said
 
 
+def _ends(found: list[tuple[Rung, Setting]]) -> list[Any]:
+    return [s.answer.tests.difference for _, s in (found[0], found[-1])]
+
+
 def _change(found: list[tuple[Rung, Setting]]) -> tuple[float | None, float | None]:
-    """The difference at the last level minus that at the first, and Welch's t test of it (scipy): the
-    levels' runs are independent, each difference's sd and seed count as its comparison estimated them."""
-    ends = [s.answer.tests.difference for _, s in (found[0], found[-1])]
-    if len(found) < 2 or any(d is None or not math.isfinite(d.mean) for d in ends):
+    """The difference at the last level minus that at the first, and Welch's t test of it (scipy): the levels'
+    runs are independent, each difference's sd and seed count as its comparison estimated them."""
+    small, large = _ends(found)
+    if len(found) < 2 or any(d is None or not math.isfinite(d.mean) for d in (small, large)):
         return None, None
-    small, large = ends
     change = large.mean - small.mean
     if small.sd is None or large.sd is None or small.n < 2 or large.n < 2 or small.sd + large.sd == 0:
         return change, None
@@ -247,20 +221,17 @@ def _change(found: list[tuple[Rung, Setting]]) -> tuple[float | None, float | No
 
 
 def _direction(c: Comparison) -> int | None:
-    """The losses' verdict: +1 worse, -1 better, 0 equivalent or identical, None unresolved. A `better` or
-    `worse` that how often each side failed decided, the losses left open, has no sign of the losses: no word
-    across levels reads one from it (a failure-decided `worse` meeting a loss `better` is no flip)."""
+    """The losses' verdict: +1 worse, -1 better, 0 equivalent or identical, None unresolved or decided by how
+    often each side failed (no sign of the losses: it makes no flip)."""
     if decided_by_failures(c):
         return None
-    return {Outcome.WORSE: 1, Outcome.BETTER: -1, Outcome.EQUIVALENT: 0, Outcome.IDENTICAL: 0}.get(
-        c.judgement.verdict.outcome
-    )
+    outcomes = {Outcome.WORSE: 1, Outcome.BETTER: -1, Outcome.EQUIVALENT: 0, Outcome.IDENTICAL: 0}
+    return outcomes.get(c.judgement.verdict.outcome)
 
 
 def _failures_at(found: list[tuple[Rung, Setting]], stated: Collection[str] = ()) -> str:
     """`; fails 0/8 vs 2/8 (exact p = 0.5) at post`: how often each side failed at each level where a seed did,
-    less the levels in `stated` (whose whole verdict the word already quotes), so that a word across levels
-    keeps the clause its levels' verdicts carry."""
+    less the levels in `stated` (whose whole verdict the word quotes)."""
     clauses = [
         f"{words} at {rung.level}"
         for rung, s in found
@@ -272,46 +243,36 @@ def _failures_at(found: list[tuple[Rung, Setting]], stated: Collection[str] = ()
 
 
 def _verdict(
-    found: list[tuple[Rung, Setting]],
-    change: float | None,
-    p: float | None,
-    alpha: float,
-    noun: str = "size",
-    axis: str = "size",
-    along: bool = True,
-) -> tuple[TrendWord, str]:
+    found: list[tuple[Rung, Setting]], p: float | None, alpha: float, noun: str, axis: str
+) -> tuple[str, TrendWord]:
+    """The text and word across levels; `p`: the change test's, Holm-adjusted (None on an unordered axis)."""
     said = [(rung.level, s.answer.judgement.verdict, _direction(s.answer)) for rung, s in found]
-    resolved = [(level, verdict, d) for level, verdict, d in said if d is not None]
-    directed = [found for found in resolved if found[2]]  # the losses better or worse
+    directed = [level for level in said if level[2]]  # the losses better or worse
     for (level_a, verdict_a, a), (level_b, verdict_b, b) in itertools.pairwise(directed):
         if a != b:
-            return TrendWord.FLIPS, (
-                f"flips at {level_b}: {verdict_a} at {level_a}, {verdict_b} at {level_b}"
-                + _failures_at(found, (level_a, level_b))
-            )
+            flip = f"flips at {level_b}: {verdict_a} at {level_a}, {verdict_b} at {level_b}"
+            return flip + _failures_at(found, (level_a, level_b)), TrendWord.FLIPS
     every = ", ".join(f"{verdict} at {level}" for level, verdict, _ in said)
-    ends = [s.answer.tests.difference for _, s in (found[0], found[-1])]
-    small, large = (d.mean if d is not None else math.nan for d in ends)
+    small, large = (d.mean if d is not None else math.nan for d in _ends(found))
     at_ends = f"{small:+.3f} at {found[0][0].level}, {large:+.3f} at {found[-1][0].level}"
     tested = f" (change p (Holm) = {p:.2g})" if p is not None else ""
-    if p is not None and p <= alpha and change is not None and said[0][2] == said[-1][2] and said[0][2]:
+    changed = p is not None and p <= alpha
+    if changed and said[0][2] == said[-1][2] and said[0][2]:
         # One resolved sign at both ends: the change of the difference is one of its magnitude.
         word = TrendWord.GROWS if abs(large) > abs(small) else TrendWord.SHRINKS
-        return word, f"{word.value} with {axis}: {at_ends}{tested}; {every}"
-    if len(resolved) == len(said) and len({d for *_, d in resolved}) == 1:
+        return f"{word.value} with {axis}: {at_ends}{tested}; {every}", word
+    if len({d for *_, d in said}) == 1 and said[0][2] is not None:
         # Equivalent everywhere can hold while the change test rejects (a change within ±δ): say which.
-        shown = "a change within the margin" if p is not None and p <= alpha else "no change"
         failures = _failures_at(found)  # the outcome alone would drop them
-        return TrendWord.HOLDS, (
-            f"holds at every {noun}: {said[0][1].outcome}"
-            + (" when trained" if failures else "")
-            + (f" ({shown} with {axis} shown, p (Holm) = {p:.2g})" if p is not None else "")
-            + failures
-        )
-    if along and p is not None and p <= alpha:
+        text = f"holds at every {noun}: {said[0][1].outcome}" + (" when trained" if failures else "")
+        if p is not None:
+            shown_change = "a change within the margin" if changed else "no change"
+            text += f" ({shown_change} with {axis} shown, p (Holm) = {p:.2g})"
+        return text + failures, TrendWord.HOLDS
+    if changed:
         # A change of the difference is shown, not its sign: an end's sign is known only where it is resolved.
-        return TrendWord.CHANGES, f"{TrendWord.CHANGES.value} with {axis}: {at_ends}{tested}; {every}"
-    return TrendWord.UNRESOLVED, f"not resolved across {noun}s: {every}"
+        return f"{TrendWord.CHANGES.value} with {axis}: {at_ends}{tested}; {every}", TrendWord.CHANGES
+    return f"not resolved across {noun}s: {every}", TrendWord.UNRESOLVED
 
 
 def level_name(values: tuple[Any, ...]) -> str:

@@ -1,7 +1,5 @@
-"""The sequential design that adds seeds to a finished sweep in rounds (scripts/add_seeds.py, docs/sweeps.md): its
-value as sequential.json holds it, the α each look may spend, the nominal level each look's boundary gives its
-paired t test, and the verdicts of the seeds it added, judged apart from the sweep's own: a row keeps the first
-verdict a look gives it."""
+"""The sequential design that adds seeds to a finished sweep (scripts/add_seeds.py, docs/sweeps.md): its
+sequential.json, each look's level, and the verdicts of the seeds it added, judged apart from the sweep's own."""
 
 from __future__ import annotations
 
@@ -9,12 +7,13 @@ import dataclasses
 import functools
 import json
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from cattrs import Converter
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
@@ -29,14 +28,12 @@ from tinylm.overrides import typed_choice
 
 Key = tuple[Any, ...]  # a family row's key over the family's columns (`Setting.key`)
 
-# Null paths the t statistics' boundaries are calibrated on: the design's error is α within ±0.035 points
-# (one binomial sd at α = 0.05); docs/sweeps.md.
+# Null paths the t statistics' boundaries are calibrated on (docs/sweeps.md).
 T_PATHS = 400_000
 
 
 def spent(information: float, alpha: float = ALPHA) -> float:
-    """Lan & DeMets' (1983) O'Brien-Fleming-type spending function: the α spent once a fraction
-    `information` (seeds so far / the most seeds the design allows) of the data is in."""
+    """Lan & DeMets' O'Brien-Fleming-type spending: the α spent at `information` (seeds / the most allowed)."""
     if information <= 0:
         return 0.0
     information = min(1.0, information)
@@ -45,21 +42,18 @@ def spent(information: float, alpha: float = ALPHA) -> float:
 
 @dataclass(frozen=True)
 class Look:
-    """One look of a sequential design: `counts` are the seeds of every look that judges, up to and including
-    this one, of at most `horizon`."""
+    """A look: the seeds of every look that judges, up to this one, of at most `horizon`."""
 
     counts: tuple[int, ...]
     horizon: int
 
     def level(self, alpha: float) -> float:
-        """The two-sided level a paired t test's p-value is compared with at this look, in a design of overall
-        level α (`t_levels`)."""
+        """The level a paired t test's p-value is compared with at this look, of a design at α."""
         return t_levels(self.counts, self.horizon, alpha)[-1]
 
 
 def sequential_plan(seed_counts: Sequence[int], max_seeds: int) -> list[Look | None]:
-    """The looks of a design that had `seed_counts` seeds at its looks: a look with fewer than 2 seeds, or
-    none more than the look before, judges nothing (a paired t test needs 2) and spends no α."""
+    """The looks of a design with `seed_counts` seeds: one with fewer than 2, or no more than before, is None."""
     plan: list[Look | None] = []
     counts: tuple[int, ...] = ()
     for count in seed_counts:
@@ -74,7 +68,7 @@ def sequential_plan(seed_counts: Sequence[int], max_seeds: int) -> list[Look | N
 
 @dataclass(frozen=True)
 class Round:
-    """A round add_seeds has started: the seeds it adds, to the settings with these choices."""
+    """A round add_seeds started: the seeds it adds to the settings with these choices."""
 
     seeds: tuple[str, ...]
     settings: tuple[dict[str, Any], ...]
@@ -82,10 +76,8 @@ class Round:
 
 @dataclass(frozen=True)
 class Design:
-    """A sequential extension of a finished sweep (scripts/add_seeds.py). Its first look is the sweep as it
-    was: those seeds were judged by the sweep's own report, at α, and keep those verdicts (and, when the rate
-    varies, choose each setting's rate). Every later look judges only the seeds added since the first, by a
-    group-sequential design over at most `max_seeds - len(looks[0])` of them (`added_plan`)."""
+    """A sequential extension of a finished sweep: its first look is the sweep as its report judged it; every
+    later look judges only the seeds added since, over at most `horizon` of them (`added_plan`)."""
 
     alpha: float
     min_effect: float
@@ -93,12 +85,10 @@ class Design:
     baseline: str
     looks: tuple[tuple[str, ...], ...]  # the baseline's seeds at each look
     baseline_source: str = DESIGN_FILE  # who named the baseline for add_seeds: --baseline or the experiment
-    # add_seeds' progress: the round it started (its seeds and the settings' choices) and rounds since a look.
-    round: Round | None = None
+    round: Round | None = None  # add_seeds' progress: the round it started, and rounds since a look
     rounds_since_look: int = 0
     spending: str = "Lan-DeMets O'Brien-Fleming-type, group-sequential boundaries over the added seeds"
-    # The ladder's axis its rounds judged level by level (() for none); None in a design written before it was
-    # recorded. Another axis would regroup the family the looks were judged in.
+    # The axis its rounds judged level by level (() for none; None: written before it was recorded).
     ladder: tuple[str, ...] | None = None
 
     @property
@@ -114,21 +104,30 @@ class Design:
         return self.max_seeds - len(self.first_seeds)
 
     def added_plan(self) -> list[Look | None]:
-        """How each look after the first is judged (None: it has too few added seeds to judge anything)."""
+        """How each look after the first is judged (None: too few added seeds to judge anything)."""
         counts = [len(self.added_seeds(look)) for look in range(1, len(self.looks))]
         return sequential_plan(counts, self.horizon) if self.horizon >= 2 else [None] * len(counts)
 
 
+def own_seeds(design: Design | None) -> tuple[str, ...] | None:
+    """The sweep's own seeds (the first look), the only ones its verdicts use; None without a design."""
+    return design.first_seeds if design is not None and design.looks else None
+
+
 def judge_added(
-    bases: Mapping[Key, Key], settings: list[Setting], columns: list[str], rules: Rules, design: Design
+    bases: Mapping[Key, Key], settings: list[Setting], columns: Sequence[str], rules: Rules, design: Design
 ) -> dict[Key, Comparison]:
-    """The design's verdicts on the added seeds alone, for the rows the sweep's own seeds left open (`bases`:
-    each such row's key to its baseline's): each look judges the seeds added by then at the level its boundary
-    gives (Holm over those rows), and a row keeps the first verdict a look gives it. `settings`: every
-    setting, from which each look's are regrouped."""
-    looks = [
-        added_tests(bases, settings, columns, rules, design, look) for look in range(1, len(design.looks))
-    ]
+    """The verdicts on the added seeds alone of the rows the sweep's own seeds left open (`bases`: each one's
+    key to its baseline's), regrouped from `settings` at each look and judged at its level; a row keeps the
+    first verdict a look gives it."""
+    looks = []
+    for look in range(1, len(design.looks)):
+        added = set(design.added_seeds(look))
+        grouped = settings
+        if rules.lr_varies:  # at the rate each setting's first-look seeds chose
+            grouped = tuned_settings(settings, columns, rules.confidence, design.first_seeds, added)
+        by_key = {s.key(columns): s for s in grouped}
+        looks.append([tests_against(by_key[key], by_key[base], rules, added) for key, base in bases.items()])
     plan = design.added_plan()
     first = first_verdicts(looks, plan, rules.min_effect, rules.alpha)
     last = judge(looks[-1], rules.min_effect, rules.alpha, with_power=False)
@@ -138,29 +137,12 @@ def judge_added(
     }  # fmt: skip
 
 
-def added_tests(
-    bases: Mapping[Key, Key],
-    settings: list[Setting],
-    columns: list[str],
-    rules: Rules,
-    design: Design,
-    look: int,
-) -> list[PairedTests]:
-    """Each row's tests on the seeds added by `look` (when the rate varies: at the rate each setting's
-    first-look seeds chose)."""
-    added = set(design.added_seeds(look))
-    if rules.lr_varies:
-        settings = tuned_settings(settings, columns, rules.confidence, design.first_seeds, added)
-    by_key = {s.key(columns): s for s in settings}
-    return [tests_against(by_key[key], by_key[base], rules, added) for key, base in bases.items()]
-
-
 def left_open(
     row: int, tests: Sequence[PairedTests], latest: Comparison, look: Look | None, alpha: float, number: int
 ) -> Comparison:
-    """A row no look resolved, as its last look (`number`, row `row` of `tests`) leaves it: the p-values Holm
-    adjusts over that look's family, and why any within α did not resolve it (the look's level)."""
-    difference = {(i, kind): p for i, kind, p in tests_of_difference(tests)}
+    """Row `row` of the last look (`number`, its `tests`) that no look resolved: its Holm-adjusted p-values, and
+    why any within α did not resolve it (the look's level)."""
+    difference = tests_of_difference(tests)
     equivalence = {i: t.p_equivalence for i, t in enumerate(tests) if t.p_equivalence is not None}
     j = latest.judgement
     short = [
@@ -174,25 +156,21 @@ def left_open(
     text = f"{UNRESOLVED} at look {number} ({len(latest.tests.seeds)} added seeds{''.join(short)})"
     if latest.tests.failures is not None:  # how often each side failed is a finding of its own, said here too
         text += f"; fails {latest.tests.failures.describe()}"
-    verdict = Verdict(text, Outcome.NOT_RESOLVED)
-    return Comparison(
-        latest.tests,
-        Judgement(j.p_adjusted, j.p_equivalence_adjusted, j.p_failures_adjusted, verdict=verdict),
-    )
+    adjusted = (j.p_adjusted, j.p_equivalence_adjusted, j.p_failures_adjusted)
+    return Comparison(latest.tests, Judgement(*adjusted, verdict=Verdict(text, Outcome.NOT_RESOLVED)))
 
 
 def _short_of(
-    tests: Mapping[Hashable, float],
-    key: Hashable,
+    tests: Mapping[Any, float],
+    key: Any,
     adjusted: float | None,
     look: Look | None,
     alpha: float,
     number: int,
     name: str,
 ) -> str:
-    """Why a test that a fixed design's Holm would pass (p (Holm) within α) left its row open at look
-    `number`: the level that look's boundary gives its rank in Holm's order of `tests` (its family at the look,
-    `step_down`), below α at a look before the last; '' for any other test."""
+    """Why a test within α after Holm left its row open at look `number`: the level that look gives its rank in
+    Holm's order of `tests` (`step_down`); '' for any other test."""
     if look is None or adjusted is None or adjusted > alpha or key not in tests:
         return ""
     ordered = [k for k, _ in sorted(tests.items(), key=lambda item: item[1])]
@@ -209,10 +187,9 @@ def first_verdicts(
     min_effect: float = MIN_EFFECT,
     alpha: float = ALPHA,
 ) -> list[tuple[int, Comparison] | None]:
-    """A sequential design's verdicts: `looks[k]` holds the tests (`paired_tests`) of every row of one family
-    on the seeds look k had, in the same row order at every look; each look is judged as `plan[k]` says
-    (None: a look that judges nothing), and a row keeps the first verdict a look gives it, with that look's
-    index, its verdict followed by the look's number as add_seeds numbers them (the sweep's own is look 1)."""
+    """Each row's first verdict and its look's index: `looks[k]` holds one family's tests at look k, in the same
+    row order at every look, judged as `plan[k]` says (None: not at all); a verdict names its look as add_seeds
+    numbers them (the sweep's own is look 1)."""
     first: list[tuple[int, Comparison] | None] = [None] * (len(looks[0]) if looks else 0)
     for number, (family, look) in enumerate(zip(looks, plan, strict=True)):
         if look is None:
@@ -230,18 +207,9 @@ def _look_note(number: int, tests: PairedTests) -> str:
 
 @functools.cache
 def t_levels(counts: tuple[int, ...], horizon: int, alpha: float = ALPHA) -> tuple[float, ...]:
-    """The nominal two-sided level of each look's paired t test in a design with `counts` seeds at its looks (of
-    at most `horizon`), spending α by `spent`: look k's boundary on |t| is set so that, under no difference,
-    the chance of crossing it and no boundary before is the α spent between look k - 1 and k.
-
-    Boundaries for z statistics (Jennison & Turnbull 2000, ch. 19) assume a known variance; applied to t
-    tests with 1-15 degrees of freedom (each look's own estimate of it) they err by about 10% of α, because
-    the looks' t statistics are less correlated than their z statistics. The looks' t statistics under no difference do not
-    depend on the variance, so their joint law is that of `T_PATHS` paths of standard normal differences (a
-    fixed seed: the same levels every time), and each boundary is the quantile of the paths still running
-    that spends the increment (the first look's level is exact: it is its t test's alone). A look whose
-    increment is under one path's share judges nothing (level 0).
-    No library we depend on computes group-sequential boundaries for t statistics."""
+    """The nominal two-sided level of each look's paired t test (`counts` seeds, of at most `horizon`): look k's
+    boundary on |t| is the quantile of the `T_PATHS` seeded null paths still running that spends the α `spent`
+    between look k - 1 and k (docs/sweeps.md); no library we depend on does this for t statistics."""
     rng = np.random.default_rng(20261204)
     differences = rng.standard_normal((T_PATHS, counts[-1]))
     sums, squares = differences.cumsum(axis=1), (differences**2).cumsum(axis=1)
@@ -277,25 +245,15 @@ def read_design(sweep_dir: Path) -> Design | None:
     if not path.is_file():
         return None
     try:
-        return design_from(json.loads(path.read_text(encoding="utf-8")))
+        return _DESIGN.structure(json.loads(path.read_text(encoding="utf-8")), Design)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise ReportError(f"{path} is not a sequential design scripts/add_seeds.py wrote: {err}") from None
 
 
-def design_from(data: dict[str, Any]) -> Design:
-    """A design as `dataclasses.asdict` wrote it (sequential.json, report.json)."""
-    started = data.get("round")
-    return Design(
-        float(data["alpha"]), float(data["min_effect"]), int(data["max_seeds"]), str(data["baseline"]),
-        tuple(tuple(str(s) for s in look) for look in data["looks"]),
-        str(data.get("baseline_source", DESIGN_FILE)),
-        Round(
-            tuple(str(s) for s in started["seeds"]),
-            tuple({str(k): typed_choice(v) for k, v in choices.items()} for choices in started["settings"]),
-        ) if started else None,
-        int(data.get("rounds_since_look", 0)),
-        ladder=tuple(str(k) for k in data["ladder"]) if data.get("ladder") is not None else None,
-    )  # fmt: skip
+# sequential.json through Design's types (cattrs, as report.json); a round's choices written as text, before
+# choices kept their type, are typed as Hydra would.
+_DESIGN = Converter(detailed_validation=False)
+_DESIGN.register_structure_hook_func(lambda kind: kind is Any, lambda value, _: typed_choice(value))
 
 
 def write_design(sweep_dir: Path, design: Design) -> None:
