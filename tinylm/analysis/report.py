@@ -1,5 +1,5 @@
 """A sweep, compared: which setting is better, by how much, and how sure that is (docs/sweeps.md).
-`build_report` reads the runs, judges them and explains them in one pass, and builds the `SweepReport` once."""
+`build_report` reads, judges and explains the runs in one pass, and builds the `SweepReport` once."""
 
 from __future__ import annotations
 
@@ -272,38 +272,32 @@ def resolve(
 ) -> Scope:
     """The report's scope from its options, the experiment's and a sequential design's; a ReportError where an
     option contradicts the design its added seeds were judged under."""
-    added = "this sweep's seeds were added"
     if design is not None and not metric.is_loss:
-        raise ReportError(
-            f"--metric {metric.flag}: {added} to resolve its final losses ({DESIGN_FILE}); its verdicts hold "
-            "only for them"
-        )
+        raise _against_design(f"--metric {metric.flag}", "to resolve its final losses", "for them")
     named, source = named_baseline(baseline, runs, design)
     wanted = parse_choices(named) if named is not None else None
     if design is not None and min_effect is not None and min_effect != design.min_effect:
-        raise ReportError(
-            f"--min-effect {min_effect:g}: {added} to resolve comparisons within ±{design.min_effect:g} "
-            f"({DESIGN_FILE}); its verdicts hold only at that δ"
-        )
+        within = f"to resolve comparisons within ±{design.min_effect:g}"
+        raise _against_design(f"--min-effect {min_effect:g}", within, "at that δ")
     if design is not None and baseline is not None and wanted != parse_choices(design.baseline):
-        raise ReportError(
-            f"--baseline {baseline}: {added} against {design.baseline} ({DESIGN_FILE}); its verdicts hold only "
-            "against that baseline"
-        )
+        raise _against_design(f"--baseline {baseline}", f"against {design.baseline}", "against that baseline")
     setting_columns = [c for c in columns if c != "seed"]
     axis = ladder_axis(ladder, runs, setting_columns, wanted, design.ladder if design else None)
     if design is not None and design.ladder is not None and tuple(axis) != design.ladder:
         along = f"along {', '.join(design.ladder)}" if design.ladder else "without a ladder"
         asked = f"--ladder {ladder}" if ladder else f"the experiment's ladder ({', '.join(axis)})"
-        raise ReportError(
-            f"{asked}: {added} {along} ({DESIGN_FILE}); its verdicts hold only for the families they were "
-            "judged in"
-        )
+        raise _against_design(asked, along, "for the families they were judged in")
     lr_varies = rate_tuned(setting_columns, axis)
     delta = design.min_effect if design else (metric.min_effect if min_effect is None else min_effect)
     rules = Rules(confidence, design.alpha if design else ALPHA, delta, lr_varies)
     family_columns = family_columns_of(setting_columns, lr_varies)
     return Scope(setting_columns, family_columns, wanted, source, axis, rules, design, own_seeds(design))
+
+
+def _against_design(asked: str, how: str, holds: str) -> ReportError:
+    return ReportError(
+        f"{asked}: this sweep's seeds were added {how} ({DESIGN_FILE}); its verdicts hold only {holds}"
+    )
 
 
 def judge(
@@ -331,7 +325,7 @@ def explain(
     findings: dict[Path, list[Finding]],
     scope: Scope,
 ) -> dict[str, Any]:
-    """The `SweepReport` fields the runs' findings and the verdicts give: the *Why*s, sizing and look levels."""
+    """The `SweepReport` fields the findings and the verdicts give: the *Why*s, sizing and look levels."""
     rules, design = scope.rules, scope.design
     explained = (family, scope.family_columns) if len(family) > 1 else (settings, scope.setting_columns)
     horizon = design.horizon if design is not None else None
@@ -348,7 +342,7 @@ def explain(
 
 
 def run_columns(runs: Sequence[RunSummary]) -> tuple[list[str], dict[str, Any]]:
-    """The choices shown per run (the design choices, then every override that varies), and those all share."""
+    """The choices shown per run (the design choices, then every override that varies); those all share."""
     keys = list(DESIGN_CHOICES) + sorted({k for r in runs for k in r.choices} - set(DESIGN_CHOICES))
     varied = [k for k in keys if len({r.choices.get(k) for r in runs}) > 1]
     columns = list(DESIGN_CHOICES) + [k for k in varied if k not in DESIGN_CHOICES]
@@ -363,15 +357,11 @@ def ladder_axis(
     wanted: dict[str, Any] | None,
     design: Sequence[str] | None = None,
 ) -> list[str]:
-    """The choices judged level by level: --ladder, a sequential design's, the experiment's `ladder:`, or `size`
-    where the sweep varies it and the baseline does not name it (older scale ladders); [] for none."""
-    named = {run.ladder for run in runs if run.ladder}
-    if not flag and not design and len(named) > 1:
-        raise ReportError(
-            f"the runs name different ladders ({', '.join(sorted(named))}); choose one with --ladder"
-        )
-    if flag or (named and not design):
-        text = flag or named.pop()
+    """The choices judged level by level: --ladder, a sequential design's, the experiment's `ladder:`, or
+    `size` where the sweep varies it and the baseline does not name it (older scale ladders); [] for none."""
+    experiment = None if flag or design else _named_alike(runs, "ladder")
+    if flag or experiment:
+        text = flag or experiment
         where = "--ladder" if flag else "the experiment's `ladder:`"
         axis = [key.strip() for key in text.split(",") if key.strip()]
     elif design:
@@ -402,12 +392,18 @@ def named_baseline(
         return flag, "--baseline"
     if design is not None:
         return design.baseline, design.baseline_source
-    named = {run.baseline for run in runs if run.baseline}
+    named = _named_alike(runs, "baseline")
+    return (named, "the experiment's `baseline:`") if named else (None, None)
+
+
+def _named_alike(runs: Sequence[RunSummary], key: str) -> str | None:
+    """The experiment's `baseline:` or `ladder:` (`key`), as every run that names one names it."""
+    named = {getattr(run, key) for run in runs if getattr(run, key)}
     if len(named) > 1:
         raise ReportError(
-            f"the runs name different baselines ({', '.join(sorted(named))}); choose one with --baseline"
+            f"the runs name different {key}s ({', '.join(sorted(named))}); choose one with --{key}"
         )
-    return (named.pop(), "the experiment's `baseline:`") if named else (None, None)
+    return named.pop() if named else None
 
 
 def rank_runs(runs: Sequence[RunSummary]) -> list[RunSummary]:

@@ -69,7 +69,7 @@ class RunSummary:
     val_in_training: float | None = None  # share of its validation found in training (metrics.json)
     diverged_at: int | None = None  # diverged: the step whose loss was first non-finite (metrics.json)
     targets: dict[str, float] = field(default_factory=dict)  # metrics.json's `target/<level>/step`, `/time_s`
-    # The levels it watched (callbacks.targets.levels; None: none named): an unwatched level is not "never reached".
+    # The levels it watched (callbacks.targets.levels; None: none): an unwatched level is not "never reached".
     watched: tuple[float, ...] | None = None
     metric: Metric = FINAL_LOSS  # what `result` is (report.py --metric)
 
@@ -229,7 +229,7 @@ def _curves(scalars: Any | None, curve_tag: str | None) -> _Curves:
 
 
 def _evaluated(windows: list[float] | None, available: Any, final: float | None, last: float | None) -> str:
-    """Which evaluation the final loss is: `final, 960 of 7,477 validation windows`, `last validation`, `—`."""
+    """Which evaluation the final loss is: `final, 960 of 7,477 validation windows`, `last validation`."""
     if final is None:
         return "—" if last is None else "last validation"
     if not windows:
@@ -343,7 +343,7 @@ def _recorded(record: dict[str, Any], names: Sequence[str]) -> float | None:
 def read_runs(
     sweep_dir: str | Path, curve_tag: str | None = None, metric: Metric = FINAL_LOSS
 ) -> list[RunSummary]:
-    """Every run of the sweep, in job order, its `result` by `metric`; `curve_tag` picks each run's `curve`."""
+    """Every run of the sweep in job order, its `result` by `metric`; `curve_tag` picks each run's `curve`."""
     sweep_dir = Path(sweep_dir)
     run_dirs = find_run_dirs(sweep_dir)
     scalars = read_scalars(sweep_dir, run_dirs)

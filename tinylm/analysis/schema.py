@@ -2,7 +2,7 @@
 an earlier `format`. cattrs (un)structures the stdlib dataclasses from their own type hints, with no second
 declaration (msgspec would need its own Structs; pydantic, models or TypeAdapters over a compiled core).
 The json follows the types, but: a setting is written once and named elsewhere by its choices (its runs by
-name); curves and per-window losses are left out (only the figures read them); non-finite floats are strings."""
+name); curves and per-window losses are left out (only figures read them); non-finite floats are strings."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def _why(row: Mapping[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _seeds(found: Shared, setting: Setting, report: SweepReport) -> list[str]:
-    """An older *Why* finding's seeds: its row's judged runs whose findings show it, if as many as it counts."""
+    """An older *Why* finding's seeds: its row's judged runs whose findings show it, if as many as counted."""
     if found.seeds:
         return list(found.seeds)
     showed = [

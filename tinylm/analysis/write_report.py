@@ -44,7 +44,7 @@ def write_report(
     metric: str | None = None,
 ) -> tuple[str, list[Path]]:
     """Build the report and write report.md, report.json, report.png (`report_<curve>.png` for another curve)
-    and the figures its value calls for into the sweep directory; returns the markdown and the paths written."""
+    and the figures its value calls for into the sweep directory; returns the markdown and the paths."""
     report = build_report(
         sweep_dir, baseline, curve=curve, min_effect=min_effect, ladder=ladder, probe=True, metric=metric
     )
@@ -87,7 +87,7 @@ def report_markdown(report: SweepReport) -> str:
 
 
 def write_from_json(path: str | Path) -> tuple[str, list[Path]]:
-    """report.md written again beside `path` (a report.json) from it alone, with the figures that need no curves."""
+    """report.md written again beside `path`, a report.json, from it alone, with the figures it can draw."""
     path = Path(path)
     if not path.is_file():
         raise ReportError(
