@@ -26,7 +26,7 @@ from tinylm.analysis.grouping import (
 from tinylm.analysis.outcome import Outcome
 from tinylm.analysis.runs import shared_reference
 from tinylm.analysis.sequential_design import Design, judge_added, own_seeds
-from tinylm.analysis.verdicts import Comparison, decided_by_failures, failure_words, holm
+from tinylm.analysis.verdicts import Comparison, failure_words, holm
 from tinylm.overrides import shown
 
 # The choice a scale ladder varies (conf/size/): a sweep over it whose baseline does not name it is a ladder
@@ -96,9 +96,8 @@ class Ladder:
     @property
     def shown_columns(self) -> list[str]:
         """The design columns that tell the designs apart; the others are stated once."""
-        return (
-            varying(self.columns, [s.choices for rung in self.rungs for s in rung.settings]) or self.columns
-        )
+        designs = [s.choices for rung in self.rungs for s in rung.settings]
+        return varying(self.columns, designs) or self.columns
 
 
 def noun(axis: Sequence[str]) -> str:
@@ -134,11 +133,10 @@ def judge_family(
     levels = ladder_levels(family, axis) if axis else [("", None, None, list(family))]
     design_columns = [c for c in columns if c not in axis]
     groups = [(group, pick_baseline(group, wanted, design_columns)) for *_, group in levels]
+    compared = compare_families(groups, rules, own_seeds(design))
     own = {
         s.key(columns): (c, base.key(columns))
-        for (group, base), found in zip(
-            groups, compare_families(groups, rules, own_seeds(design)), strict=True
-        )
+        for (group, base), found in zip(groups, compared, strict=True)
         for s, c in zip(group, found, strict=True)
     }
     keys = [s.key(columns) for s in family]
@@ -160,13 +158,13 @@ def judge_family(
 def ladder_levels(
     family: Sequence[Setting], axis: Sequence[str]
 ) -> list[tuple[str, int | None, int | None, list[Setting]]]:
-    """Each level of `axis`: its name, its runs' median parameters and steps, and its settings; in the axis's
-    order (by parameters for sizes, by value for one numeric choice)."""
+    """Each level of `axis`: its name (its values, `/`-joined), its runs' median parameters and steps, and its
+    settings; in the axis's order (by parameters for sizes, by value for one numeric choice)."""
     levels = []
     for value, group in groups_of(family, axis).items():
         runs = [run for s in group for run in s.runs]
         params, steps = _median([r.params for r in runs]), _median([r.max_steps for r in runs])
-        levels.append((level_name(value), params, steps, group))
+        levels.append(("/".join(shown(v) for v in value), params, steps, group))
     if list(axis) == [SCALE_KEY]:
         levels.sort(key=lambda level: (level[1] is None, level[1] or 0, level[0]))
     elif ordered(axis, [name for name, *_ in levels]):
@@ -221,9 +219,10 @@ def _change(found: list[tuple[Rung, Setting]]) -> tuple[float | None, float | No
 
 
 def _direction(c: Comparison) -> int | None:
-    """The losses' verdict: +1 worse, -1 better, 0 equivalent or identical, None unresolved or decided by how
-    often each side failed (no sign of the losses: it makes no flip)."""
-    if decided_by_failures(c):
+    """The losses' verdict: +1 worse, -1 better, 0 equivalent or identical; None unresolved, or resolved by
+    how often each side failed with the losses left open (no sign of the losses: it makes no flip)."""
+    t, j = c.tests, c.judgement
+    if j.fails_differently and not (j.differs or j.within_min_effect or (t.constant and t.difference)):
         return None
     outcomes = {Outcome.WORSE: 1, Outcome.BETTER: -1, Outcome.EQUIVALENT: 0, Outcome.IDENTICAL: 0}
     return outcomes.get(c.judgement.verdict.outcome)
@@ -273,11 +272,6 @@ def _verdict(
         # A change of the difference is shown, not its sign: an end's sign is known only where it is resolved.
         return f"{TrendWord.CHANGES.value} with {axis}: {at_ends}{tested}; {every}", TrendWord.CHANGES
     return f"not resolved across {noun}s: {every}", TrendWord.UNRESOLVED
-
-
-def level_name(values: tuple[Any, ...]) -> str:
-    """A level as the report names it: its axis's values, `/`-joined."""
-    return "/".join(shown(value) for value in values)
 
 
 def _median(values: list[int | None]) -> int | None:

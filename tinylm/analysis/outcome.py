@@ -1,6 +1,4 @@
-"""What a comparison found and the words that say it: `Outcome`, the `Verdict` that carries one, and the fixed
-phrases a verdict is made of, shared by a comparison's tests (estimates.py), a family's judgement
-(verdicts.py) and what reports them."""
+"""What a comparison found (`Outcome`), the `Verdict` whose words carry one, and the phrases verdicts share."""
 
 from __future__ import annotations
 
@@ -13,9 +11,8 @@ UNRESOLVED = "not resolved"
 IDENTICAL_VERDICT = "identical on every seed"
 ONE_SEED = "one seed: no interval"
 NO_SEEDS = "no seeds in common with the baseline"
-NOT_YET_JUDGED_TUNED = (
-    "not yet judged"  # a tuned row: its sweep's seeds chose its rate, and none is judged at it
-)
+# A tuned row whose sweep's seeds chose its rate, none judged at it.
+NOT_YET_JUDGED_TUNED = "not yet judged"
 
 
 def equivalent(min_effect: float) -> str:

@@ -141,44 +141,30 @@ def left_open(
     row: int, tests: Sequence[PairedTests], latest: Comparison, look: Look | None, alpha: float, number: int
 ) -> Comparison:
     """Row `row` of the last look (`number`, its `tests`) that no look resolved: its Holm-adjusted p-values, and
-    why any within α did not resolve it (the look's level)."""
+    why any within α did not resolve it (the level the look gives its rank in Holm's order, `step_down`)."""
     difference = tests_of_difference(tests)
     equivalence = {i: t.p_equivalence for i, t in enumerate(tests) if t.p_equivalence is not None}
     j = latest.judgement
-    short = [
-        _short_of(family, at, adjusted, look, alpha, number, name)
-        for family, at, adjusted, name in (
-            (difference, (row, "loss"), j.p_adjusted, "p"),
-            (difference, (row, "failures"), j.p_failures_adjusted, "failures p"),
-            (equivalence, row, j.p_equivalence_adjusted, "equivalence p"),
-        )
-    ]
-    text = f"{UNRESOLVED} at look {number} ({len(latest.tests.seeds)} added seeds{''.join(short)})"
+
+    def short_of(family: Mapping[Any, float], key: Any, adjusted: float | None, name: str) -> str:
+        if look is None or adjusted is None or adjusted > alpha or key not in family:
+            return ""
+        ordered = sorted(family, key=family.__getitem__)
+        level, p = look.level(alpha / (len(ordered) - ordered.index(key))), family[key]
+        if p > level:
+            return f"; {name} {p:.2g} > {level:.2g}, the level look {number} gives it"
+        return f"; {name} {p:.2g} within {level:.2g}, the level look {number} gives it, but a smaller p in Holm's order was not"
+
+    short = (
+        short_of(difference, (row, "loss"), j.p_adjusted, "p")
+        + short_of(difference, (row, "failures"), j.p_failures_adjusted, "failures p")
+        + short_of(equivalence, row, j.p_equivalence_adjusted, "equivalence p")
+    )
+    text = f"{UNRESOLVED} at look {number} ({len(latest.tests.seeds)} added seeds{short})"
     if latest.tests.failures is not None:  # how often each side failed is a finding of its own, said here too
         text += f"; fails {latest.tests.failures.describe()}"
     adjusted = (j.p_adjusted, j.p_equivalence_adjusted, j.p_failures_adjusted)
     return Comparison(latest.tests, Judgement(*adjusted, verdict=Verdict(text, Outcome.NOT_RESOLVED)))
-
-
-def _short_of(
-    tests: Mapping[Any, float],
-    key: Any,
-    adjusted: float | None,
-    look: Look | None,
-    alpha: float,
-    number: int,
-    name: str,
-) -> str:
-    """Why a test within α after Holm left its row open at look `number`: the level that look gives its rank in
-    Holm's order of `tests` (`step_down`); '' for any other test."""
-    if look is None or adjusted is None or adjusted > alpha or key not in tests:
-        return ""
-    ordered = [k for k, _ in sorted(tests.items(), key=lambda item: item[1])]
-    level = look.level(alpha / (len(ordered) - ordered.index(key)))
-    p = tests[key]
-    if p > level:
-        return f"; {name} {p:.2g} > {level:.2g}, the level look {number} gives it"
-    return f"; {name} {p:.2g} within {level:.2g}, the level look {number} gives it, but a smaller p in Holm's order was not"
 
 
 def first_verdicts(

@@ -168,14 +168,6 @@ def failure_words(failures: Failures | None, fails_differently: bool) -> str | N
     return f"fails {failures.describe()}"
 
 
-def decided_by_failures(c: Comparison) -> bool:
-    """Whether the verdict's better/worse is how often each side failed, the losses left open: it says
-    nothing of the losses' sign."""
-    t, j = c.tests, c.judgement
-    losses_resolved = j.differs or j.within_min_effect or (t.constant and t.difference is not None)
-    return j.fails_differently and c.resolved and not losses_resolved
-
-
 def loss_verdict(t: PairedTests, differs: bool, within_min_effect: bool, min_effect: float) -> Verdict:
     """The verdict on the losses of the seeds both sides trained."""
     d, open_ = t.difference, Outcome.NOT_RESOLVED
