@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any
 
 from tinylm.analysis.estimates import PairedTests
 from tinylm.analysis.formats import (
@@ -28,16 +28,14 @@ from tinylm.analysis.render_sections import added_section, cost_lines
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.runs import RunSummary
 from tinylm.analysis.verdicts import Judgement
-from tinylm.analysis.why import Shared
 from tinylm.overrides import shown
 
 LEVELS = ("uniform", "unigram", "bigram")
 
 
-class _Ranked(NamedTuple):
-    rank: int
-    setting: Setting
-    why: Sequence[Shared]
+def _of(header: str, cell: Callable[[Any], object]) -> Column:
+    """A column of a numbered table (rows: rank, item, ...) with `cell` of the row's item."""
+    return Column(header, lambda row: cell(row[1]))
 
 
 def _settings_columns(report: SweepReport, gains: str | None) -> list[Column]:
@@ -45,38 +43,30 @@ def _settings_columns(report: SweepReport, gains: str | None) -> list[Column]:
     and that gain in bits/char, for settings on different corpora (their nats are not comparable)."""
     digits, scale = report.metric.digits, 1.0 if gains == "nats" else 1 / math.log(2)
 
-    def finite(row: _Ranked) -> bool:
-        e = row.setting.estimate
-        return e is not None and math.isfinite(e.mean) and row.setting.reference is not None
+    def finite(s: Setting) -> bool:
+        return s.estimate is not None and math.isfinite(s.estimate.mean) and s.reference is not None
 
-    def gain(row: _Ranked) -> str:
-        s = row.setting
-        return fmt_number(
-            gain_over_unigram(s.estimate.mean, s.reference["unigram"]) * scale if finite(row) else None,
-            signed=True,
-        )
+    def gain(s: Setting) -> str:
+        value = gain_over_unigram(s.estimate.mean, s.reference["unigram"]) * scale if finite(s) else None
+        return fmt_number(value, signed=True)
 
-    in_bits = Column(
-        "bits/char", lambda r: fmt_number(r.setting.estimate.mean * scale if finite(r) else None)
-    )
+    in_bits = _of("bits/char", lambda s: fmt_number(s.estimate.mean * scale if finite(s) else None))
     gain_columns = {
-        "bits": [in_bits, Column("gain over unigram (bits/char)", gain)],
-        "nats": [Column("gain over unigram", gain)],
+        "bits": [in_bits, _of("gain over unigram (bits/char)", gain)],
+        "nats": [_of("gain over unigram", gain)],
     }
     return [
-        Column("rank", lambda r: r.rank if r.setting.estimate is not None else "—"),
-        *choice_columns(report.swept_columns, lambda r: r.setting.choices),
-        Column("seeds", lambda r: len(r.setting.results)),
-        Column("mean", lambda r: fmt_mean(r.setting.estimate, digits)),
-        Column("sd", lambda r: fmt_number(r.setting.estimate.sd if r.setting.estimate else None, digits)),
-        Column(f"{report.confidence:.0%} CI", lambda r: fmt_interval(r.setting.estimate, digits=digits)),
+        Column("rank", lambda r: r[0] if r[1].estimate is not None else "—"),
+        *choice_columns(report.swept_columns, lambda r: r[1].choices),
+        _of("seeds", lambda s: len(s.results)),
+        _of("mean", lambda s: fmt_mean(s.estimate, digits)),
+        _of("sd", lambda s: fmt_number(s.estimate.sd if s.estimate else None, digits)),
+        _of(f"{report.confidence:.0%} CI", lambda s: fmt_interval(s.estimate, digits=digits)),
         *gain_columns.get(gains, []),
-        Column("diverged", lambda r: r.setting.fails)
-        if report.rule == CROSS_FITTED
-        else Column("fails", lambda r: _fails_cell(r.setting)),
-        Column("no result", lambda r: r.setting.without_result),
-        Column("why", lambda r: "; ".join(f.describe() for f in r.why) or "—"),
-        Column("note", lambda r: "baseline" if r.setting is report.baseline else ""),
+        _of("diverged", lambda s: s.fails) if report.rule == CROSS_FITTED else _of("fails", _fails_cell),
+        _of("no result", lambda s: s.without_result),
+        Column("why", lambda r: "; ".join(f.describe() for f in r[2]) or "—"),
+        _of("note", lambda s: "baseline" if s is report.baseline else ""),
     ]
 
 
@@ -85,15 +75,12 @@ def _fails_cell(s: Setting) -> str:
     return f"{s.fails}/{len(s.results)}" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
 
 
-def gains_in(report: SweepReport) -> str | None:
+def _gains(report: SweepReport) -> str | None:
     """How the settings table reads losses against the reference levels: "nats" when every run shares them,
     "bits" when its settings are on corpora of their own, else None (and for steps or seconds to a level)."""
     if not report.metric.is_loss:
         return None
-    if report.reference is not None:
-        return "nats"
-    references = [s.reference for s in report.settings]
-    return "bits" if references and None not in references else None
+    return "nats" if report.reference is not None else "bits" if report.corpora else None
 
 
 def _reference_lines(report: SweepReport) -> list[str]:
@@ -102,10 +89,10 @@ def _reference_lines(report: SweepReport) -> list[str]:
     if report.reference is not None:
         levels = report.reference
         return blocks(
-            f"Reference levels of the validation split, estimated on the training split (nats/char): uniform "
-            f"(ln V) {levels['uniform']:.4f}, unigram {levels['unigram']:.4f}, bigram {levels['bigram']:.4f}. "
-            "A loss at the unigram level has learned the characters' frequencies and nothing of their "
-            "context; `gain over unigram` is how far below it a setting got."
+            "Reference levels of the validation split, estimated on the training split (nats/char): uniform "
+            f"(ln V) {levels['uniform']:.4f}, unigram {levels['unigram']:.4f}, bigram "
+            f"{levels['bigram']:.4f}. A loss at the unigram level has learned the characters' frequencies "
+            "and nothing of their context; `gain over unigram` is how far below it a setting got."
         )
     columns = [
         Column("corpus", lambda corpus: corpus[0]),
@@ -113,10 +100,10 @@ def _reference_lines(report: SweepReport) -> list[str]:
         *(Column(f"{k} bits/char", lambda c, k=k: f"{c[1][k] / math.log(2):.3f}") for k in LEVELS),
     ]
     return blocks(
-        f"The settings are on {len(report.corpora)} corpora, each with its own reference levels (validation split, "
-        "estimated on the training split). Their nats are not comparable between vocabularies, so the table "
-        "also reads each mean in bits/char and as `gain over unigram` in bits/char: how far below its own "
-        "corpus's unigram level (the characters' frequencies, nothing of their context) a setting got.",
+        f"The settings are on {len(report.corpora)} corpora, each with its own reference levels (validation "
+        "split, estimated on the training split). Their nats are not comparable between vocabularies, so the "
+        "table also reads each mean in bits/char and as `gain over unigram` in bits/char: how far below its "
+        "own corpus's unigram level (the characters' frequencies, nothing of their context) a setting got.",
         md_table(columns, report.corpora),
     )
 
@@ -176,30 +163,28 @@ def _family_columns(report: SweepReport) -> list[Column]:
     ]
 
 
-def _family_heading(report: SweepReport) -> list[str]:
-    if report.judged_apart:
-        return blocks(
+def _family_section(report: SweepReport) -> list[str]:
+    base, named = report.family_baseline, report.shown_family_columns
+    text = (
+        blocks(
             "## Each setting at the rate its tuning seeds chose",
-            "Each setting's rate is chosen on its tuning seeds, the sweep's own: of the rates where the fewest of "
-            "them failed, the one with the lowest mean over those that trained (`tuned on`: the seeds). It is "
-            "judged only on other seeds run at that rate, which `scripts/add_seeds.py` adds: no seed both "
-            "chooses a rate and is judged at it, which would flatter a setting whose optimum is broad. `mean`: "
-            "over the judging seeds that trained.",
+            "Each setting's rate is chosen on its tuning seeds, the sweep's own: of the rates where the "
+            "fewest of them failed, the one with the lowest mean over those that trained (`tuned on`: the "
+            "seeds). It is judged only on other seeds run at that rate, which `scripts/add_seeds.py` adds: "
+            "no seed both chooses a rate and is judged at it, which would flatter a setting whose optimum is "
+            "broad. `mean`: over the judging seeds that trained.",
         )
-    if report.lr_varies:
-        return blocks(
+        if report.judged_apart
+        else blocks(
             "## Each setting at a cross-fitted learning rate",
             "Each seed's result is taken at the rate with the lowest mean over the setting's *other* seeds "
             "(leave one seed out), so no seed both chooses the rate and is judged at it: picking the best "
             "rate on the runs it is judged on flatters a setting whose optimum is broad. `rates chosen` "
             "counts the seeds judged at each rate.",
         )
-    return []
-
-
-def _family_section(report: SweepReport) -> list[str]:
-    base, named = report.family_baseline, report.shown_family_columns
-    text = _family_heading(report)
+        if report.lr_varies
+        else []
+    )
     if report.ladder is not None:
         noun, title = report.ladder.noun, ladder_title(report.ladder)
         return text + blocks(f"The baseline is judged at each {noun}: see *{title}* below.")
@@ -214,17 +199,17 @@ def _family_section(report: SweepReport) -> list[str]:
     rows = [s for s in report.family if s is base or report.shown_comparison(s) is not None]
     text += blocks(
         f"Baseline `{base.label(named)}` (named by {report.baseline_source}). Paired seed by seed: the mean "
-        f"of (setting − baseline) over the seeds both finished, with its {report.confidence:.0%} interval; < 0 "
-        f"is {report.metric.lower}.",
+        f"of (setting − baseline) over the seeds both finished, with its {report.confidence:.0%} interval; "
+        f"< 0 is {report.metric.lower}.",
         md_table(_family_columns(report), rows),
-        [*_family_notes(report), *cost_lines(report)],
+        [_family_notes(report), *cost_lines(report)],
     )
     if report.design is not None and len(report.design.looks) > 1:
         text += added_section(report)
     return text
 
 
-def _family_notes(report: SweepReport) -> list[str]:
+def _family_notes(report: SweepReport) -> str:
     tests = report.family_tests
     delta, units = f"{report.min_effect:g}", report.metric.units
     cross_fitted = report.rule == CROSS_FITTED
@@ -235,31 +220,33 @@ def _family_notes(report: SweepReport) -> list[str]:
         if cross_fitted
         else "paired t over the seeds both sides trained"
     )
-    return [
-        f"One family: {plural(tests, 'test')} of difference ({test}; for {'diverged' if cross_fitted else 'failed'} "
-        f"seeds, McNemar's exact test), Holm-adjusted so that the chance of any false `better`/`worse` in the table "
-        f"is at most α = {report.alpha:g}; {plural(report.equivalence_tests, 'test')} of equivalence (two one-sided tests within "
-        f"±δ, δ = {delta} {units}, `--min-effect`), Holm-adjusted apart. `better, but by less than {delta}`: both. "
-        f"A difference below {1e-6:g} on every seed is `identical on every seed`. `resolves (80%)`: the smallest "
-        f"|difference| ({units}) these seeds find with 80% power at α/{max(1, tests)}; `seeds for ±{delta}`: the "
-        "seeds a difference of δ would need. `eval SE`: the standard error the final evaluation's finite set of "
-        "windows adds to the difference (part of the seed interval already).",
-    ]
+    return (
+        f"One family: {plural(tests, 'test')} of difference ({test}; for "
+        f"{'diverged' if cross_fitted else 'failed'} seeds, McNemar's exact test), Holm-adjusted so that the "
+        f"chance of any false `better`/`worse` in the table is at most α = {report.alpha:g}; "
+        f"{plural(report.equivalence_tests, 'test')} of equivalence (two one-sided tests within ±δ, δ "
+        f"= {delta} {units}, `--min-effect`), Holm-adjusted apart. `better, but by less than {delta}`: both. "
+        f"A difference below {1e-6:g} on every seed is `identical on every seed`. `resolves (80%)`: the "
+        f"smallest |difference| ({units}) these seeds find with 80% power at α/{max(1, tests)}; `seeds for "
+        f"±{delta}`: the seeds a difference of δ would need. `eval SE`: the standard error the final "
+        "evaluation's finite set of windows adds to the difference (part of the seed interval already)."
+    )
 
 
 def _method_lines(report: SweepReport) -> list[str]:
     """What the settings table compares, how its intervals and failures read, and what every run shares."""
     pct, metric = f"{report.confidence:.0%}", report.metric
-    seeds = f"{len(report.runs)} runs in {len(report.settings)} settings, up to {plural(report.most_seeds, 'seed')} each"
+    most = plural(report.most_seeds, "seed")
+    seeds = f"{len(report.runs)} runs in {len(report.settings)} settings, up to {most} each"
     compared = (
-        f"Final validation loss (nats/char) of {seeds}: the mean over the final evaluation's windows "
-        "(every validation window, or up to 4 per window a short run trained on; the runs table says how many), "
-        "or the last validation for a run without one. "
+        f"Final validation loss (nats/char) of {seeds}: the mean over the final evaluation's windows (every "
+        "validation window, or up to 4 per window a short run trained on; the runs table says how many), or "
+        "the last validation for a run without one. "
         if metric.is_loss
         else f"{metric.noun.capitalize()} (lower is better) of {seeds}: the "
         + ("optimizer step" if metric.kind == STEPS_TO else "seconds of training (validations included)")
-        + f" at which a run's periodic validation loss first reached {metric.level:g} nats/char (`{metric.tag}` "
-        "in its metrics.json; `--metric`). "
+        + f" at which a run's periodic validation loss first reached {metric.level:g} nats/char "
+        f"(`{metric.tag}` in its metrics.json; `--metric`). "
     )
     failing = (
         "diverged or collapsed"
@@ -269,9 +256,9 @@ def _method_lines(report: SweepReport) -> list[str]:
     counted = (
         "a diverged run counts as the worst result, a failed or unfinished one as none."
         if report.rule == CROSS_FITTED
-        else f"a run that {failing} fails (docs/sweeps.md): `fails` counts it, with the exact {pct} interval of "
-        f"the rate, and the means are over the runs that {'trained' if metric.is_loss else 'reached it'}; a "
-        "crashed or unfinished run has no result."
+        else f"a run that {failing} fails (docs/sweeps.md): `fails` counts it, with the exact {pct} interval "
+        f"of the rate, and the means are over the runs that {'trained' if metric.is_loss else 'reached it'}; "
+        "a crashed or unfinished run has no result."
     )
     shared = {c: report.runs[0].choices.get(c, "—") for c in report.columns if c not in _run_columns(report)}
     shared |= report.common
@@ -285,9 +272,9 @@ def _method_lines(report: SweepReport) -> list[str]:
 def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
     """The report as markdown: settings with intervals, the family of comparisons, `sections` (lines of
     markdown from elsewhere, e.g. the depth probe), every run."""
-    metric, gains = report.metric, gains_in(report)
+    metric, gains = report.metric, _gains(report)
     why = report.setting_why or [()] * len(report.settings)
-    ranked = [_Ranked(n, s, w) for n, (s, w) in enumerate(zip(report.settings, why, strict=True), start=1)]
+    ranked = [(n, s, w) for n, (s, w) in enumerate(zip(report.settings, why, strict=True), start=1)]
     text = [
         f"# Sweep report: {report.sweep_dir}" + ("" if metric.is_loss else f", {metric.noun}"),
         "",
@@ -304,8 +291,8 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
         *blocks("## Runs", md_table(_runs_columns(report), enumerate(report.runs, start=1))),
         f"{len(report.runs)} runs: "
         + ", ".join(f"{n} {s}" for s, n in report.run_statuses.items())
-        + ". bits/char = nats / "
-        "ln 2; params without position embeddings; tokens/s and wall time depend on what else ran on the machine.",
+        + ". bits/char = nats / ln 2; params without position embeddings; tokens/s and wall time depend on "
+        "what else ran on the machine.",
     ]
     return "\n".join(text) + "\n"
 
@@ -331,21 +318,18 @@ def _runs_columns(report: SweepReport) -> list[Column]:
         text = run.status if not run.error else f"{run.status}: {run.error}"
         return text if len(text) <= 120 else text[:117] + "..."
 
-    def of_run(header: str, cell: Callable[[RunSummary], object]) -> Column:
-        return Column(header, lambda row: cell(row[1]))
-
     return [
         Column("rank", lambda r: r[0] if r[1].result is not None else "—"),
-        of_run("run", lambda run: run.name),
+        _of("run", lambda run: run.name),
         *choice_columns(_run_columns(report), lambda r: r[1].choices),
-        of_run("params", lambda run: "—" if run.params is None else f"{run.params:,}"),
-        *([of_run(metric.noun, reached)] if metric.tag is not None else []),
-        of_run("final val loss", lambda run: fmt_number(run.final_val_loss)),
-        of_run("evaluated on", lambda run: run.evaluated),
-        of_run("best val loss", lambda run: fmt_number(run.best_val_loss)),
-        of_run("bits/char", lambda run: fmt_number(run.final_bpc, 3)),
-        of_run("tokens/s", lambda run: "—" if run.tokens_per_s is None else f"{run.tokens_per_s:,.0f}"),
-        of_run("wall time", lambda run: fmt_wall_time(run.wall_time_s)),
-        of_run("steps", steps),
-        of_run("status", status),
+        _of("params", lambda run: "—" if run.params is None else f"{run.params:,}"),
+        *([_of(metric.noun, reached)] if metric.tag is not None else []),
+        _of("final val loss", lambda run: fmt_number(run.final_val_loss)),
+        _of("evaluated on", lambda run: run.evaluated),
+        _of("best val loss", lambda run: fmt_number(run.best_val_loss)),
+        _of("bits/char", lambda run: fmt_number(run.final_bpc, 3)),
+        _of("tokens/s", lambda run: "—" if run.tokens_per_s is None else f"{run.tokens_per_s:,.0f}"),
+        _of("wall time", lambda run: fmt_wall_time(run.wall_time_s)),
+        _of("steps", steps),
+        _of("status", status),
     ]
