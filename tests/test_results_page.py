@@ -98,7 +98,7 @@ def test_each_stored_report_states_the_numbers_of_its_json(source):
     for s in compared:
         # Tuned then judged, the family table shows the judging seeds' comparison (the sweep's judges nothing).
         c = (judged_apart and s["added_seeds_vs_baseline"]) or s["vs_baseline"]
-        d = c["difference"] and Estimate(**c["difference"])
+        d = c["difference"] and Estimate(*(c["difference"][k] for k in ("mean", "n", "sd", "low", "high")))
         numbers = (
             fmt_number(d.mean if d else None, signed=True),
             fmt_interval(d, signed=True),

@@ -17,8 +17,6 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import ttost_paired
 
-from tinylm.analysis.outcome import ONE_SEED
-
 MIN_EFFECT = 0.01  # nats/char: δ, the smallest difference worth a claim (report.py --min-effect)
 POWER = 0.8  # the power the "resolves" and "seeds for ±δ" columns are computed at
 IDENTICAL = 1e-6  # differences below this are float32 rounding of a loss, not design (docs/sweeps.md)
@@ -29,15 +27,14 @@ WindowLosses = tuple[Windows, Windows]  # each side's
 
 @dataclass(frozen=True)
 class Estimate:
-    """The mean of `n` values, their sd and the mean's two-sided Student-t interval at `confidence` (with one
-    value, or a non-finite one, the mean alone)."""
+    """The mean of `n` values, their sd and the mean's two-sided Student-t interval (with one value, or a
+    non-finite one, the mean alone)."""
 
     mean: float
     n: int
     sd: float | None = None
     low: float | None = None
     high: float | None = None
-    confidence: float = 0.95
 
     @property
     def has_interval(self) -> bool:
@@ -50,15 +47,15 @@ def estimate(values: Sequence[float], confidence: float = 0.95) -> Estimate:
     n = len(values)
     if not all(math.isfinite(v) for v in values):
         found = math.inf if any(v == math.inf for v in values) else math.nan
-        return Estimate(found, n, confidence=confidence)
+        return Estimate(found, n)
     mean = statistics.fmean(values)
     if n == 1:
-        return Estimate(mean, 1, confidence=confidence)
+        return Estimate(mean, 1)
     sd = statistics.stdev(values)
     if sd == 0:  # scipy takes a zero scale for invalid (nan, with a warning): no spread, no width
-        return Estimate(mean, n, sd, mean, mean, confidence)
+        return Estimate(mean, n, sd, mean, mean)
     low, high = student_t.interval(confidence, n - 1, loc=mean, scale=sd / math.sqrt(n))
-    return Estimate(mean, n, sd, float(low), float(high), confidence)
+    return Estimate(mean, n, sd, float(low), float(high))
 
 
 @dataclass(frozen=True)
@@ -95,7 +92,6 @@ class PairedTests:
     p_value: float | None = None
     p_equivalence: float | None = None
     constant: bool = False  # the same difference on every seed: no test needed, none possible
-    untested: str | None = None  # why there is no test (one seed, ...)
     failures: Failures | None = None
     eval_se: float | None = None  # the evaluation set's standard error of `difference.mean`
 
@@ -118,13 +114,11 @@ def paired_tests(
     mine, theirs = np.array([values[s] for s in finished]), np.array([baseline[s] for s in finished])
     constant = len(finished) >= 2 and float(np.std(mine - theirs)) <= IDENTICAL
     tested = len(finished) >= 2 and not constant
-    return PairedTests(
-        seeds, unmatched, estimate([float(d) for d in mine - theirs], confidence),
-        float(ttest_rel(mine, theirs).pvalue) if tested else None,
-        float(ttost_paired(mine, theirs, -min_effect, min_effect)[0]) if tested else None,
-        constant, ONE_SEED if len(finished) < 2 else None, failures,
-        evaluation_se(finished, *window_losses) if window_losses is not None else None,
-    )  # fmt: skip
+    difference = estimate([float(d) for d in mine - theirs], confidence)
+    p_value = float(ttest_rel(mine, theirs).pvalue) if tested else None
+    p_equivalence = float(ttost_paired(mine, theirs, -min_effect, min_effect)[0]) if tested else None
+    eval_se = evaluation_se(finished, *window_losses) if window_losses is not None else None
+    return PairedTests(seeds, unmatched, difference, p_value, p_equivalence, constant, failures, eval_se)
 
 
 def _failures(failed: Sequence[tuple[bool, bool]]) -> Failures:

@@ -8,13 +8,13 @@ import statistics
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from scipy.stats import binomtest
 
 from tinylm.analysis.estimates import Estimate, PairedTests, estimate, paired_tests
 from tinylm.analysis.outcome import NOT_YET_JUDGED_TUNED, Outcome, Verdict
-from tinylm.analysis.runs import ReportError, RunSummary, natural_key, runs_frame, shared_reference
+from tinylm.analysis.runs import ReportError, RunSummary, natural_key, shared_reference
 from tinylm.analysis.verdicts import Comparison, Judgement, judge
 from tinylm.overrides import shown
 
@@ -23,6 +23,7 @@ LR = "optim.lr"
 # at the rate the others chose, only diverged runs failed), and are rendered as they were judged.
 CROSS_FITTED = "cross-fitted"
 TUNED_THEN_JUDGED = "tuned then judged"
+Chosen = TypeVar("Chosen", RunSummary, "Setting")
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,7 @@ def group_settings(
 ) -> list[Setting]:
     """Runs grouped by every column but the seed, ranked (`ranking`); the runs at `failed` paths count +inf."""
     settings = []
-    for key, rows in runs_frame(runs, columns).groupby(list(columns), sort=False, dropna=False):
-        members = [runs[i] for i in rows.index]
+    for key, members in groups_of(runs, columns).items():
         finished = [run for run in members if run.result is not None]
         results = {run.seed: math.inf if run.path in failed else run.result for run in finished}
         # The final evaluation's windows, what a loss is the mean of: the steps to a level have none.
@@ -191,10 +191,11 @@ def ranking(setting: Setting) -> tuple[float, float]:
     return share, at_rate if at_rate is not None else math.inf
 
 
-def groups_of(settings: Sequence[Setting], columns: Sequence[str]) -> dict[tuple[Any, ...], list[Setting]]:
-    groups: dict[tuple[Any, ...], list[Setting]] = {}
-    for setting in settings:
-        groups.setdefault(setting.key(columns), []).append(setting)
+def groups_of(items: Sequence[Chosen], columns: Sequence[str]) -> dict[tuple[Any, ...], list[Chosen]]:
+    """Runs or settings by their values of `columns` (a setting's `key`), in the order first seen."""
+    groups: dict[tuple[Any, ...], list[Chosen]] = {}
+    for item in items:
+        groups.setdefault(tuple(item.choices.get(c, "—") for c in columns), []).append(item)
     return groups
 
 

@@ -94,13 +94,11 @@ def judge(
     judged = []
     for i, t in enumerate(rows):
         differs, fails, within = (i, "loss") in rejected, (i, "failures") in rejected, i in rejected_eq
+        p_values = adjusted.get((i, "loss")), adjusted_eq.get(i), adjusted.get((i, "failures"))
+        found = power(t, min_effect, alpha / size) if with_power else None
         words = verdict(t, differs, within, fails, min_effect)
-        judgement = Judgement(
-            adjusted.get((i, "loss")), adjusted_eq.get(i), adjusted.get((i, "failures")), differs, within,
-            fails, power(t, min_effect, alpha / size) if with_power else None,
-            words.noted(note(t)) if note is not None else words,
-        )  # fmt: skip
-        judged.append(Comparison(t, judgement))
+        words = words.noted(note(t)) if note is not None else words
+        judged.append(Comparison(t, Judgement(*p_values, differs, within, fails, found, words)))
     return judged
 
 
@@ -172,9 +170,9 @@ def loss_verdict(t: PairedTests, differs: bool, within_min_effect: bool, min_eff
     """The verdict on the losses of the seeds both sides trained."""
     d, open_ = t.difference, Outcome.NOT_RESOLVED
     if d is None:
-        return Verdict(t.untested or f"{UNRESOLVED}: every seed failed on one side or both", open_)
-    if t.p_value is None and not t.constant:
-        return Verdict(t.untested or ONE_SEED, open_)
+        return Verdict(f"{UNRESOLVED}: every seed failed on one side or both", open_)
+    if t.p_value is None and not t.constant:  # one seed both trained
+        return Verdict(ONE_SEED, open_)
     found = Outcome.BETTER if d.mean < 0 else Outcome.WORSE
     if t.constant:
         same = " (the same difference on every seed)"
