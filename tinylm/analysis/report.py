@@ -84,7 +84,6 @@ class SweepReport:
     baselines: list[Setting] = field(init=False)  # one per level on a ladder, else the one (or none)
     # Each family row's baseline, key to key (over the family's columns): its level's on a ladder.
     baseline_keys: dict[tuple[Any, ...], tuple[Any, ...] | None] = field(init=False)
-    own_seeds: tuple[str, ...] | None = field(init=False)  # a sequential design's first look: the sweep's own
     rules: Rules = field(init=False)
     shown_family_columns: list[str] = field(init=False)  # the family's columns that vary between its rows
     # The axes the sweep varies: setting columns whose value differs between settings (a tuned rate is one).
@@ -104,18 +103,21 @@ class SweepReport:
     def _derived(self) -> dict[str, Any]:
         lr_varies = rate_tuned(self.setting_columns, self.axis)
         family = self.tuned if lr_varies else self.settings
-        family_base = self.tuned_baseline if lr_varies else self.baseline
+        base = self.tuned_baseline if lr_varies else self.baseline
         columns = family_columns_of(self.setting_columns, lr_varies)
-        ladder, apart = self.ladder, lr_varies and self.rule != CROSS_FITTED
+        apart = lr_varies and self.rule != CROSS_FITTED
         shown = [c for s in family if (c := s.answer if apart else s.comparison) is not None]
-        own, counted = own_seeds(self.design), family_base.results if family_base is not None else {}
+        own = own_seeds(self.design)
+        counted = base.results if base is not None else {}
         swept = varying(self.setting_columns, [s.choices for s in self.settings])
         return {
-            "lr_varies": lr_varies, "judged_apart": apart, "family": family,
-            "family_columns": columns, "family_baseline": family_base,
-            "baselines": baselines_of(ladder, family_base),
-            "baseline_keys": baseline_keys(family, family_base, ladder, columns),
-            "own_seeds": own,
+            "lr_varies": lr_varies,
+            "judged_apart": apart,
+            "family": family,
+            "family_columns": columns,
+            "family_baseline": base,
+            "baselines": baselines_of(self.ladder, base),
+            "baseline_keys": baseline_keys(family, base, self.ladder, columns),
             "rules": Rules(self.confidence, self.alpha, self.min_effect, lr_varies),
             "shown_family_columns": varying(columns, [s.choices for s in family]),
             "swept_columns": swept,
@@ -125,7 +127,7 @@ class SweepReport:
             "run_statuses": dict(Counter(run.status for run in self.runs)),
             "most_seeds": max((len(s.results) for s in self.settings), default=0),
             "corpora": corpora_of(self.settings, swept) if self.reference is None else [],
-        }  # fmt: skip
+        }
 
     def shown_comparison(self, setting: Setting) -> Comparison | None:
         """The comparison the report shows for `setting`: the judging seeds' where the rate is tuned apart."""
@@ -220,13 +222,11 @@ class Scope(NamedTuple):
     """What a report judges and how, resolved from its options and runs before any verdict."""
 
     setting_columns: list[str]  # the columns that tell settings apart (all but seed)
-    family_columns: list[str]  # the family's: less the rate when it is tuned per setting
     wanted: dict[str, Any] | None  # the baseline's choices (None: no verdicts)
     source: str | None  # who named the baseline
     axis: list[str]  # a ladder's; [] for none
     rules: Rules
     design: Design | None
-    own_seeds: tuple[str, ...] | None
 
 
 def build_report(
@@ -248,16 +248,24 @@ def build_report(
     columns, common = run_columns(runs)
     scope = resolve(runs, columns, read_design(sweep_dir), baseline, ladder, confidence, min_effect, measured)
     findings = {run.path: diagnose(run, run.reference) for run in runs}
-    settings, family, base, judged = judge(runs, findings, scope)
-    tuned, rules = scope.rules.lr_varies, scope.rules
     return SweepReport(
-        sweep_dir, rank_runs(runs), columns, common, settings if tuned else family, scope.setting_columns,
-        None if tuned else base, family if tuned else [], base if tuned else None, confidence=confidence,
-        alpha=rules.alpha, min_effect=rules.min_effect, baseline_source=scope.source, design=scope.design,
-        reference=shared_reference(runs), axis=scope.axis, ladder=judged, findings=findings, metric=measured,
+        sweep_dir,
+        sorted(runs, key=lambda r: (r.result is None, r.result or 0.0)),  # diverged (inf) after the finite
+        columns,
+        common,
+        setting_columns=scope.setting_columns,
+        confidence=confidence,
+        alpha=scope.rules.alpha,
+        min_effect=scope.rules.min_effect,
+        baseline_source=scope.source,
+        design=scope.design,
+        reference=shared_reference(runs),
+        axis=scope.axis,
+        findings=findings,
+        metric=measured,
         probe=probe_rows(run.model for run in runs if run.model) if probe else [],
-        **explain(settings, family, base, judged, findings, scope),
-    )  # fmt: skip
+        **judge(runs, findings, scope),
+    )
 
 
 def resolve(
@@ -287,11 +295,9 @@ def resolve(
         along = f"along {', '.join(design.ladder)}" if design.ladder else "without a ladder"
         asked = f"--ladder {ladder}" if ladder else f"the experiment's ladder ({', '.join(axis)})"
         raise _against_design(asked, along, "for the families they were judged in")
-    lr_varies = rate_tuned(setting_columns, axis)
     delta = design.min_effect if design else (metric.min_effect if min_effect is None else min_effect)
-    rules = Rules(confidence, design.alpha if design else ALPHA, delta, lr_varies)
-    family_columns = family_columns_of(setting_columns, lr_varies)
-    return Scope(setting_columns, family_columns, wanted, source, axis, rules, design, own_seeds(design))
+    rules = Rules(confidence, design.alpha if design else ALPHA, delta, rate_tuned(setting_columns, axis))
+    return Scope(setting_columns, wanted, source, axis, rules, design)
 
 
 def _against_design(asked: str, how: str, holds: str) -> ReportError:
@@ -300,54 +306,42 @@ def _against_design(asked: str, how: str, holds: str) -> ReportError:
     )
 
 
-def judge(
-    runs: Sequence[RunSummary], findings: dict[Path, list[Finding]], scope: Scope
-) -> tuple[list[Setting], list[Setting], Setting | None, Ladder | None]:
-    """The settings, the family (each setting at its tuned rate where the rate is tuned), its baseline and its
-    ladder, judged against the baseline (no verdicts without one)."""
-    rules, columns = scope.rules, scope.family_columns
+def judge(runs: Sequence[RunSummary], findings: dict[Path, list[Finding]], scope: Scope) -> dict[str, Any]:
+    """The `SweepReport` fields the verdicts give: the settings, the family (each setting at its tuned rate where
+    the rate is tuned) judged against the baseline (no verdicts without one), and what the findings explain."""
+    rules, design, tuned = scope.rules, scope.design, scope.rules.lr_varies
+    columns = family_columns_of(scope.setting_columns, tuned)
     failed = {path for path, found in findings.items() if run_failure(found) is not None}
     settings = group_settings(runs, scope.setting_columns, rules.confidence, failed)
-    seeds = scope.own_seeds
-    family = tuned_settings(settings, columns, rules.confidence, seeds) if rules.lr_varies else settings
-    if scope.wanted is None:
-        return settings, family, None, None
-    named = {k: v for k, v in scope.wanted.items() if not (rules.lr_varies and k == LR)}
-    family, base, ladder = judge_family(family, named, columns, rules, scope.axis, scope.design, settings)
-    return settings, family, base, ladder
-
-
-def explain(
-    settings: list[Setting],
-    family: list[Setting],
-    base: Setting | None,
-    ladder: Ladder | None,
-    findings: dict[Path, list[Finding]],
-    scope: Scope,
-) -> dict[str, Any]:
-    """The `SweepReport` fields the findings and the verdicts give: the *Why*s, sizing and look levels."""
-    rules, design = scope.rules, scope.design
-    explained = (family, scope.family_columns) if len(family) > 1 else (settings, scope.setting_columns)
-    horizon = design.horizon if design is not None else None
+    family = tuned_settings(settings, columns, rules.confidence, own_seeds(design)) if tuned else settings
+    base = ladder = None
+    if scope.wanted is not None:
+        named = {k: v for k, v in scope.wanted.items() if not (tuned and k == LR)}
+        family, base, ladder = judge_family(family, named, columns, rules, scope.axis, design, settings)
+    shown = settings if tuned else family
+    explained = (family, columns) if len(family) > 1 else (settings, scope.setting_columns)
     plan = design.added_plan() if design is not None else []
+    horizon = design.horizon if design is not None else None
     return {
-        "setting_why": [tuple(shared(s.runs, findings)) for s in (settings if rules.lr_varies else family)],
+        "settings": shown,
+        "tuned": family if tuned else [],
+        "baseline": None if tuned else base,
+        "tuned_baseline": base if tuned else None,
+        "ladder": ladder,
+        "setting_why": [tuple(shared(s.runs, findings)) for s in shown],
         "why": why_rows(*explained, findings, baselines_of(ladder, base)),
-        "still_learning": still_learning(family, base, findings),
-        "sizing": None if ladder else size_open_rows(
-            family, base, scope.family_columns, rules.min_effect, horizon, rules.alpha
-        ),
+        "still_learning": still_learning(family, base, findings),  # none on a ladder (no one baseline)
+        "sizing": size_open_rows(family, base, columns, rules.min_effect, horizon, rules.alpha),
         "look_levels": tuple(None if look is None else look.level(rules.alpha) for look in plan),
-    }  # fmt: skip
+    }
 
 
 def run_columns(runs: Sequence[RunSummary]) -> tuple[list[str], dict[str, Any]]:
     """The choices shown per run (the design choices, then every override that varies); those all share."""
-    keys = list(DESIGN_CHOICES) + sorted({k for r in runs for k in r.choices} - set(DESIGN_CHOICES))
-    varied = [k for k in keys if len({r.choices.get(k) for r in runs}) > 1]
-    columns = list(DESIGN_CHOICES) + [k for k in varied if k not in DESIGN_CHOICES]
-    common = {k: runs[0].choices[k] for k in keys if k not in varied and k in runs[0].choices}
-    return columns, {k: v for k, v in common.items() if k not in DESIGN_CHOICES}
+    others = sorted({k for r in runs for k in r.choices} - set(DESIGN_CHOICES))
+    varied = [k for k in others if len({r.choices.get(k) for r in runs}) > 1]
+    common = {k: runs[0].choices[k] for k in others if k not in varied and k in runs[0].choices}
+    return list(DESIGN_CHOICES) + varied, common
 
 
 def ladder_axis(
@@ -404,8 +398,3 @@ def _named_alike(runs: Sequence[RunSummary], key: str) -> str | None:
             f"the runs name different {key}s ({', '.join(sorted(named))}); choose one with --{key}"
         )
     return named.pop() if named else None
-
-
-def rank_runs(runs: Sequence[RunSummary]) -> list[RunSummary]:
-    """Runs with a result by it (diverged ones after every finite result), then the others in job order."""
-    return sorted(runs, key=lambda r: (r.result is None, r.result if r.result is not None else 0.0))

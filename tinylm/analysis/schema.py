@@ -55,14 +55,19 @@ def _read(data: Mapping[str, Any]) -> SweepReport:
 
 # An earlier format's key -> the current one's (a comparison's; before format 3 failures were divergences).
 _RENAMED = {
-    "p": "p_value", "p_holm": "p_adjusted", "p_equivalence_holm": "p_equivalence_adjusted",
-    "p_failures_holm": "p_failures_adjusted", "divergence": "failures", "p_divergence_holm": "p_failures_adjusted",
-    "diverges_differently": "fails_differently", "final_val_loss": "estimate", "vs_baseline": "comparison",
-    "added_seeds_vs_baseline": "added", "reference_levels": "reference",
-}  # fmt: skip
+    "p": "p_value",
+    "p_holm": "p_adjusted",
+    "p_equivalence_holm": "p_equivalence_adjusted",
+    "p_failures_holm": "p_failures_adjusted",
+    "divergence": "failures",
+    "p_divergence_holm": "p_failures_adjusted",
+    "diverges_differently": "fails_differently",
+    "final_val_loss": "estimate",
+    "vs_baseline": "comparison",
+    "added_seeds_vs_baseline": "added",
+    "reference_levels": "reference",
+}
 _TESTS = [f.name for f in fields(PairedTests)]
-_KEPT = ("sweep_dir", "columns", "common", "setting_columns", "confidence", "alpha", "min_effect", "baseline_source",
-         "design", "baseline", "tuned_baseline", "sizing", "probe", "reference")  # fmt: skip
 
 
 def upgrade(old: dict[str, Any]) -> dict[str, Any]:
@@ -73,35 +78,40 @@ def upgrade(old: dict[str, Any]) -> dict[str, Any]:
         return old
     if version < 2:
         raise ReportError(f"report.json format {version} lacks what report.md shows: report its sweep again")
-    old = {_RENAMED.get(key, key): value for key, value in old.items()}
+    old = _renamed(old)
     metric = plain(parse_metric(old.get("metric")))
     settings, tuned = [[_setting(row) for row in old[rows]] for rows in ("settings", "tuned")]
     family = tuned or settings
     ladder = old.get("ladder")
-    new = {key: old[key] for key in _KEPT} | {
-        "format": FORMAT, "rule": old.get("rule", CROSS_FITTED), "metric": metric, "settings": settings,
-        "tuned": tuned, "axis": ladder["axis"] if ladder else old.get("axis") or [],
-        "runs": [{k: v for k, v in r.items() if k != "diagnosis"} | {"metric": metric} for r in old["runs"]],
-        "findings": {r["path"]: r.get("diagnosis") or [] for r in old["runs"]},
+    new = old | {
+        "format": FORMAT,
+        "rule": old.get("rule", CROSS_FITTED),
+        "metric": metric,
+        "settings": settings,
+        "tuned": tuned,
+        "runs": [run | {"metric": metric} for run in old["runs"]],
+        "findings": {run["path"]: run.get("diagnosis") or [] for run in old["runs"]},
         "setting_why": [row.get("why") or [] for row in old["settings"]],
         "ladder": ladder and ladder | {"trends": old["scale"]},
         "why": [_why(row, family if len(family) > 1 else settings) for row in old["why"]],
-    }  # fmt: skip
+    }
     report = _read(new)
     for row, stored in zip(report.why, new["why"], strict=True):
         for found, written in zip(row.findings, stored["findings"], strict=True):
             written["seeds"] = _seeds(found, row.setting, report)
     plan = report.design.added_plan() if report.design else []
-    base = report.family_baseline
-    learning = still_learning(report.family if report.ladder is None else [], base, report.findings)
     return new | {
-        "still_learning": old.get("still_learning", list(learning)),
+        "still_learning": list(still_learning(report.family, report.family_baseline, report.findings)),
         "look_levels": [None if look is None else look.level(report.alpha) for look in plan],
     }
 
 
+def _renamed(old: Mapping[str, Any]) -> dict[str, Any]:
+    return {_RENAMED.get(key, key): value for key, value in old.items()}
+
+
 def _setting(row: Mapping[str, Any]) -> dict[str, Any]:
-    named = {_RENAMED.get(key, key): value for key, value in row.items()}
+    named = _renamed(row)
     return named | {
         "comparison": _comparison(named.get("comparison")),
         "added": _comparison(named.get("added")),
@@ -111,7 +121,7 @@ def _setting(row: Mapping[str, Any]) -> dict[str, Any]:
 def _comparison(old: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if old is None:
         return None
-    named = {_RENAMED.get(key, key): value for key, value in old.items()}
+    named = _renamed(old)
     judged = {key: value for key, value in named.items() if key not in _TESTS} | {"verdict": _verdict(old)}
     return {"tests": {key: named[key] for key in _TESTS if key in named}, "judgement": judged}
 
@@ -123,9 +133,9 @@ def _verdict(old: Mapping[str, Any]) -> dict[str, str] | None:
 def _why(row: Mapping[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
     """A *Why* row, naming the family row (else the settings row) it stands for by that row's choices."""
     named = next(s for s in rows if all(s["choices"].get(k) == v for k, v in row["design"].items()))
-    return {key: row[key] for key in ("design", "difference", "baseline")} | {
-        "setting": named["choices"], "verdict": _verdict(row), "findings": [dict(f) for f in row["findings"]],
-    }  # fmt: skip
+    kept = {key: row[key] for key in ("design", "difference", "baseline")}
+    findings = [dict(f) for f in row["findings"]]
+    return kept | {"setting": named["choices"], "verdict": _verdict(row), "findings": findings}
 
 
 def _seeds(found: Shared, setting: Setting, report: SweepReport) -> list[str]:
