@@ -31,25 +31,6 @@ def _level_label(ladder: Ladder, rung: Rung) -> str:
     return f"{rung.level} ({params}, {rung.steps} steps)"
 
 
-def _mean_cell(mean: float, unigram: float | None, digits: int) -> str:
-    """A mean: in nats, or (levels on different corpora) in bits/char with its gain over the level's unigram."""
-    if unigram is None or not math.isfinite(mean):
-        return fmt_number(mean, digits)
-    bits = 1 / math.log(2)
-    return f"{fmt_number(mean * bits)} ({fmt_number(gain_over_unigram(mean, unigram) * bits, signed=True)})"
-
-
-def _difference_cell(d: Estimate, base: Setting, unigram: float | None, digits: int) -> str:
-    """A difference and its interval in nats; with `unigram` (levels on different corpora), also as a share of
-    the baseline's gain over that unigram level, which compares across corpora (only where it got below it)."""
-    text = f"{fmt_number(d.mean, digits, signed=True)} {fmt_interval(d, signed=True, digits=digits)}"
-    e = base.estimate
-    if unigram is None or e is None or not math.isfinite(e.mean) or not math.isfinite(d.mean):
-        return text
-    gain = gain_over_unigram(e.mean, unigram)
-    return text + (f" ({d.mean / gain:+.1%} of the baseline's gain)" if gain > 0 else "")
-
-
 def _in_bits(report: SweepReport, ladder: Ladder) -> bool:
     return ladder.in_bits and report.metric.is_loss
 
@@ -81,18 +62,30 @@ def _level_table(
 
 
 def _mean_at(report: SweepReport, s: Setting, _: Rung, unigram: float | None) -> str:
+    """A mean in nats; across corpora, in bits/char with its gain over the level's unigram."""
     if s.estimate is None:
         return "—"
-    rates = f" ({rates_cell(s)})" if report.lr_varies else ""
-    return f"{_mean_cell(s.estimate.mean, unigram, report.metric.digits)}{rates}"
+    mean, bits = s.estimate.mean, 1 / math.log(2)
+    text = (
+        f"{fmt_number(mean * bits)} ({fmt_number(gain_over_unigram(mean, unigram) * bits, signed=True)})"
+        if unigram is not None and math.isfinite(mean)
+        else fmt_number(mean, report.metric.digits)
+    )
+    return text + (f" ({rates_cell(s)})" if report.lr_varies else "")
 
 
 def _difference_at(report: SweepReport, s: Setting, rung: Rung, unigram: float | None) -> str:
-    c, added = report.shown_comparison(s), s.added
+    """A difference, its interval, p and verdict; across corpora (`unigram`), also as a share of the
+    baseline's gain over its unigram level, which compares across corpora (where it got below it)."""
+    c, added, digits = report.shown_comparison(s), s.added, report.metric.digits
     if c is None or c.tests.difference is None:
         return "—"
+    d, e = c.tests.difference, rung.baseline.estimate
+    text = f"{fmt_number(d.mean, digits, signed=True)} {fmt_interval(d, signed=True, digits=digits)}"
+    gain = gain_over_unigram(e.mean, unigram) if unigram is not None and e is not None else math.nan
+    if gain > 0 and math.isfinite(d.mean):
+        text += f" ({d.mean / gain:+.1%} of the baseline's gain)"
     also = f"; added seeds: {added.judgement.verdict}" if added is not None and added is not c else ""
-    text = _difference_cell(c.tests.difference, rung.baseline, unigram, report.metric.digits)
     return f"{text}, p {fmt_p(c.judgement.p_adjusted)}: {c.judgement.verdict}{also}"
 
 
@@ -106,11 +99,12 @@ def _words(report: SweepReport, ladder: Ladder) -> tuple[str, str, str, str]:
     chosen = "cross-fitted rate" if report.rule == CROSS_FITTED else "rate its tuning seeds chose"
     if ladder.noun == "size":
         words = (
-            "`grows / shrinks with size`: resolved in the same direction at the smallest and largest sizes, and "
-            "Welch's t test of the difference at the largest size against that at the smallest, Holm over the "
-            "designs, finds a change; `holds at every size`: the same resolved verdict at every size and no "
-            f"change shown; `flips`: {FLIPS_WORDS}; `changes with size`: that test finds a change, but the ends' "
-            f"verdicts show neither its direction nor a sign change. Loss against parameters: {SCALE_PNG}."
+            "`grows / shrinks with size`: resolved in the same direction at the smallest and largest sizes, "
+            "and Welch's t test of the difference at the largest size against that at the smallest, Holm "
+            "over the designs, finds a change; `holds at every size`: the same resolved verdict at every "
+            f"size and no change shown; `flips`: {FLIPS_WORDS}; `changes with size`: that test finds a "
+            "change, but the ends' verdicts show neither its direction nor a sign change. Loss against "
+            f"parameters: {SCALE_PNG}."
         )
         return "across sizes", "size", f", each at its own {chosen} per size. {loss} (rates chosen):", words
     rates = (
@@ -118,38 +112,38 @@ def _words(report: SweepReport, ladder: Ladder) -> tuple[str, str, str, str]:
     )
     ends = (
         f"`grows / shrinks with {axis}`: resolved in the same direction at the first and last levels, and "
-        "Welch's t test of the difference at the last level against that at the first, Holm over the designs, "
-        f"finds a change; `changes with {axis}`: that test finds a change, but the ends' verdicts show neither "
-        "its direction nor a sign change; "
+        "Welch's t test of the difference at the last level against that at the first, Holm over the "
+        f"designs, finds a change; `changes with {axis}`: that test finds a change, but the ends' verdicts "
+        "show neither its direction nor a sign change; "
         if ladder.ordered
         else "The levels have no order, so no word compares the ends; "
     )
-    words = (
-        f"{ends}`holds at every level`: the same resolved verdict at every level"
-        f"{' and no change shown' if ladder.ordered else ''}; `flips`: {FLIPS_WORDS}."
+    holds = "`holds at every level`: the same resolved verdict at every level" + (
+        " and no change shown" if ladder.ordered else ""
     )
-    return "across levels", f"level (`{axis}`)", rates, words
+    return "across levels", f"level (`{axis}`)", rates, f"{ends}{holds}; `flips`: {FLIPS_WORDS}."
 
 
 def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
     """The report's *Across sizes* (or *Across levels of …*) section: per design and level, the mean and the
     paired difference with its interval and verdict, then the verdict across levels."""
-    pct, noun, metric, shown = f"{report.confidence:.0%}", ladder.noun, report.metric, ladder.shown_columns
+    pct, noun, metric = f"{report.confidence:.0%}", ladder.noun, report.metric
     across, along, rates, words = _words(report, ladder)
+    base = ladder.rungs[0].baseline.label(ladder.shown_columns)
+    lower, units = ("lower loss", "") if metric.is_loss else (metric.lower, f" {metric.units}")
     gain = " and its share of the baseline's gain over unigram (which compares across corpora)"
     designs = {s.key(ladder.columns): s for rung in ladder.rungs for s in rung.settings}
+    last = Column(across, lambda t: t.verdict)
     return blocks(
         f"## {ladder_title(ladder)}",
-        f"Each design against the baseline `{ladder.rungs[0].baseline.label(shown)}` of its own {along}{rates}",
+        f"Each design against the baseline `{base}` of its own {along}{rates}",
         _level_table(report, list(designs.values()), lambda s: s.choices, _mean_at),
-        f"Difference from the baseline in {metric.units} (< 0: {'lower loss' if metric.is_loss else metric.lower}"
-        f"), its {pct} interval{gain if _in_bits(report, ladder) else ''}, p (Holm) and verdict at each {noun}, "
-        f"and the verdict {across} ({LADDER_PNG} draws it):",
-        _level_table(
-            report, ladder.trends, lambda t: t.design, _difference_at, Column(across, lambda t: t.verdict)
-        ),
-        f"Every {noun}'s comparisons are one family ({report.family_tests} tests, Holm, α = {report.alpha:g}, δ = "
-        f"{report.min_effect:g}{'' if metric.is_loss else ' ' + metric.units}). {words}",
+        f"Difference from the baseline in {metric.units} (< 0: {lower}), its {pct} interval"
+        f"{gain if _in_bits(report, ladder) else ''}, p (Holm) and verdict at each {noun}, and the verdict "
+        f"{across} ({LADDER_PNG} draws it):",
+        _level_table(report, ladder.trends, lambda t: t.design, _difference_at, last),
+        f"Every {noun}'s comparisons are one family ({report.family_tests} tests, Holm, "
+        f"α = {report.alpha:g}, δ = {report.min_effect:g}{units}). {words}",
     )
 
 
@@ -168,9 +162,7 @@ def draw_ladder_verdicts(report: SweepReport, ladder: Ladder, path: Path) -> Pat
     """ladder.png: each design's difference from its level's baseline with its interval and verdict, a panel
     per level, and each design's verdict across levels."""
     shown, named = ladder.shown_columns, ladder.noun if ladder.noun == "size" else ", ".join(ladder.axis)
-    order = [
-        tuple(t.design[c] for c in ladder.columns) for t in ladder.trends
-    ]  # the same rows in every panel
+    order = [tuple(t.design[c] for c in ladder.columns) for t in ladder.trends]  # the same rows in each panel
     panels = []
     for rung in ladder.rungs:
         designs = {
@@ -184,6 +176,7 @@ def draw_ladder_verdicts(report: SweepReport, ladder: Ladder, path: Path) -> Pat
         ]
         panels.append((f"{named} = {_level_label(ladder, rung)}", rows))
     across = [f"{setting_label(t.design, shown)}: {t.verdict}" for t in ladder.trends]
-    title = f"{report.sweep_dir.name}: each design against {ladder.rungs[0].baseline.label(shown)} at each {ladder.noun}"
+    base = ladder.rungs[0].baseline.label(shown)
+    title = f"{report.sweep_dir.name}: each design against {base} at each {ladder.noun}"
     heading = f"{ladder_title(ladder)} (the difference at each in the plots above):"
     return plot_ladder(panels, [heading, *across], path, report, title)
