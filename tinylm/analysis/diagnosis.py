@@ -11,26 +11,19 @@ from dataclasses import dataclass
 from scipy.stats import linregress
 
 from tinylm.analysis.estimates import MIN_EFFECT
+from tinylm.analysis.formats import plural
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary
 from tinylm.layout import TRAIN_LOSS, VAL_IN_TRAINING_SHARE, VAL_LOSS
 
-# Each threshold's reason and the runs it was set against: docs/diagnosis.md's table.
-# nats/char within which of a reference level a run learned almost nothing beyond it: 3× a validation's noise.
-STALL_MARGIN = 0.05
-# Token spread is about 1 for independent tokens: below 1% of that, one vector per sequence reaches the head.
-COLLAPSED_SPREAD = 0.01
-# W_q/W_k gradients below this fraction of W_v/W_o's: attention that cannot learn where to look.
-STARVED_RATIO = 1e-3
-# Mean attention entropy (nats) below this: queries put ~98% of their weight on one key...
-SATURATED_ENTROPY = 0.1
-# ...with a largest attention logit above this (about 0.05 at initialisation): the softmax passes no gradient.
-SATURATED_LOGIT = 100.0
-# nats/char a validation loss may rise from its minimum before the run is destabilised (or overfits): 10× δ.
-DESTABILISED_RISE = 0.1
-# ...overfitting when its training loss meanwhile fell by at least as much: the train–val gap widened.
-OVERFITTING_TRAIN_DROP = DESTABILISED_RISE
-# The training loss at a step: its median over this fraction of the steps around it (one batch's is noisy).
-TRAIN_WINDOW = 0.1
+# The thresholds; each one's reason and the runs it was set against: docs/diagnosis.md's table.
+STALL_MARGIN = 0.05  # nats/char within which of a reference level a run learned almost nothing beyond it
+COLLAPSED_SPREAD = 0.01  # token spread (about 1 for independent tokens) below which tokens collapsed
+STARVED_RATIO = 1e-3  # W_q/W_k gradients below this fraction of W_v/W_o's: attention that cannot learn
+SATURATED_ENTROPY = 0.1  # mean attention entropy (nats) below which attention saturated...
+SATURATED_LOGIT = 100.0  # ...with a largest attention logit above this: the softmax passes no gradient
+DESTABILISED_RISE = 0.1  # nats/char a validation loss may rise from its minimum before it is destabilised...
+OVERFITTING_TRAIN_DROP = DESTABILISED_RISE  # ...or overfits, when its training loss fell at least this much
+TRAIN_WINDOW = 0.1  # the training loss at a step: its median over this fraction of the steps around it
 # Still improving: falling more than IMPROVING_DROP per IMPROVING_TAIL of the steps; a stall only below it.
 IMPROVING_TAIL = 0.1
 IMPROVING_DROP = MIN_EFFECT / 2
@@ -38,16 +31,11 @@ IMPROVING_DROP = MIN_EFFECT / 2
 IMPROVING_TRAIN_SPAN = 1 / 3
 IMPROVING_TRAIN_POINTS = 4
 IMPROVING_TRAIN_ALPHA = 0.05
-# nats/char a validation loss must rise above its lowest before to be a loss spike (5× DESTABILISED_RISE)...
-SPIKE_RISE = 0.5
-# ...that came back down: below that lowest + SPIKE_RISE (recovered), or by this share of its rise by the end.
-SPIKE_RETURN = 0.5
-# Fraction of a block's FFN units (a gated FFN: its gate's) that never fired on the fixed batch: a tenth.
-DEAD_FRACTION = 0.1
-# Readings an episode that ended must span to be named (one is a single batch's); one to the end needs one.
-RECOVERED_EPISODE = 2
-# Readings in a row the rule must fail in to end an episode: a shorter break belongs to the episode.
-RECOVERY_READINGS = 2
+SPIKE_RISE = 0.5  # nats/char a validation loss must rise above its lowest before to be a loss spike...
+SPIKE_RETURN = 0.5  # ...that came back down: below that lowest + SPIKE_RISE, or by this share of its rise
+DEAD_FRACTION = 0.1  # share of a block's FFN units (a gated FFN: its gate's) never fired on the fixed batch
+RECOVERED_EPISODE = 2  # readings an episode that ended must span to be named (one is a single batch's)
+RECOVERY_READINGS = 2  # readings in a row the rule must fail in to end an episode
 
 DIVERGED = "diverged"
 DESTABILISED = "destabilised"
@@ -61,6 +49,13 @@ DEAD_UNITS = "dead units"
 STILL_IMPROVING = "still improving"
 LOSS_SPIKE = "loss spike"
 VALIDATION_IN_TRAINING = "validation is training"
+
+# A setting showing only these has not failed: its budget ended first, or it learned to the bigram level.
+NOT_FAILURES = (STILL_IMPROVING, BIGRAM_STALL)
+# What makes a run fail, lasting to its end; its losses are counted apart (docs/sweeps.md, *What fails*).
+FAILURES = (DIVERGED, IGNORES_CONTEXT, COLLAPSED, DESTABILISED)
+# Findings about the data a run was measured on, not how it trained: never a failure, listed apart.
+DATA_FINDINGS = (VALIDATION_IN_TRAINING,)
 
 Series = Sequence[tuple[int, float]]
 # What `still improving` concludes from its curve, and no more.
@@ -217,11 +212,11 @@ def _stall(run: RunSummary, reference: Mapping[str, float] | None) -> Finding | 
     unigram, bigram = reference["unigram"], reference["bigram"]
     if final >= unigram - STALL_MARGIN:
         kind, level = IGNORES_CONTEXT, unigram
-        what = "is" if final <= unigram + STALL_MARGIN else "is above"
-        what += (
-            f" the unigram level {unigram:.3f}: it learned at most the characters' frequencies, nothing of "
+        where = "is" if final <= unigram + STALL_MARGIN else "is above"
+        what = (
+            f"{where} the unigram level {unigram:.3f}: it learned at most the characters' frequencies, "
+            "nothing of their context"
         )
-        what += "their context"
     elif abs(final - bigram) <= STALL_MARGIN:
         kind, level = BIGRAM_STALL, bigram
         what = f"is the bigram level {bigram:.3f}: it predicts from the last character alone"
@@ -242,10 +237,9 @@ def _collapse(run: RunSummary) -> Finding | None:
     after = "" if until is None else f", then recovered to {_after(curve.series, until):.2g}"
     breaks = [f"{value:.2g} at step {step}" for step, value in inside if not _collapsed(value)]
     if breaks:  # named, so that a reader of the curve sees why they are not a recovery
-        after += (
-            f"; back above {COLLAPSED_SPREAD:g} at {len(breaks)} reading{'s' if len(breaks) > 1 else ''} "
-        )
-        after += f"({', '.join(breaks)}), never {RECOVERY_READINGS} in a row: not a recovery"
+        readings = f"{plural(len(breaks), 'reading')} ({', '.join(breaks)})"
+        after += f"; back above {COLLAPSED_SPREAD:g} at {readings}, never {RECOVERY_READINGS} in a row: "
+        after += "not a recovery"
     earlier = episode([(s, v) for s, v in curve.series if s < start], _collapsed) if until is None else None
     if earlier is not None and earlier[1] is not None:  # a collapse to the end that had recovered before
         after += f"; it had collapsed before, from step {earlier[0]} to {earlier[1]}, and recovered to "

@@ -10,7 +10,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import pandas as pd
 from omegaconf import OmegaConf
@@ -23,11 +23,12 @@ from tinylm.overrides import choices
 # Always shown: the design choices tinylm exists to compare.
 DESIGN_CHOICES = ("norm", "norm_type", "act")
 _THROUGHPUT_TAGS = ("train/device/items_per_sec", "train/items_per_sec")
-# Each metric's tag, then what runs logged before the losses were grouped under loss/ (still read).
-_VAL_LOSS = (layout.VAL_LOSS, "val/loss")
-_VAL_BPC = (layout.VAL_BPC, "val/bpc")
-_TRAIN_LOSS = (layout.TRAIN_LOSS, "train/loss")
-_BEST_VAL_LOSS = (layout.BEST_VAL_LOSS, "best/val_loss")
+# A run's last validation, by the key its record holds it under: read there when it logged no validation curve.
+_RECORDED = {
+    "final_val_loss": layout.VAL_LOSS,
+    "best_val_loss": layout.BEST_VAL_LOSS,
+    "final_bpc": layout.VAL_BPC,
+}
 HEALTH_PREFIX = "training_health/"
 Curve = list[tuple[int, float, float]]  # (step, value, seconds since the run's first scalar)
 
@@ -172,11 +173,8 @@ def read_scalars(sweep_dir: Path, run_dirs: Sequence[Path]) -> dict[Path, Any]:
     return {owner: pd.concat(frames, ignore_index=True) for owner, frames in parts.items()}
 
 
-def _series(scalars: Any, tags: str | Sequence[str]) -> Curve:
-    """The first of `tags` that was logged, as (step, value, wall time) by step; a step logged twice (a
-    resumed run) keeps its latest value."""
-    names = [tags] if isinstance(tags, str) else list(tags)
-    tag = next((t for t in names if (scalars.tag == t).any()), names[0])
+def _series(scalars: Any, tag: str) -> Curve:
+    """`tag` as (step, value, wall time) by step; a step logged twice (a resumed run) keeps its latest value."""
     latest = (
         scalars[scalars.tag == tag].sort_values(["step", "wall_time"]).drop_duplicates("step", keep="last")
     )
@@ -199,33 +197,33 @@ def _tokens_per_second(scalars: Any) -> float | None:
     return None
 
 
-class _Curves(NamedTuple):
-    val: Curve
-    shown: Curve  # the tag the report plots (`curve_tag`; else the validation loss)
-    train: Curve
-    bpc: Curve
-    health: dict[str, list[tuple[int, float]]]
-    tokens_per_s: float | None
-
-
-def _curves(scalars: Any | None, curve_tag: str | None) -> _Curves:
+def _logged(scalars: Any | None, curve_tag: str | None) -> dict[str, Any]:
+    """A run's fields its TensorBoard scalars give: its curves (`curve`: `curve_tag`'s, else the validation
+    loss), throughput and, if it logged a validation curve, its last validation."""
     if scalars is None or scalars.empty:
-        return _Curves([], [], [], [], {}, None)
+        return {}
     start = float(scalars.wall_time.min())
 
-    def since_start(tags: str | Sequence[str]) -> Curve:
-        return [(s, v, w - start) for s, v, w in _series(scalars, tags)]
+    def since_start(tag: str) -> Curve:
+        return [(s, v, w - start) for s, v, w in _series(scalars, tag)]
 
-    val = since_start(_VAL_LOSS)
-    health = {
-        str(tag): [(step, value) for step, value, _ in _series(scalars, str(tag))]
-        for tag in scalars.tag.unique()
-        if str(tag).startswith(HEALTH_PREFIX)
+    val, bpc = since_start(layout.VAL_LOSS), _series(scalars, layout.VAL_BPC)
+    health = [str(tag) for tag in scalars.tag.unique() if str(tag).startswith(HEALTH_PREFIX)]
+    logged = {
+        "val_curve": val,
+        "curve": since_start(curve_tag) if curve_tag else val,
+        "train_curve": [(step, value) for step, value, _ in _series(scalars, layout.TRAIN_LOSS)],
+        "health": {tag: [(step, value) for step, value, _ in _series(scalars, tag)] for tag in health},
+        "tokens_per_s": _tokens_per_second(scalars),
     }
-    shown = since_start(curve_tag) if curve_tag else val
-    return _Curves(
-        val, shown, since_start(_TRAIN_LOSS), since_start(_VAL_BPC), health, _tokens_per_second(scalars)
-    )
+    if not val:
+        return logged
+    best = min((v for _, v, _ in val if math.isfinite(v)), default=None)
+    return logged | {
+        "final_val_loss": val[-1][1],
+        "best_val_loss": best,
+        "final_bpc": bpc[-1][1] if bpc else None,
+    }
 
 
 def _evaluated(windows: list[float] | None, available: Any, final: float | None, last: float | None) -> str:
@@ -270,17 +268,17 @@ def summarize_run(
     without TensorBoard its record's last validation stands for the curve's."""
     config = OmegaConf.load(run_dir / layout.HYDRA_DIR / layout.CONFIG_FILE)
     record = layout.read_run_record(run_dir) or {}
-    curves = _curves(scalars, curve_tag)
-    # Its evaluation after the last step (None: it made none), else its last validation.
+    logged = _logged(scalars, curve_tag)
+    if not logged.get("val_curve"):
+        logged |= {name: _number(record.get(key)) for name, key in _RECORDED.items()}
+    last = logged["final_val_loss"]
+    # Its evaluation after the last step (None: it made none) stands for its last validation.
     final = _number(record.get(layout.FINAL_VAL_LOSS))
-    if curves.val:
-        last, best = curves.val[-1][1], min((v for _, v, _ in curves.val if math.isfinite(v)), default=None)
-        bpc = curves.bpc[-1][1] if curves.bpc else None
-    else:
-        last, best, bpc = (_recorded(record, tags) for tags in (_VAL_LOSS, _BEST_VAL_LOSS, _VAL_BPC))
+    if final is not None:
+        logged |= {"final_val_loss": final, "final_bpc": final / math.log(2)}
     windows = record.get(layout.FINAL_WINDOW_LOSSES)
     windows = [float(v) for v in windows] if isinstance(windows, list) and final is not None else None
-    steps = record.get("step") if isinstance(record.get("step"), int) else None
+    steps, train = _integer(record.get("step")), logged.get("train_curve")
     reference = record.get(layout.REFERENCE_LEVELS)
     number = re.match(r"(\d+)_", run_dir.name)  # Hydra prefixes a job's directory with its number
     return RunSummary(
@@ -291,24 +289,14 @@ def summarize_run(
             **read_overrides(run_dir),
             **{n: str(_config_value(config, f"model.{n}")) for n in DESIGN_CHOICES},
         },
-        steps=steps if steps is not None or not curves.train else curves.train[-1][0] + 1,
+        steps=steps if steps is not None or not train else train[-1][0] + 1,
         params=int(record["params"]) if _number(record.get("params")) is not None else None,
-        final_val_loss=last if final is None else final,
-        best_val_loss=best,
-        final_bpc=bpc if final is None else final / math.log(2),
-        tokens_per_s=curves.tokens_per_s,
         wall_time_s=_number(record.get("wall_time_s")),
         error=record.get("error"),
         window_losses=windows,
         evaluated=_evaluated(windows, record.get(layout.FINAL_SPLIT_WINDOWS), final, last),
         reference={k: float(v) for k, v in reference.items()} if isinstance(reference, dict) else None,
-        val_curve=curves.val,
-        curve=curves.shown,
-        train_curve=[(step, value) for step, value, _ in curves.train],
-        health=curves.health,
-        val_in_training=_number(
-            record.get(layout.VAL_IN_TRAINING, record.get(layout.VAL_WINDOWS_IN_TRAINING))
-        ),
+        val_in_training=_number(record.get(layout.VAL_IN_TRAINING)),
         diverged_at=_integer(record.get(layout.DIVERGED_AT)),
         targets={
             k: float(v)
@@ -316,6 +304,7 @@ def summarize_run(
             if k.startswith(layout.TARGET_PREFIX) and _number(v) is not None
         },
         metric=metric,
+        **logged,
         **_configured(config),
     )
 
@@ -334,10 +323,6 @@ def _integer(value: Any) -> int | None:
 
 def _text(value: Any) -> str | None:
     return str(value) if value else None
-
-
-def _recorded(record: dict[str, Any], names: Sequence[str]) -> float | None:
-    return next((_number(record[n]) for n in names if n in record), None)
 
 
 def read_runs(

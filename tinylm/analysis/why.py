@@ -4,30 +4,15 @@ and the *Why* rows of the settings that lost, failed, or whose validation text i
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tinylm.analysis.diagnosis import (
-    BIGRAM_STALL,
-    COLLAPSED,
-    DESTABILISED,
-    DIVERGED,
-    IGNORES_CONTEXT,
-    STILL_IMPROVING,
-    VALIDATION_IN_TRAINING,
-    Finding,
-)
+from tinylm.analysis.diagnosis import DATA_FINDINGS, FAILURES, NOT_FAILURES, STILL_IMPROVING, Finding
 from tinylm.analysis.grouping import LR, Setting
 from tinylm.analysis.outcome import Outcome, Verdict
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary, natural_key
 
-# A setting showing only these has not failed: its budget ended first, or it learned to the bigram level.
-NOT_FAILURES = (STILL_IMPROVING, BIGRAM_STALL)
-# What makes a run fail, lasting to its end; its losses are counted apart (docs/sweeps.md, *What fails*).
-FAILURES = (DIVERGED, IGNORES_CONTEXT, COLLAPSED, DESTABILISED)
-# Findings about the data a run was measured on, not how it trained: never a failure, listed apart.
-DATA_FINDINGS = (VALIDATION_IN_TRAINING,)
 # Each run's findings, by its path.
 Findings = Mapping[Path, Sequence[Finding]]
 
@@ -90,13 +75,12 @@ class WhyRow:
     difference: float | None
     baseline: bool
     findings: tuple[Shared, ...]
-    # Whether it lost (`worse`) or its runs failed; else it is listed for what its data shows alone.
-    lost_or_failed: bool = field(init=False)
 
-    def __post_init__(self) -> None:
+    @property
+    def lost_or_failed(self) -> bool:
+        """Whether it lost (`worse`) or its runs failed; else it is listed for what its data shows alone."""
         lost = self.verdict is not None and self.verdict.outcome is Outcome.WORSE
-        # A frozen row's derived field, set once as it is built.
-        object.__setattr__(self, "lost_or_failed", not self.about_data or lost or failed(self.findings))
+        return not self.about_data or lost or failed(self.findings)
 
     @property
     def about_runs(self) -> tuple[Shared, ...]:
