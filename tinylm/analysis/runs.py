@@ -1,6 +1,5 @@
-"""A sweep's runs as the report reads them: every directory below the sweep with a `.hydra/overrides.yaml` (a
-grid's jobs, or an Optuna study's), its choices, how it ended (`metrics.json`; none: `unfinished`) and its
-TensorBoard curves (read in one pass with tbparse)."""
+"""A sweep's runs as the report reads them: each directory below it with a `.hydra/overrides.yaml`, its
+choices, how it ended (`metrics.json`; none: `unfinished`) and its TensorBoard curves."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ from tinylm.overrides import choices
 # Always shown: the design choices tinylm exists to compare.
 DESIGN_CHOICES = ("norm", "norm_type", "act")
 _THROUGHPUT_TAGS = ("train/device/items_per_sec", "train/items_per_sec")
-# A run's last validation, by the key its record holds it under: read there when it logged no validation curve.
+# A run's last validation, by its key in the record: read there when it logged no validation curve.
 _RECORDED = {
     "final_val_loss": layout.VAL_LOSS,
     "best_val_loss": layout.BEST_VAL_LOSS,

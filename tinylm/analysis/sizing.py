@@ -1,6 +1,5 @@
 """What resolving the open rows would take: per row, the seeds that find its difference (or δ, if smaller)
-with 80% power at its level, and the runs and run time they add; a row a sequential design judges on added
-seeds sized on those, up to the design's horizon."""
+with 80% power at its level, and the runs and run time they add (added seeds: up to a design's horizon)."""
 
 from __future__ import annotations
 
