@@ -20,7 +20,7 @@ from tinylm.analysis.formats import (
 )
 from tinylm.analysis.grouping import setting_label
 from tinylm.analysis.report import DESIGN_FILE, REPORT_PNG, SweepReport
-from tinylm.analysis.why import Shared, quantity, why_figure
+from tinylm.analysis.why import Shared, WhyRow, quantity, why_figure
 from tinylm.probe.sweep_shapes import SHOWN
 
 
@@ -55,128 +55,120 @@ def _design_words(report: SweepReport) -> str:
     )
     rate = " at the rate its sweep seeds chose" if report.lr_varies else ""
     first_words = (
-        f"The sweep's own {first} chose each setting's rate and are judged on nothing; the rows above are the "
-        "seeds added since, at those rates. They are judged by a group-sequential "
+        f"The sweep's own {first} chose each setting's rate and are judged on nothing; the rows above are "
+        "the seeds added since, at those rates. They are judged by a group-sequential "
         if report.judged_apart
-        else f"The rows above are judged on the sweep's own {first}, as its report judged them, and keep those "
-        "verdicts. The seeds added since to the rows left open (and to the baseline) are a second experiment, "
-        f"judged here on the added seeds alone{rate}: a group-sequential "
+        else f"The rows above are judged on the sweep's own {first}, as its report judged them, and keep "
+        "those verdicts. The seeds added since to the rows left open (and to the baseline) are a second "
+        f"experiment, judged here on the added seeds alone{rate}: a group-sequential "
     )
     over_both = (
-        "The chance of any false `better`/`worse` over the whole procedure, each design at the rate its tuning "
-        "seeds chose, is at most α. "
+        "The chance of any false `better`/`worse` over the whole procedure, each design at the rate its "
+        "tuning seeds chose, is at most α. "
         if report.judged_apart
         else "Each experiment's chance of any false `better`/`worse` is at most α, so a row's answer (the "
-        f"sweep's verdict, or where it was open the added seeds') errs with chance at most 2α = {2 * alpha:g} "
-        "over both. "
+        "sweep's verdict, or where it was open the added seeds') errs with chance at most 2α "
+        f"= {2 * alpha:g} over both. "
     )
     return (
         f"{first_words}design declared before its first added seed ({DESIGN_FILE}), up to {design.horizon} "
         f"added seeds, α = {alpha:g} spent by Lan-DeMets' O'Brien-Fleming-type function with boundaries for "
-        f"the looks' t statistics ({looks}: the level of a test given the whole α; Holm gives the k-th smallest "
-        "of m p-values the level of α / (m − k + 1) at the same look). A verdict names the look that gave it. "
-        + over_both
+        f"the looks' t statistics ({looks}: the level of a test given the whole α; Holm gives the k-th "
+        "smallest of m p-values the level of α / (m − k + 1) at the same look). A verdict names the look "
+        "that gave it. " + over_both
     )
 
 
 def cost_lines(report: SweepReport) -> list[str]:
     """What resolving the open rows would take (`report.sizing`)."""
     sizing = report.sizing
-    if sizing is None:
+    rows = [_cost_line(row) for row in sizing.rows] if sizing is not None else []
+    if sizing is None or not (rows or sizing.runs):
         return []
-    lines = [_cost_line(row) for row in sizing.rows]
     head = (
-        f"What resolving the {plural(sizing.open, 'open row')} would take, if each difference is what it seems "
-        "(or δ, if smaller):"
+        f"What resolving the {plural(sizing.open, 'open row')} would take, if each difference is what it "
+        "seems (or δ, if smaller):"
     )
-    if sizing.runs:
+    if sizing.runs:  # else every open row is at its design's horizon: nothing more to run under it
         per_seed = (
             ", every rate of a setting at each new seed (cross-fitting needs them)"
             if sizing.every_rate
             else ""
         )
-        lines.insert(0, (
-            f"{head} {sizing.runs:,} more runs, the rows' own below and the baseline's at the same seeds{per_seed}, "
-            f"{fmt_duration(sizing.seconds)} of run time at these runs' median wall times; "
+        head += (
+            f" {sizing.runs:,} more runs, the rows' own below and the baseline's at the same "
+            f"seeds{per_seed}, {fmt_duration(sizing.seconds)} of run time at these runs' median wall times; "
             "`python scripts/add_seeds.py <sweep dir>` adds them in rounds until each is resolved."
-        ))  # fmt: skip
-    elif lines:  # every open row at its design's horizon: nothing more to run under it
-        lines.insert(0, head)
-    return ["", *lines] if lines else []
+        )
+    return ["", head, *rows]
 
 
 def _cost_line(row: Any) -> str:
-    label, seeds = setting_label(row.design), "added seeds" if row.added else "seeds"
+    label, seeds = f"- `{setting_label(row.design)}`:", "added seeds" if row.added else "seeds"
     beyond = (
         f"; more than the {row.horizon} added seeds this design allows, where it stops"
         if row.added and row.horizon is not None and row.needed is not None and row.needed > row.horizon
         else ""
     )
     if row.needed is None:
-        return f"- `{label}`: too few finished seeds to size it"
+        return f"{label} too few finished seeds to size it"
     if row.more:
-        return f"- `{label}`: {row.needed} {seeds} ({row.more} more, {plural(row.runs, 'run')} of its own){beyond}"
+        return f"{label} {row.needed} {seeds} ({row.more} more, {plural(row.runs, 'run')} of its own){beyond}"
     if beyond:
-        return f"- `{label}`: {row.needed} {seeds}{beyond}: its {row.has} are spent"
+        return f"{label} {row.needed} {seeds}{beyond}: its {row.has} are spent"
     return (
-        f"- `{label}`: its {row.has} {seeds} would find this difference 80% of the time and did not: it is "
+        f"{label} its {row.has} {seeds} would find this difference 80% of the time and did not: it is "
         "smaller than it seems, or this was the other 20%"
     )
 
 
 def why_section(report: SweepReport) -> list[str]:
     """The *Why* section: a sentence or two per row of `report.why`, naming the figure of each health tag."""
-    if not report.why:
-        return []
-    explained = [row for row in report.why if row.lost_or_failed]
-    about_data = [row for row in report.why if row.about_data]
-    text = ["## Why", ""]
+    explained = [_explained(report, row) for row in report.why if row.lost_or_failed]
+    # A finding about the data, not the run: never among the settings that lost or failed.
+    about_data = [
+        f"- **{setting_label(row.design)}**: " + "; ".join(map(_sentence, row.about_data)) + "."
+        for row in report.why
+        if row.about_data
+    ]
+    text = ["## Why", ""] if report.why else []
     if explained:
         text += blocks(
             "What the curves of each setting that lost or failed show (its judged runs; thresholds in "
             f"docs/diagnosis.md). Loss findings are in {REPORT_PNG} (the reference levels are its dashed "
-            "lines); health findings in the figure named."
+            "lines); health findings in the figure named.",
+            *explained,
         )
-    for row in explained:
-        if row.verdict is not None and row.difference is not None:
-            outcome = f"{row.verdict}, {row.difference:+.{report.metric.digits - 1}f}"
-        else:  # a baseline (a ladder has one per level) is named as one, not as a failure
-            outcome = "baseline" if row.baseline else "no difference measured"
-        found = "; ".join(map(_sentence, row.about_runs)) or "nothing in its curves names a cause"
-        text += blocks(f"- **{setting_label(row.design)}** ({outcome}): {found}.")
-    if about_data:  # a finding about the data, not the run: never among the settings that lost or failed
+    if about_data:
         text += blocks(
             "About the data, not the runs: a validation loss measures what a model generalises to only where "
             "its validation text is not its training text (docs/diagnosis.md).",
-        )
-    for row in about_data:
-        text += blocks(
-            f"- **{setting_label(row.design)}**: " + "; ".join(map(_sentence, row.about_data)) + "."
+            *about_data,
         )
     return text
 
 
+def _explained(report: SweepReport, row: WhyRow) -> str:
+    if row.verdict is not None and row.difference is not None:
+        outcome = f"{row.verdict}, {row.difference:+.{report.metric.digits - 1}f}"
+    else:  # a baseline (a ladder has one per level) is named as one, not as a failure
+        outcome = "baseline" if row.baseline else "no difference measured"
+    found = "; ".join(map(_sentence, row.about_runs)) or "nothing in its curves names a cause"
+    return f"- **{setting_label(row.design)}** ({outcome}): {found}."
+
+
 def _sentence(f: Shared) -> str:
-    name = quantity(f.example.tag)
-    where = f"`{f.example.tag}`" + (f", {why_figure(name)}" if name else "")
-    return f"{f.kind} in {f.count}/{f.of} runs{_seeds(f)} ({_example(f)}{f.example.evidence}; {where})"
-
-
-def _seeds(f: Shared) -> str:
-    """The seeds of the runs that showed a finding (`, seed 4`, `, seeds 1 and 2`, `, seeds 4, 5 and 6`), as
-    many as it counts; none where the report does not name them."""
-    if len(f.seeds) != f.count:
-        return ""
-    if len(f.seeds) == 1:
-        return f", seed {f.seeds[0]}"
-    return f", seeds {', '.join(f.seeds[:-1])} and {f.seeds[-1]}"
-
-
-def _example(f: Shared) -> str:
-    named = "" if f.count == 1 and _seeds(f) else f"seed {f.seed}" if f.count == 1 else f"e.g. seed {f.seed}"
+    """A finding over a setting's runs: how many showed it, their seeds where the report names them all, an
+    example's step and evidence, and where to see it."""
+    seeds, name = "", quantity(f.example.tag)
+    if len(f.seeds) == f.count:
+        seeds = f"seed {f.seeds[0]}" if f.count == 1 else f"seeds {', '.join(f.seeds[:-1])} and {f.seeds[-1]}"
+    example = "" if f.count == 1 and seeds else f"seed {f.seed}" if f.count == 1 else f"e.g. seed {f.seed}"
     began = f"from step {f.example.step}" if f.example.step is not None else ""
-    head = ", ".join(part for part in (named, began) if part)
-    return f"{head}: " if head else ""
+    head = ", ".join(part for part in (example, began) if part)
+    where = f"`{f.example.tag}`" + (f", {why_figure(name)}" if name else "")
+    seen = f"{f.kind} in {f.count}/{f.of} runs" + (f", {seeds}" if seeds else "")
+    return f"{seen} ({head + ': ' if head else ''}{f.example.evidence}; {where})"
 
 
 def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -192,11 +184,11 @@ def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
     ]
     return blocks(
         "## At initialisation: the depth probe at this sweep's shapes",
-        "Each placement's fresh blocks (no embeddings, no head), initialised as its runs were, one forward and "
-        "backward pass on `randn` input over the runs' context with causal attention, loss a fixed random "
-        "projection, float64; measured after the last block n (docs/probe.md). Token spread near 0 means the "
-        "tokens have collapsed onto one vector; ‖∇W_q‖ and ‖∇W_k‖ orders of magnitude below ‖∇W_v‖ mean "
-        "queries and keys get no gradient to learn from.",
+        "Each placement's fresh blocks (no embeddings, no head), initialised as its runs were, one forward "
+        "and backward pass on `randn` input over the runs' context with causal attention, loss a fixed "
+        "random projection, float64; measured after the last block n (docs/probe.md). Token spread near 0 "
+        "means the tokens have collapsed onto one vector; ‖∇W_q‖ and ‖∇W_k‖ orders of magnitude below ‖∇W_v‖ "
+        "mean queries and keys get no gradient to learn from.",
         md_table(columns, rows),
     )
 
