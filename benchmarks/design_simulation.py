@@ -8,7 +8,7 @@ edge of stability, a run collapses with chance 0.25, and a collapsed run fails);
 judging seeds a round at the chosen rates, up to 16 seeds in all (12 judging), and the report judges them
 by the group-sequential design. The settings' losses share a per-seed effect (sd 0.1), and each run has its
 own noise, so that the paired sd of two settings is 0.01. The procedure is the report's: `tuned_settings`
-chooses each rate (`chosen_rate`), `judge_families` gives the sweep's own (no) verdicts, `judge_added` the
+chooses each rate (`chosen_rate`), `judge_family` gives the sweep's own (no) verdicts, `judge_added` the
 sequential design's, with `Design` and `sequential.t_levels` as add_seeds writes and reads them.
 
 Two cases, each under no difference (every setting the same) and at a true difference of 0.02 in every row:
@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 from statsmodels.stats.proportion import proportion_confint
 
-from tinylm.analysis.grouping import LR, Rules, Setting, judge_families, pick_baseline, tuned_settings
+from tinylm.analysis.grouping import LR, Rules, Setting, tuned_settings
+from tinylm.analysis.ladder import judge_family
 from tinylm.analysis.outcome import Outcome
 from tinylm.analysis.sequential_design import Design, judge_added
 
@@ -72,8 +73,7 @@ def one_sweep(
 
     rules = Rules(0.95, 0.05, 0.01, lr_varies=True)
     tuned = tuned_settings(settings(), COLUMNS, 0.95, tuning)
-    base = pick_baseline(tuned, {"act": "base"}, COLUMNS)
-    [family] = judge_families([(tuned, base)], rules)
+    family, base, _ = judge_family(tuned, {"act": "base"}, COLUMNS, rules, (), None, tuned)
     chosen = {s.choices["act"]: s.rate for s in tuned}
     for s in seeds[tuning_seeds:]:  # add_seeds runs judging seeds at the chosen rates only
         for name in names:

@@ -764,14 +764,8 @@ def tuned_runs(findings_at: dict[tuple[str, float], list[Finding]]) -> tuple[lis
 def test_a_tuned_row_not_yet_judged_is_explained_by_its_runs_at_the_rate_its_seeds_chose():
     """Issue 59: `dead units in 2/6 runs (seed 1, …)` where the settings table said 2/2: a tuned row before any
     judging seed counted every rate's runs, here the two at lr 1e-2, a rate its seeds did not choose."""
-    from tinylm.analysis.grouping import (
-        LR,
-        Rules,
-        group_settings,
-        judge_families,
-        pick_baseline,
-        tuned_settings,
-    )
+    from tinylm.analysis.grouping import LR, Rules, group_settings, tuned_settings
+    from tinylm.analysis.ladder import judge_family
     from tinylm.analysis.why import why_rows
 
     dead = [Finding(DEAD_UNITS, "dead", 100, "training_health/dead_units/block_1")]
@@ -779,8 +773,8 @@ def test_a_tuned_row_not_yet_judged_is_explained_by_its_runs_at_the_rate_its_see
     for rate, rows in ((1e-2, []), (1e-3, [("2/2", ("1", "2"))])):
         runs, findings = tuned_runs({("post", rate): dead})
         tuned = tuned_settings(group_settings(runs, [*columns, LR], 0.95), columns, 0.95)
-        base = pick_baseline(tuned, {"norm": "pre"}, columns)
-        [family] = judge_families([(tuned, base)], Rules(0.95, 0.05, 0.01, True))
+        rules = Rules(0.95, 0.05, 0.01, True)
+        family, base, _ = judge_family(tuned, {"norm": "pre"}, columns, rules, (), None, tuned)
         assert all(s.rate == 1e-3 for s in family)
         explained = why_rows(family, columns, findings, [base])
         assert [(f"{f.count}/{f.of}", f.seeds) for row in explained for f in row.findings] == rows
@@ -811,7 +805,8 @@ def test_the_why_names_the_seed_of_every_run_that_showed_a_finding():
 def test_the_answer_says_when_the_budget_stopped_every_run_of_both_sides_before_they_stopped_learning():
     """Issue 59: the Answer gave a difference where every run of both sides was `still improving`. The report
     value holds the rows where that is so (built once, kept in report.json); the Answer words them."""
-    from tinylm.analysis.grouping import Rules, group_settings, judge_families, pick_baseline
+    from tinylm.analysis.grouping import Rules, group_settings
+    from tinylm.analysis.ladder import judge_family
     from tinylm.analysis.render_answer import answer_section
     from tinylm.analysis.report import SweepReport
     from tinylm.analysis.schema import from_json, to_json
@@ -823,8 +818,8 @@ def test_the_answer_says_when_the_budget_stopped_every_run_of_both_sides_before_
     for run in runs:
         run.choices.pop("optim.lr")
     settings = group_settings(runs, ["norm"], 0.95)
-    base = pick_baseline(settings, {"norm": "pre"}, ["norm"])
-    [family] = judge_families([(settings, base)], Rules(0.95, 0.05, 0.01, False))
+    rules = Rules(0.95, 0.05, 0.01, False)
+    family, base, _ = judge_family(settings, {"norm": "pre"}, ["norm"], rules, (), None, settings)
     learning = still_learning(family, base, findings)
     assert learning == ({"norm": "post"},)
     assert still_learning(family, None, findings) == ()  # a ladder's Answer states no difference

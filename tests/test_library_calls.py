@@ -129,7 +129,7 @@ def test_a_family_is_adjusted_by_statsmodels_holm_and_worded():
 
 @pytest.mark.parametrize("look", list(DECISIONS_TODAY))
 def test_a_familys_decisions_are_todays_in_fixed_and_sequential_designs(look):
-    level = None if look is None else Look(*look).level
+    level = float if look is None else Look(*look).level
     judged = judge(decided_family(), 0.01, 0.05, level, with_power=False)
     found = [(c.judgement.differs, c.judgement.within_min_effect, c.judgement.fails_differently) for c in judged]
     assert found == DECISIONS_TODAY[look]

@@ -1,6 +1,5 @@
 """The tests of one comparison (docs/sweeps.md): a mean with its Student-t interval, a setting paired seed by
-seed with its baseline (t test, TOST within ±δ, McNemar's exact test of failures), and the power its seeds have.
-Lower is better; a failed run counts as +inf."""
+seed with its baseline, and the power its seeds have. Lower is better; a failed run counts as +inf."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from scipy.stats import binomtest
 
 from tinylm.analysis.estimates import Estimate, PairedTests, estimate, paired_tests
-from tinylm.analysis.outcome import NOT_YET_JUDGED_TUNED, Outcome, Verdict
+from tinylm.analysis.outcome import Outcome, Verdict
 from tinylm.analysis.runs import ReportError, RunSummary, natural_key, shared_reference
 from tinylm.analysis.verdicts import Comparison, Judgement, judge
 from tinylm.overrides import shown
@@ -28,8 +28,8 @@ Chosen = TypeVar("Chosen", RunSummary, "Setting")
 
 @dataclass(frozen=True)
 class Setting:
-    """The runs that differ only in their seed; tuned, those of every rate, judged at the `rate` its `tuned_on`
-    seeds chose on the other seeds run at that rate (`results`)."""
+    """The runs that differ only in their seed; tuned, those of every rate, judged at the `rate` its
+    `tuned_on` seeds chose, on the other seeds run at that rate (`results`)."""
 
     choices: dict[str, Any]
     runs: list[RunSummary]
@@ -71,7 +71,7 @@ class Setting:
 
     @property
     def seeds(self) -> tuple[str, ...]:
-        """The seeds it has a result for (a tuned row's: its judging seeds alone, report.json's `judged_on`)."""
+        """The seeds it has a result for (a tuned row's: its judging seeds alone)."""
         return tuple(self.results)
 
     @property
@@ -107,7 +107,7 @@ def varying(columns: Sequence[str], choices: Sequence[dict[str, Any]]) -> list[s
 
 @dataclass(frozen=True)
 class Rules:
-    """How a family is judged: confidence, family-wise α, margin δ, and whether the rate is tuned per setting."""
+    """How a family is judged: confidence, family-wise α, margin δ, whether the rate is tuned per setting."""
 
     confidence: float
     alpha: float
@@ -118,7 +118,7 @@ class Rules:
 def group_settings(
     runs: Sequence[RunSummary], columns: Sequence[str], confidence: float, failed: Collection[Path] = ()
 ) -> list[Setting]:
-    """Runs grouped by every column but the seed, ranked (`ranking`); the runs at `failed` paths count +inf."""
+    """Runs grouped by every column but the seed, ranked; the runs at `failed` paths count +inf."""
     settings = []
     for key, members in groups_of(runs, columns).items():
         finished = [run for run in members if run.result is not None]
@@ -183,7 +183,7 @@ def chosen_rate(by_rate: dict[Any, dict[str, float]], tuning: Collection[str]) -
 
 
 def ranking(setting: Setting) -> tuple[float, float]:
-    """Ranked as rates are chosen: the share of its runs that failed, then the mean (not yet judged: at its rate)."""
+    """As rates are chosen: the share of its runs that failed, then the mean (not yet judged: at its rate)."""
     share = setting.fails / len(setting.results) if setting.results else 0.0
     if setting.estimate is not None and not math.isnan(setting.estimate.mean):
         return share, setting.estimate.mean
@@ -203,8 +203,9 @@ def pick_baseline(settings: Sequence[Setting], wanted: dict[str, Any], columns: 
     """The one setting `wanted` names."""
     unknown = sorted(set(wanted) - set(columns))
     if unknown:
+        among = ", ".join(columns)
         raise ReportError(
-            f"the baseline names {unknown}, which do not vary in this sweep; choose among {', '.join(columns)}"
+            f"the baseline names {unknown}, which do not vary in this sweep; choose among {among}"
         )
     described = ",".join(f"{k}={shown(v)}" for k, v in wanted.items())
     matching = [s for s in settings if all(s.choices.get(k) == v for k, v in wanted.items())]
@@ -232,17 +233,6 @@ def compare_families(
     return [[None if s is base else next(compared) for s in settings] for settings, base in families]
 
 
-def judge_families(
-    families: Sequence[tuple[Sequence[Setting], Setting]], rules: Rules, seeds: Collection[str] | None = None
-) -> list[list[Setting]]:
-    """Each family's settings with their comparisons (`compare_families`), the baseline as it was."""
-    compared = compare_families(families, rules, seeds)
-    return [
-        [judged(s, c) for s, c in zip(settings, cs, strict=True)]
-        for (settings, _), cs in zip(families, compared, strict=True)
-    ]
-
-
 def judged(setting: Setting, comparison: Comparison | None, added: Comparison | None = None) -> Setting:
     """A family's row: `setting` with its comparison and the added seeds' (a baseline: `setting` itself)."""
     if comparison is None and added is None:
@@ -267,6 +257,7 @@ def tests_against(
 
 def not_yet_judged(setting: Setting, base: Setting) -> Comparison:
     """A tuned row before any judging seed: its rate, and its baseline's, chosen on the sweep's seeds."""
-    chosen = f"{shown(setting.rate)} against {shown(base.rate)}, chosen on seed{'s' if len(setting.tuned_on) != 1 else ''} {', '.join(setting.tuned_on)}"
-    verdict = Verdict(f"{NOT_YET_JUDGED_TUNED} (rates {chosen})", Outcome.NOT_RESOLVED)
+    seeds = f"seed{'s' if len(setting.tuned_on) != 1 else ''} {', '.join(setting.tuned_on)}"
+    rates = f"rates {shown(setting.rate)} against {shown(base.rate)}, chosen on {seeds}"
+    verdict = Verdict(f"not yet judged ({rates})", Outcome.NOT_RESOLVED)
     return Comparison(PairedTests(()), Judgement(verdict=verdict))

@@ -1,6 +1,5 @@
-"""A ladder: a sweep judged level by level along one or more of its choices (the axis: `size`, `optim.lr`,
-`norm,model.n_layer`), each design against its level's baseline, all levels one Holm family, and per design a
-`TrendWord` across levels (`flips`, `grows`, `shrinks`, `holds`, `changes`; docs/sweeps.md says when each)."""
+"""A ladder: a sweep judged level by level along one or more of its choices (the axis), each design against
+its level's baseline, all levels one Holm family, and each design's `TrendWord` across levels (docs/sweeps.md)."""
 
 from __future__ import annotations
 
@@ -184,7 +183,7 @@ def baseline_keys(
 def trends(
     rungs: list[Rung], columns: list[str], alpha: float, axis: Sequence[str] = (SCALE_KEY,)
 ) -> list[Trend]:
-    """Each design's verdict across `rungs`; the change tests (ordered levels only) are Holm over the designs."""
+    """Each design's verdict across `rungs`; the change tests (ordered levels only) Holm over the designs."""
     along = ordered(axis, [rung.level for rung in rungs])
     designs: dict[tuple[Any, ...], list[tuple[Rung, Setting]]] = {}
     for rung in rungs:
@@ -229,8 +228,8 @@ def _direction(c: Comparison) -> int | None:
 
 
 def _failures_at(found: list[tuple[Rung, Setting]], stated: Collection[str] = ()) -> str:
-    """`; fails 0/8 vs 2/8 (exact p = 0.5) at post`: how often each side failed at each level where a seed did,
-    less the levels in `stated` (whose whole verdict the word quotes)."""
+    """`; fails 0/8 vs 2/8 (exact p = 0.5) at post`: how often each side failed at each level where a seed
+    did, less the levels in `stated` (whose whole verdict the word quotes)."""
     clauses = [
         f"{words} at {rung.level}"
         for rung, s in found

@@ -1,4 +1,4 @@
-"""What a comparison found (`Outcome`), the `Verdict` whose words carry one, and the phrases verdicts share."""
+"""What a comparison found (`Outcome`), the `Verdict` whose words carry one, the phrases verdicts share."""
 
 from __future__ import annotations
 
@@ -10,13 +10,6 @@ WORSE = "worse"
 UNRESOLVED = "not resolved"
 IDENTICAL_VERDICT = "identical on every seed"
 ONE_SEED = "one seed: no interval"
-NO_SEEDS = "no seeds in common with the baseline"
-# A tuned row whose sweep's seeds chose its rate, none judged at it.
-NOT_YET_JUDGED_TUNED = "not yet judged"
-
-
-def equivalent(min_effect: float) -> str:
-    return f"equivalent within ±{min_effect:g}"
 
 
 class Outcome(enum.StrEnum):

@@ -1,5 +1,5 @@
-"""The sequential design that adds seeds to a finished sweep (scripts/add_seeds.py, docs/sweeps.md): its
-sequential.json, each look's level, and the verdicts of the seeds it added, judged apart from the sweep's own."""
+"""The sequential design that adds seeds to a finished sweep (docs/sweeps.md): its sequential.json, each
+look's level, and the verdicts of the seeds it added, judged apart from the sweep's own."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ T_PATHS = 400_000
 
 
 def spent(information: float, alpha: float = ALPHA) -> float:
-    """Lan & DeMets' O'Brien-Fleming-type spending: the α spent at `information` (seeds / the most allowed)."""
+    """Lan & DeMets' O'Brien-Fleming-type spending: the α spent at `information` (seeds / the most)."""
     if information <= 0:
         return 0.0
     information = min(1.0, information)
@@ -53,7 +53,7 @@ class Look:
 
 
 def sequential_plan(seed_counts: Sequence[int], max_seeds: int) -> list[Look | None]:
-    """The looks of a design with `seed_counts` seeds: one with fewer than 2, or no more than before, is None."""
+    """The looks of a design with `seed_counts` seeds (None: fewer than 2, or no more than before)."""
     plan: list[Look | None] = []
     counts: tuple[int, ...] = ()
     for count in seed_counts:
@@ -132,16 +132,17 @@ def judge_added(
     first = first_verdicts(looks, plan, rules.min_effect, rules.alpha)
     last = judge(looks[-1], rules.min_effect, rules.alpha, with_power=False)
     return {
-        key: found[1] if found is not None else left_open(row, looks[-1], latest, plan[-1], rules.alpha, len(design.looks))
-        for row, (key, found, latest) in enumerate(zip(bases, first, last, strict=True))
-    }  # fmt: skip
+        key: found[1] if found is not None else left_open(row, last, plan[-1], rules.alpha, len(design.looks))
+        for row, (key, found) in enumerate(zip(bases, first, strict=True))
+    }
 
 
 def left_open(
-    row: int, tests: Sequence[PairedTests], latest: Comparison, look: Look | None, alpha: float, number: int
+    row: int, last: Sequence[Comparison], look: Look | None, alpha: float, number: int
 ) -> Comparison:
-    """Row `row` of the last look (`number`, its `tests`) that no look resolved: its Holm-adjusted p-values, and
-    why any within α did not resolve it (the level the look gives its rank in Holm's order, `step_down`)."""
+    """Row `row` of the last look (`number`, judged as `last`), which no look resolved: its Holm p-values, and
+    why any within α did not resolve it (the level the look gives its rank in Holm's order)."""
+    tests, latest = [c.tests for c in last], last[row]
     difference = tests_of_difference(tests)
     equivalence = {i: t.p_equivalence for i, t in enumerate(tests) if t.p_equivalence is not None}
     j = latest.judgement
@@ -151,9 +152,9 @@ def left_open(
             return ""
         ordered = sorted(family, key=family.__getitem__)
         level, p = look.level(alpha / (len(ordered) - ordered.index(key))), family[key]
-        if p > level:
-            return f"; {name} {p:.2g} > {level:.2g}, the level look {number} gives it"
-        return f"; {name} {p:.2g} within {level:.2g}, the level look {number} gives it, but a smaller p in Holm's order was not"
+        compared = ">" if p > level else "within"
+        said = f"; {name} {p:.2g} {compared} {level:.2g}, the level look {number} gives it"
+        return said if p > level else said + ", but a smaller p in Holm's order was not"
 
     short = (
         short_of(difference, (row, "loss"), j.p_adjusted, "p")
@@ -173,29 +174,26 @@ def first_verdicts(
     min_effect: float = MIN_EFFECT,
     alpha: float = ALPHA,
 ) -> list[tuple[int, Comparison] | None]:
-    """Each row's first verdict and its look's index: `looks[k]` holds one family's tests at look k, in the same
-    row order at every look, judged as `plan[k]` says (None: not at all); a verdict names its look as add_seeds
-    numbers them (the sweep's own is look 1)."""
+    """Each row's first verdict and its look's index: `looks[k]`, one family's tests at look k (rows in the
+    same order at every look), judged as `plan[k]` says (None: not at all)."""
     first: list[tuple[int, Comparison] | None] = [None] * (len(looks[0]) if looks else 0)
     for number, (family, look) in enumerate(zip(looks, plan, strict=True)):
         if look is None:
             continue
-        note = functools.partial(_look_note, number + 2)
+
+        def note(tests: PairedTests, shown: int = number + 2) -> str:  # add_seeds' number: the sweep's is 1
+            return f" (look {shown}, {len(tests.seeds)} added seeds)"
+
         for row, c in enumerate(judge(family, min_effect, alpha, look.level, with_power=False, note=note)):
             if first[row] is None and c.resolved:
                 first[row] = (number, c)
     return first
 
 
-def _look_note(number: int, tests: PairedTests) -> str:
-    return f" (look {number}, {len(tests.seeds)} added seeds)"
-
-
 @functools.cache
 def t_levels(counts: tuple[int, ...], horizon: int, alpha: float = ALPHA) -> tuple[float, ...]:
-    """The nominal two-sided level of each look's paired t test (`counts` seeds, of at most `horizon`): look k's
-    boundary on |t| is the quantile of the `T_PATHS` seeded null paths still running that spends the α `spent`
-    between look k - 1 and k (docs/sweeps.md); no library we depend on does this for t statistics."""
+    """The nominal two-sided level of each look's paired t test (`counts` seeds, of at most `horizon`), from
+    `T_PATHS` seeded null paths (docs/sweeps.md: no library we depend on does this for t statistics)."""
     rng = np.random.default_rng(20261204)
     differences = rng.standard_normal((T_PATHS, counts[-1]))
     sums, squares = differences.cumsum(axis=1), (differences**2).cumsum(axis=1)

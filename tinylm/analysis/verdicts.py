@@ -22,13 +22,11 @@ from tinylm.analysis.estimates import (
 )
 from tinylm.analysis.outcome import (
     IDENTICAL_VERDICT,
-    NO_SEEDS,
     NOT_YET_JUDGED,
     ONE_SEED,
     UNRESOLVED,
     Outcome,
     Verdict,
-    equivalent,
 )
 
 ALPHA = 0.05  # the family-wise error rate of a table's verdicts
@@ -37,8 +35,8 @@ Key = TypeVar("Key", bound=Hashable)
 
 @dataclass(frozen=True)
 class Judgement:
-    """A family's judgement of one row's tests: Holm-adjusted p-values, the decisions at the levels of the look
-    that judged it, the power its seeds have at the family's level, and the verdict."""
+    """A family's judgement of one row's tests: Holm-adjusted p-values, the decisions at the levels of the
+    look that judged it, the power its seeds have at the family's level, and the verdict."""
 
     p_adjusted: float | None = None
     p_equivalence_adjusted: float | None = None
@@ -77,18 +75,17 @@ def judge(
     rows: Sequence[PairedTests],
     min_effect: float = MIN_EFFECT,
     alpha: float = ALPHA,
-    level: Callable[[float], float] | None = None,
+    level: Callable[[float], float] = float,
     with_power: bool = True,
     note: Callable[[PairedTests], str] | None = None,
 ) -> list[Comparison]:
     """Verdicts for one table, a family: Holm's step-down over its tests of difference and, apart, over its
-    tests of equivalence, each share of α taken at `level` (a sequential look's boundary; None, a fixed
-    design: the share itself). Power at α / the tests of difference (`with_power=False`: none, it is slow);
+    tests of equivalence, each share of α taken at `level` (a sequential look's boundary; a fixed design's:
+    the share itself). Power at α / the tests of difference (`with_power=False`: none, it is slow);
     `note(tests)` follows each verdict (a look's number)."""
     difference = tests_of_difference(rows)
     equivalence = {i: t.p_equivalence for i, t in enumerate(rows) if t.p_equivalence is not None}
-    at = level or float
-    rejected, rejected_eq = step_down(difference, alpha, at), step_down(equivalence, alpha, at)
+    rejected, rejected_eq = step_down(difference, alpha, level), step_down(equivalence, alpha, level)
     adjusted, adjusted_eq = holm(difference), holm(equivalence)
     size = max(1, len(difference))  # as `family_size` counts it
     judged = []
@@ -129,7 +126,7 @@ def holm(p_values: Mapping[Key, float]) -> dict[Key, float]:
     """Holm-adjusted p-values (statsmodels), by the same keys."""
     if not p_values:
         return {}
-    # multipletests' closing gc.collect() is slow with torch loaded; it skips frozen objects (docs/performance.md).
+    # multipletests' closing gc.collect(), slow with torch loaded, skips frozen objects (docs/performance.md).
     gc.freeze()
     try:
         adjusted = multipletests(list(p_values.values()), method="holm")[1]
@@ -144,7 +141,7 @@ def verdict(
     """The words of a judged row: the losses' verdict, and how often each side failed said beside it (the
     verdict itself where the losses leave the row open and the failures differ)."""
     if not t.seeds:
-        return Verdict(NO_SEEDS, Outcome.NOT_RESOLVED)
+        return Verdict("no seeds in common with the baseline", Outcome.NOT_RESOLVED)
     losses = loss_verdict(t, differs, within_min_effect, min_effect)
     words = failure_words(t.failures, fails_differently)
     if t.failures is None or words is None:
@@ -157,8 +154,8 @@ def verdict(
 
 
 def failure_words(failures: Failures | None, fails_differently: bool) -> str | None:
-    """`fails 0/8 vs 2/8 (exact p = 0.5)`, or `fails more often, …` where the family's test found a difference;
-    None where no seed failed."""
+    """`fails 0/8 vs 2/8 (exact p = 0.5)`, or `fails more often, …` where the family's test found a
+    difference; None where no seed failed."""
     if failures is None:
         return None
     if fails_differently:
@@ -168,7 +165,7 @@ def failure_words(failures: Failures | None, fails_differently: bool) -> str | N
 
 def loss_verdict(t: PairedTests, differs: bool, within_min_effect: bool, min_effect: float) -> Verdict:
     """The verdict on the losses of the seeds both sides trained."""
-    d, open_ = t.difference, Outcome.NOT_RESOLVED
+    d, open_, equivalent = t.difference, Outcome.NOT_RESOLVED, f"equivalent within ±{min_effect:g}"
     if d is None:
         return Verdict(f"{UNRESOLVED}: every seed failed on one side or both", open_)
     if t.p_value is None and not t.constant:  # one seed both trained
@@ -179,10 +176,10 @@ def loss_verdict(t: PairedTests, differs: bool, within_min_effect: bool, min_eff
         if abs(d.mean) <= IDENTICAL:
             return Verdict(IDENTICAL_VERDICT, Outcome.IDENTICAL)
         if abs(d.mean) < min_effect:
-            return Verdict(equivalent(min_effect) + same, Outcome.EQUIVALENT)
+            return Verdict(equivalent + same, Outcome.EQUIVALENT)
         return Verdict(found + same, found)
     if differs:
         return Verdict(found + (f", but by less than {min_effect:g}" if within_min_effect else ""), found)
     if within_min_effect:
-        return Verdict(equivalent(min_effect), Outcome.EQUIVALENT)
+        return Verdict(equivalent, Outcome.EQUIVALENT)
     return Verdict(UNRESOLVED, open_)
