@@ -75,7 +75,7 @@ class SweepReport:
     metric: Metric = FINAL_LOSS  # a run's result: its final loss, or its steps or seconds to a level
     # The level each look after a sequential design's first judges at (None: it judges nothing); a Monte Carlo.
     look_levels: tuple[float | None, ...] = ()
-    # Derived once, here, from the fields above (`_derived`): what every renderer reads.
+    # Derived once, here, from the fields above (`__post_init__`): what every renderer reads.
     lr_varies: bool = field(init=False)  # the rate varies and is tuned per setting (not a ladder's axis)
     judged_apart: bool = field(init=False)  # the rate is tuned on the sweep's seeds and judged on others
     family: list[Setting] = field(init=False)  # what the verdicts are about: the tuned settings, lr varying
@@ -97,10 +97,6 @@ class SweepReport:
     corpora: list[tuple[str, dict[str, float]]] = field(init=False)  # `corpora_of`
 
     def __post_init__(self) -> None:
-        for name, value in self._derived().items():
-            object.__setattr__(self, name, value)  # a frozen value's derived fields, set once as it is built
-
-    def _derived(self) -> dict[str, Any]:
         lr_varies = rate_tuned(self.setting_columns, self.axis)
         family = self.tuned if lr_varies else self.settings
         base = self.tuned_baseline if lr_varies else self.baseline
@@ -110,7 +106,7 @@ class SweepReport:
         own = own_seeds(self.design)
         counted = base.results if base is not None else {}
         swept = varying(self.setting_columns, [s.choices for s in self.settings])
-        return {
+        derived = {
             "lr_varies": lr_varies,
             "judged_apart": apart,
             "family": family,
@@ -128,6 +124,8 @@ class SweepReport:
             "most_seeds": max((len(s.results) for s in self.settings), default=0),
             "corpora": corpora_of(self.settings, swept) if self.reference is None else [],
         }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)  # a frozen value's derived fields, set once as it is built
 
     def shown_comparison(self, setting: Setting) -> Comparison | None:
         """The comparison the report shows for `setting`: the judging seeds' where the rate is tuned apart."""
@@ -355,9 +353,8 @@ def ladder_axis(
     `size` where the sweep varies it and the baseline does not name it (older scale ladders); [] for none."""
     experiment = None if flag or design else _named_alike(runs, "ladder")
     if flag or experiment:
-        text = flag or experiment
         where = "--ladder" if flag else "the experiment's `ladder:`"
-        axis = [key.strip() for key in text.split(",") if key.strip()]
+        axis = [key.strip() for key in (flag or experiment).split(",") if key.strip()]
     elif design:
         where, axis = f"the ladder of {DESIGN_FILE}", list(design)
     else:
