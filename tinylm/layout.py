@@ -39,10 +39,8 @@ FINAL_SPLIT_WINDOWS = "val_split_windows"
 # In metrics.json: the validation split's uniform, unigram and bigram levels (tinylm.data.reference).
 REFERENCE_LEVELS = "reference_levels"
 # In metrics.json: the share of (a sample of) the validation characters that lie in a passage found verbatim in
-# the training split, a whole line or a window (tinylm.data.overlap). An older record holds the share of
-# whole windows instead, under the older name, read when the newer is absent.
+# the training split, a whole line or a window (tinylm.data.overlap).
 VAL_IN_TRAINING = "val_chars_in_training"
-VAL_WINDOWS_IN_TRAINING = "val_windows_in_training"
 # The share above which a run warns at its start and the report names it: above what the shipped corpora repeat
 # of themselves by several standard errors of the sampled share (docs/diagnosis.md), where memorised characters
 # already move the mean validation loss. Here, not beside the measure, so that the report reads it without
