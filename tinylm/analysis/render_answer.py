@@ -8,12 +8,6 @@ from tinylm.analysis.grouping import CROSS_FITTED, Setting, setting_label
 from tinylm.analysis.ladder import Ladder
 from tinylm.analysis.report import SweepReport
 
-# Where every run of both sides was still improving at its end (`report.still_learning`).
-BUDGET_WORDS = (
-    "; every run of both sides was still improving at its end: the budget stopped the runs before they stopped "
-    "learning, so this is the difference at this budget"
-)
-
 
 def answer_section(report: SweepReport) -> list[str]:
     """The answer first: a sentence per comparison (its verdict, difference, interval and seeds), then what is
@@ -25,8 +19,8 @@ def answer_section(report: SweepReport) -> list[str]:
         return []
     rows = [s for s in report.family if s is not base and s.answer is not None]
     both = (
-        ", each design at the rate its tuning seeds chose: those seeds chose the rates and are judged on nothing, "
-        "so this is the whole procedure's"
+        ", each design at the rate its tuning seeds chose: those seeds chose the rates and are judged on "
+        "nothing, so this is the whole procedure's"
         if apart
         else " for the sweep's own seeds and α for the added seeds'"
     )
@@ -34,8 +28,8 @@ def answer_section(report: SweepReport) -> list[str]:
         f"- `{s.label(named)}` against `{base.label(named)}`: " + _answer_words(report, s, base) for s in rows
     ]
     promise = (
-        f"Lower is better. Family-wise (Holm): the chance of any false `better`/`worse` among these is at most "
-        f"α = {report.alpha:g}"
+        "Lower is better. Family-wise (Holm): the chance of any false `better`/`worse` among these is at "
+        f"most α = {report.alpha:g}"
         + (both if apart or any(s.added is not None for s in rows) else "")
         + ". The tables and the methods are below."
     )
@@ -44,42 +38,39 @@ def answer_section(report: SweepReport) -> list[str]:
     spent = [row for row in report.sizing.rows if row.spent] if report.sizing is not None else []
     if spent and len(spent) == len(still_open):
         needs = ", ".join(f"`{setting_label(row.design)}` {row.needed}" for row in spent if row.needed)
-        sized = (
-            f". At this spread, added seeds to find the difference (or δ) 80% of the time: {needs}."
-            if needs
-            else "."
-        )
+        sized = f". At this spread, added seeds to find the difference (or δ) 80% of the time: {needs}"
         lines.append(
-            f"Still open: {len(still_open)} of {len(rows)}, at the sequential design's horizon ({spent[0].horizon} "
-            f"added seeds), where `add_seeds` adds no more{sized}"
+            f"Still open: {len(still_open)} of {len(rows)}, at the sequential design's horizon "
+            f"({spent[0].horizon} added seeds), where `add_seeds` adds no more{sized if needs else ''}."
         )
     elif still_open:
         adds = (
             "judging seeds at the chosen rates, in rounds, until each is resolved"
             if apart
-            else "seeds to them in rounds until each is resolved (*What resolving … would take*, below, sizes it)"
+            else "seeds to them in rounds until each is resolved (*What resolving … would take*, below, "
+            "sizes it)"
         )
         horizon = (
-            f"; {len(spent)} of them are at the design's horizon, where it adds no more." if spent else "."
+            f"; {len(spent)} of them are at the design's horizon, where it adds no more" if spent else ""
         )
         lines.append(
-            f"Still open: {len(still_open)} of {len(rows)}. `python scripts/add_seeds.py {report.sweep_dir}` adds "
-            f"{adds}{horizon}"
+            f"Still open: {len(still_open)} of {len(rows)}. `python scripts/add_seeds.py {report.sweep_dir}` "
+            f"adds {adds}{horizon}."
         )
     return [*lines, ""]
 
 
 def _answer_words(report: SweepReport, s: Setting, base: Setting) -> str:
-    """One comparison's answer: its verdict, difference, interval and seeds; how often each side failed, and why
-    it disagrees with the settings table where it does (a report judged `CROSS_FITTED`: the first four only)."""
+    """One comparison's answer: its verdict, difference, interval and seeds; how often each side failed, and
+    why it disagrees with the settings table where it does (judged `CROSS_FITTED`: the first four)."""
     c, cross, digits = s.answer, report.rule == CROSS_FITTED, report.metric.digits
     d, n, verdict = c.tests.difference, len(c.tests.seeds), c.judgement.verdict
     if not n and not cross:
         return f"**{verdict}**: no seed is judged at a rate it chose"
     numbers = (
-        f"{'difference ' if cross else ''}{fmt_mean(d, digits, signed=True)} {report.metric.units}"
-        f"{'' if cross else ' over the seeds both sides trained'}, {report.confidence:.0%} CI "
-        f"{fmt_interval(d, signed=True, digits=digits)}"
+        f"{'difference ' if cross else ''}{fmt_mean(d, digits, signed=True)} "
+        f"{report.metric.units}{'' if cross else ' over the seeds both sides trained'}, "
+        f"{report.confidence:.0%} CI {fmt_interval(d, signed=True, digits=digits)}"
         if d is not None
         else "no difference measured"
     )
@@ -87,15 +78,13 @@ def _answer_words(report: SweepReport, s: Setting, base: Setting) -> str:
     line = f"**{verdict}**; {numbers}, {plural(n, kind + 'seed')}"
     # Where a side failed, the verdict says how often; else the line says that neither did.
     line += "" if cross or c.tests.failures else f"; fails 0/{n} vs 0/{n}"
-    line += BUDGET_WORDS if s.choices in report.still_learning else ""
+    if s.choices in report.still_learning:
+        line += (
+            "; every run of both sides was still improving at its end: the budget stopped the runs before "
+            "they stopped learning, so this is the difference at this budget"
+        )
     mine, theirs = s.mean_at_rate, base.mean_at_rate
-    if (
-        not cross
-        and d is not None
-        and mine is not None
-        and theirs is not None
-        and (mine - theirs) * d.mean < 0
-    ):
+    if not cross and d is not None and None not in (mine, theirs) and (mine - theirs) * d.mean < 0:
         line += (
             "; the settings table orders them the other way at the chosen rates: its means there include the "
             "tuning seeds, which chose those rates and so flatter them, and this pairs the judging seeds only"
@@ -115,8 +104,8 @@ def _ladder_answer(report: SweepReport) -> list[str]:
         s.answer is not None and not s.answer.tests.seeds for rung in ladder.rungs for s in rung.settings
     )
     judging = (
-        f"Not yet judged: `python scripts/add_seeds.py {report.sweep_dir}` runs judging seeds at each level's "
-        "chosen rates, in rounds, until each is resolved."
+        f"Not yet judged: `python scripts/add_seeds.py {report.sweep_dir}` runs judging seeds at each "
+        "level's chosen rates, in rounds, until each is resolved."
     )
     trends = [
         f"- `{setting_label(t.design, shown)}` against `{base}` along `{axis}`: **{t.verdict}**"
