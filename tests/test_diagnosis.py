@@ -807,7 +807,7 @@ def test_the_answer_says_when_the_budget_stopped_every_run_of_both_sides_before_
     value holds the rows where that is so (built once, kept in report.json); the Answer words them."""
     from tinylm.analysis.grouping import Rules, group_settings
     from tinylm.analysis.ladder import judge_family
-    from tinylm.analysis.render_answer import answer_section
+    from tinylm.analysis.render import answer_section
     from tinylm.analysis.report import SweepReport
     from tinylm.analysis.schema import from_json, to_json
     from tinylm.analysis.why import still_learning

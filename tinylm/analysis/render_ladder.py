@@ -13,8 +13,7 @@ from tinylm.analysis.formats import Column, blocks, fmt_interval, fmt_number, fm
 from tinylm.analysis.grouping import CROSS_FITTED, Setting, gain_over_unigram, setting_label
 from tinylm.analysis.ladder import Ladder, Rung
 from tinylm.analysis.plots import ForestRow, plot_ladder, plot_scale
-from tinylm.analysis.render import rates_cell
-from tinylm.analysis.render_answer import ladder_title
+from tinylm.analysis.render import ladder_title, rates_cell
 from tinylm.analysis.report import SweepReport
 
 SCALE_PNG = "scale.png"
