@@ -103,7 +103,7 @@ class ForestRow:
         return cls(label, 0.0, None, None, "baseline", baseline=True)
 
     @classmethod
-    def of(cls, label: str, e: Estimate | None, verdict: Any) -> ForestRow:
+    def of(cls, label: str, e: Estimate | None, verdict: str) -> ForestRow:
         if e is None or not math.isfinite(e.mean):
             return cls(label, None, None, None, verdict)
         low, high = (e.low, e.high) if e.has_interval else (None, None)
@@ -121,7 +121,7 @@ class ForestRow:
         return max(self.name().count("\n"), self.verdict_text().count("\n")) + 1
 
     def colour(self) -> str:
-        colours = {Outcome.WORSE: "tab:red", Outcome.BETTER: "tab:green"}  # a plain word has no outcome
+        colours = {Outcome.WORSE: "tab:red", Outcome.BETTER: "tab:green"}  # a plain word: no outcome
         return "black" if self.baseline else colours.get(getattr(self.verdict, "outcome", None), "tab:blue")
 
 
