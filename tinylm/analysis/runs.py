@@ -347,16 +347,3 @@ def shared_reference(runs: Sequence[RunSummary]) -> dict[str, float] | None:
         return None
     return levels[0]
 
-
-def runs_frame(runs: Sequence[RunSummary], columns: Sequence[str]) -> pd.DataFrame:
-    """The runs as a tidy table, a row per run in the order given (its index is the run's position): a column
-    per choice in `columns` (its typed value, "—" where a run has none), then its seed and `result` (+inf
-    diverged, NaN none). What the report groups into settings."""
-    return pd.DataFrame(
-        {
-            **{c: pd.Series([run.choices.get(c, "—") for run in runs], dtype=object) for c in columns},
-            "seed": [run.seed for run in runs],
-            "result": [math.nan if run.result is None else run.result for run in runs],
-        },
-        index=range(len(runs)),
-    )
