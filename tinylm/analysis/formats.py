@@ -67,19 +67,16 @@ def choice_columns(
 def md_table(columns: Sequence[Column], rows: Iterable[Any]) -> list[str]:
     """Every table of report.md: a header row, a separator row and a line per row, unpadded (tabulate, and
     pandas' `to_markdown` through it, pad each cell to its column's width and do not escape `|`)."""
-    lines = [
+    escaped = {ord("|"): "\\|", ord("\n"): " "}
+    return [
         "| " + " | ".join(c.header for c in columns) + " |",
         "|" + "|".join("---" for _ in columns) + "|",
+        *("| " + " | ".join(str(c.cell(row)).translate(escaped) for c in columns) + " |" for row in rows),
     ]
-    return lines + ["| " + " | ".join(_cell(c.cell(row)) for c in columns) + " |" for row in rows]
-
-
-def _cell(text: Any) -> str:
-    return str(text).translate({ord("|"): "\\|", ord("\n"): " "})
 
 
 def blocks(*parts: str | Sequence[str]) -> list[str]:
-    """Markdown blocks, each followed by a blank line: a heading or paragraph (a string), or a table's lines."""
+    """Markdown blocks, each followed by a blank line: a paragraph or heading (a string), or table lines."""
     lines: list[str] = []
     for part in parts:
         lines += [part] if isinstance(part, str) else part

@@ -1,5 +1,4 @@
-"""report.md from the report value: the answer, the settings, the family against its baseline and every run
-(the sections after them: render_sections.py; a ladder's: render_ladder.py)."""
+"""report.md: the answer, the settings, the family and the runs (the rest: render_sections, render_ladder)."""
 
 from __future__ import annotations
 
@@ -34,8 +33,7 @@ LEVELS = ("uniform", "unigram", "bigram")
 
 
 def answer_section(report: SweepReport) -> list[str]:
-    """The answer first: a sentence per comparison (its verdict, difference, interval and seeds), then what is
-    still open and the command that resolves it; the methods are below, with the tables."""
+    """The Answer: a sentence per comparison, then what is still open and the command that resolves it."""
     if report.ladder is not None:
         return _ladder_answer(report)
     base, named, apart = report.family_baseline, report.shown_family_columns, report.judged_apart
@@ -85,8 +83,7 @@ def answer_section(report: SweepReport) -> list[str]:
 
 
 def _answer_words(report: SweepReport, s: Setting, base: Setting) -> str:
-    """One comparison's answer: its verdict, difference, interval and seeds; how often each side failed, and
-    why it disagrees with the settings table where it does (judged `CROSS_FITTED`: the first four)."""
+    """One comparison's answer: verdict, difference, interval, seeds, failures, and any disagreement."""
     c, cross, digits = s.answer, report.rule == CROSS_FITTED, report.metric.digits
     d, n, verdict = c.tests.difference, len(c.tests.seeds), c.judgement.verdict
     if not n and not cross:
@@ -184,17 +181,8 @@ def _fails_cell(s: Setting) -> str:
     return f"{s.fails}/{len(s.results)}" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
 
 
-def _gains(report: SweepReport) -> str | None:
-    """How the settings table reads losses against the reference levels: "nats" when every run shares them,
-    "bits" when its settings are on corpora of their own, else None (and for steps or seconds to a level)."""
-    if not report.metric.is_loss:
-        return None
-    return "nats" if report.reference is not None else "bits" if report.corpora else None
-
-
 def _reference_lines(report: SweepReport) -> list[str]:
-    """The reference levels the settings' gains are measured from: the one split they share, or one row per
-    corpus, named by the choices that tell the corpora apart."""
+    """The reference levels the gains are measured from: the split every run shares, or a row per corpus."""
     if report.reference is not None:
         levels = report.reference
         return blocks(
@@ -379,9 +367,11 @@ def _method_lines(report: SweepReport) -> list[str]:
 
 
 def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
-    """The report as markdown: settings with intervals, the family of comparisons, `sections` (lines of
-    markdown from elsewhere, e.g. the depth probe), every run."""
-    metric, gains = report.metric, _gains(report)
+    """The report as markdown; `sections`: lines from elsewhere (*Why*, the depth probe), before the runs."""
+    # Gains over unigram: in nats where every run shares the reference levels, in bits/char across corpora.
+    metric = report.metric
+    levels = "nats" if report.reference is not None else "bits" if report.corpora else None
+    gains = levels if metric.is_loss else None
     why = report.setting_why or [()] * len(report.settings)
     ranked = [(n, s, w) for n, (s, w) in enumerate(zip(report.settings, why, strict=True), start=1)]
     text = [

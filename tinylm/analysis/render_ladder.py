@@ -1,5 +1,4 @@
-"""A ladder rendered: the report's *Across sizes* section and scale.png, from the `Ladder` that
-`tinylm.analysis.ladder` judged (docs/sweeps.md says what each word across sizes needs)."""
+"""A ladder rendered: its section, scale.png and ladder.png (docs/sweeps.md says what each word needs)."""
 
 from __future__ import annotations
 
@@ -74,8 +73,7 @@ def _mean_at(report: SweepReport, s: Setting, _: Rung, unigram: float | None) ->
 
 
 def _difference_at(report: SweepReport, s: Setting, rung: Rung, unigram: float | None) -> str:
-    """A difference, its interval, p and verdict; across corpora (`unigram`), also as a share of the
-    baseline's gain over its unigram level, which compares across corpora (where it got below it)."""
+    """A difference, its interval, p and verdict; across corpora, also as a share of the baseline's gain."""
     c, added, digits = report.shown_comparison(s), s.added, report.metric.digits
     if c is None or c.tests.difference is None:
         return "—"
@@ -89,8 +87,7 @@ def _difference_at(report: SweepReport, s: Setting, rung: Rung, unigram: float |
 
 
 def _words(report: SweepReport, ladder: Ladder) -> tuple[str, str, str, str]:
-    """How the section names the levels (across, along), how each design was run at them, and the legend of
-    the words across levels."""
+    """The section's words for its levels: across, along, how each design was run, and the legend."""
     axis = ", ".join(ladder.axis)
     loss = ("Mean final loss" if report.metric.is_loss else f"Mean {report.metric.noun}") + (
         " in bits/char (gain over its corpus's unigram level)" if _in_bits(report, ladder) else ""
@@ -124,8 +121,7 @@ def _words(report: SweepReport, ladder: Ladder) -> tuple[str, str, str, str]:
 
 
 def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
-    """The report's *Across sizes* (or *Across levels of …*) section: per design and level, the mean and the
-    paired difference with its interval and verdict, then the verdict across levels."""
+    """*Across sizes* (or *Across levels of …*): each design's mean and difference at each level."""
     pct, noun, metric = f"{report.confidence:.0%}", ladder.noun, report.metric
     across, along, rates, words = _words(report, ladder)
     base = ladder.rungs[0].baseline.label(ladder.shown_columns)
@@ -158,8 +154,7 @@ def draw_ladder(report: SweepReport, ladder: Ladder, path: Path) -> Path:
 
 
 def draw_ladder_verdicts(report: SweepReport, ladder: Ladder, path: Path) -> Path:
-    """ladder.png: each design's difference from its level's baseline with its interval and verdict, a panel
-    per level, and each design's verdict across levels."""
+    """ladder.png: each design's difference and verdict, a panel per level, and its verdict across levels."""
     shown, named = ladder.shown_columns, ladder.noun if ladder.noun == "size" else ", ".join(ladder.axis)
     order = [tuple(t.design[c] for c in ladder.columns) for t in ladder.trends]  # the same rows in each panel
     panels = []

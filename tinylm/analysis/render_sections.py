@@ -1,5 +1,4 @@
-"""The report's sections after its tables: the seeds a sequential design added, what resolving the open rows
-would take, *Why* each setting that lost or failed did, and the depth probe at the sweep's shapes."""
+"""report.md's later sections: added seeds, what resolving open rows would take, *Why*, the depth probe."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ from tinylm.probe.sweep_shapes import SHOWN
 
 
 def added_section(report: SweepReport) -> list[str]:
-    """The seeds a sequential design added to the open rows: how the design judges them and, where the sweep's
-    own seeds judged the family, a table of the added seeds' verdicts."""
+    """The seeds a sequential design added: how it judges them and (unless judged apart) their verdicts."""
     pct = f"{report.confidence:.0%}"
     columns = [
         *choice_columns(report.shown_family_columns),
@@ -158,8 +156,7 @@ def _explained(report: SweepReport, row: WhyRow) -> str:
 
 
 def _sentence(f: Shared) -> str:
-    """A finding over a setting's runs: how many showed it, their seeds where the report names them all, an
-    example's step and evidence, and where to see it."""
+    """A finding in words: how many runs showed it (their seeds where known), an example, where to see it."""
     seeds, name = "", quantity(f.example.tag)
     if len(f.seeds) == f.count:
         seeds = f"seed {f.seeds[0]}" if f.count == 1 else f"seeds {', '.join(f.seeds[:-1])} and {f.seeds[-1]}"
