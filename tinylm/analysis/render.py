@@ -7,19 +7,9 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tinylm.analysis import formats
 from tinylm.analysis.estimates import PairedTests
-from tinylm.analysis.formats import (
-    Column,
-    blocks,
-    choice_columns,
-    fmt_interval,
-    fmt_mean,
-    fmt_number,
-    fmt_p,
-    fmt_wall_time,
-    md_table,
-    plural,
-)
+from tinylm.analysis.formats import Column, blocks, choice_columns, md_table, plural
 from tinylm.analysis.grouping import CROSS_FITTED, Setting, gain_over_unigram, setting_label, varying
 from tinylm.analysis.ladder import Ladder
 from tinylm.analysis.metric import STEPS_TO
@@ -89,9 +79,9 @@ def _answer_words(report: SweepReport, s: Setting, base: Setting) -> str:
     if not n and not cross:
         return f"**{verdict}**: no seed is judged at a rate it chose"
     numbers = (
-        f"{'difference ' if cross else ''}{fmt_mean(d, digits, signed=True)} "
+        f"{'difference ' if cross else ''}{formats.fmt_mean(d, digits, signed=True)} "
         f"{report.metric.units}{'' if cross else ' over the seeds both sides trained'}, "
-        f"{report.confidence:.0%} CI {fmt_interval(d, signed=True, digits=digits)}"
+        f"{report.confidence:.0%} CI {formats.fmt_interval(d, signed=True, digits=digits)}"
         if d is not None
         else "no difference measured"
     )
@@ -154,9 +144,9 @@ def _settings_columns(report: SweepReport, gains: str | None) -> list[Column]:
 
     def gain(s: Setting) -> str:
         value = gain_over_unigram(s.estimate.mean, s.reference["unigram"]) * scale if finite(s) else None
-        return fmt_number(value, signed=True)
+        return formats.fmt_number(value, signed=True)
 
-    in_bits = _of("bits/char", lambda s: fmt_number(s.estimate.mean * scale if finite(s) else None))
+    in_bits = _of("bits/char", lambda s: formats.fmt_number(s.estimate.mean * scale if finite(s) else None))
     gain_columns = {
         "bits": [in_bits, _of("gain over unigram (bits/char)", gain)],
         "nats": [_of("gain over unigram", gain)],
@@ -165,9 +155,9 @@ def _settings_columns(report: SweepReport, gains: str | None) -> list[Column]:
         Column("rank", lambda r: r[0] if r[1].estimate is not None else "—"),
         *choice_columns(report.swept_columns, lambda r: r[1].choices),
         _of("seeds", lambda s: len(s.results)),
-        _of("mean", lambda s: fmt_mean(s.estimate, digits)),
-        _of("sd", lambda s: fmt_number(s.estimate.sd if s.estimate else None, digits)),
-        _of(f"{report.confidence:.0%} CI", lambda s: fmt_interval(s.estimate, digits=digits)),
+        _of("mean", lambda s: formats.fmt_mean(s.estimate, digits)),
+        _of("sd", lambda s: formats.fmt_number(s.estimate.sd if s.estimate else None, digits)),
+        _of(f"{report.confidence:.0%} CI", lambda s: formats.fmt_interval(s.estimate, digits=digits)),
         *gain_columns.get(gains, []),
         _of("diverged", lambda s: s.fails) if report.rule == CROSS_FITTED else _of("fails", _fails_cell),
         _of("no result", lambda s: s.without_result),
@@ -233,11 +223,11 @@ def _family_columns(report: SweepReport) -> list[Column]:
         return Column(header, of)
 
     def paired_sd(t: PairedTests, j: Judgement) -> str:
-        return fmt_number(
+        return formats.fmt_number(
             j.power.sd if j.power else t.difference.sd if apart and t.difference else None, digits
         )
 
-    mean = Column("mean", lambda s: fmt_mean(s.estimate, digits))
+    mean = Column("mean", lambda s: formats.fmt_mean(s.estimate, digits))
     tuned = [
         Column("rate", lambda s: shown(s.rate)),
         Column("tuned on", lambda s: ", ".join(s.tuned_on) or "—"),
@@ -247,16 +237,16 @@ def _family_columns(report: SweepReport) -> list[Column]:
         *choice_columns(report.shown_family_columns),
         *(rates if report.lr_varies else []),
         judged("seeds", _seeds_cell, report.baseline_seeds),
-        judged("difference", lambda t, _: fmt_mean(t.difference, digits, signed=True), "baseline"),
-        judged(f"{pct} CI", lambda t, _: fmt_interval(t.difference, signed=True, digits=digits)),
-        judged("p (Holm)", lambda _, j: fmt_p(j.p_adjusted)),
-        judged("equivalence p (Holm)", lambda _, j: fmt_p(j.p_equivalence_adjusted)),
+        judged("difference", lambda t, _: formats.fmt_mean(t.difference, digits, signed=True), "baseline"),
+        judged(f"{pct} CI", lambda t, _: formats.fmt_interval(t.difference, signed=True, digits=digits)),
+        judged("p (Holm)", lambda _, j: formats.fmt_p(j.p_adjusted)),
+        judged("equivalence p (Holm)", lambda _, j: formats.fmt_p(j.p_equivalence_adjusted)),
         judged("verdict", lambda _, j: j.verdict),
         judged("diverged" if report.rule == CROSS_FITTED else "fails", _failures_cell),
         judged("paired sd", paired_sd),
-        judged("resolves (80%)", lambda _, j: fmt_number(j.power and j.power.resolvable, digits - 1)),
+        judged("resolves (80%)", lambda _, j: formats.fmt_number(j.power and j.power.resolvable, digits - 1)),
         judged(f"seeds for ±{delta}", lambda _, j: j.power.seeds_for_min_effect if j.power else "—"),
-        judged("eval SE", lambda t, _: fmt_number(t.eval_se)),
+        judged("eval SE", lambda t, _: formats.fmt_number(t.eval_se)),
     ]
 
 
@@ -406,7 +396,7 @@ def _runs_columns(report: SweepReport) -> list[Column]:
     def reached(run: RunSummary) -> str:
         value = run.targets.get(metric.tag)
         if value is not None:
-            return fmt_number(value, metric.digits)
+            return formats.fmt_number(value, metric.digits)
         watched = run.status == "completed" and run.watches(metric.level)
         return "not reached" if watched else "not watched" if run.status == "completed" else "—"
 
@@ -423,12 +413,12 @@ def _runs_columns(report: SweepReport) -> list[Column]:
         *choice_columns(_run_columns(report), lambda r: r[1].choices),
         _of("params", lambda run: "—" if run.params is None else f"{run.params:,}"),
         *([_of(metric.noun, reached)] if metric.tag is not None else []),
-        _of("final val loss", lambda run: fmt_number(run.final_val_loss)),
+        _of("final val loss", lambda run: formats.fmt_number(run.final_val_loss)),
         _of("evaluated on", lambda run: run.evaluated),
-        _of("best val loss", lambda run: fmt_number(run.best_val_loss)),
-        _of("bits/char", lambda run: fmt_number(run.final_bpc, 3)),
+        _of("best val loss", lambda run: formats.fmt_number(run.best_val_loss)),
+        _of("bits/char", lambda run: formats.fmt_number(run.final_bpc, 3)),
         _of("tokens/s", lambda run: "—" if run.tokens_per_s is None else f"{run.tokens_per_s:,.0f}"),
-        _of("wall time", lambda run: fmt_wall_time(run.wall_time_s)),
+        _of("wall time", lambda run: formats.fmt_wall_time(run.wall_time_s)),
         _of("steps", steps),
         _of("status", status),
     ]

@@ -6,17 +6,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from tinylm.analysis.formats import (
-    Column,
-    blocks,
-    choice_columns,
-    fmt_duration,
-    fmt_interval,
-    fmt_mean,
-    fmt_p,
-    md_table,
-    plural,
-)
+from tinylm.analysis import formats
+from tinylm.analysis.formats import Column, blocks, choice_columns, md_table, plural
 from tinylm.analysis.grouping import setting_label
 from tinylm.analysis.report import DESIGN_FILE, REPORT_PNG, SweepReport
 from tinylm.analysis.why import Shared, WhyRow, quantity, why_figure
@@ -30,9 +21,9 @@ def added_section(report: SweepReport) -> list[str]:
         *choice_columns(report.shown_family_columns),
         Column("sweep's verdict", lambda s: s.comparison.judgement.verdict),
         Column("added seeds", lambda s: len(s.added.tests.seeds)),
-        Column("difference", lambda s: fmt_mean(s.added.tests.difference, signed=True)),
-        Column(f"{pct} CI", lambda s: fmt_interval(s.added.tests.difference, signed=True)),
-        Column("p", lambda s: fmt_p(s.added.tests.p_value)),
+        Column("difference", lambda s: formats.fmt_mean(s.added.tests.difference, signed=True)),
+        Column(f"{pct} CI", lambda s: formats.fmt_interval(s.added.tests.difference, signed=True)),
+        Column("p", lambda s: formats.fmt_p(s.added.tests.p_value)),
         Column("verdict on added seeds", lambda s: s.added.judgement.verdict),
     ]
     table = md_table(columns, [s for s in report.family if s.added is not None])
@@ -95,8 +86,8 @@ def cost_lines(report: SweepReport) -> list[str]:
         )
         head += (
             f" {sizing.runs:,} more runs, the rows' own below and the baseline's at the same "
-            f"seeds{per_seed}, {fmt_duration(sizing.seconds)} of run time at these runs' median wall times; "
-            "`python scripts/add_seeds.py <sweep dir>` adds them in rounds until each is resolved."
+            f"seeds{per_seed}, {formats.fmt_duration(sizing.seconds)} of run time at these runs' median wall "
+            "times; `python scripts/add_seeds.py <sweep dir>` adds them in rounds until each is resolved."
         )
     return ["", head, *rows]
 
