@@ -196,9 +196,8 @@ def _reference_lines(report: SweepReport) -> list[str]:
 
 
 def _seeds_cell(t: PairedTests, _: Judgement) -> str:
-    return str(len(t.seeds)) + (
-        f" (unpaired, not used: seed {', '.join(t.unmatched)})" if t.unmatched else ""
-    )
+    unpaired = f" (unpaired, not used: seed {', '.join(t.unmatched)})" if t.unmatched else ""
+    return f"{len(t.seeds)}{unpaired}"
 
 
 def rates_cell(s: Setting) -> str:
@@ -320,7 +319,7 @@ def _family_notes(report: SweepReport) -> str:
     )
 
 
-def _method_lines(report: SweepReport) -> list[str]:
+def _method_lines(report: SweepReport, run_columns: list[str]) -> list[str]:
     """What the settings table compares, how its intervals and failures read, and what every run shares."""
     pct, metric = f"{report.confidence:.0%}", report.metric
     most = plural(report.most_seeds, "seed")
@@ -347,7 +346,7 @@ def _method_lines(report: SweepReport) -> list[str]:
         f"of the rate, and the means are over the runs that {'trained' if metric.is_loss else 'reached it'}; "
         "a crashed or unfinished run has no result."
     )
-    shared = {c: report.runs[0].choices.get(c, "—") for c in report.columns if c not in _run_columns(report)}
+    shared = {c: report.runs[0].choices.get(c, "—") for c in report.columns if c not in run_columns}
     shared |= report.common
     shared_line = "Shared by every run: " + " ".join(f"`{k}={shown(v)}`" for k, v in shared.items())
     return blocks(
@@ -363,12 +362,13 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
     levels = "nats" if report.reference is not None else "bits" if report.corpora else None
     gains = levels if metric.is_loss else None
     why = report.setting_why or [()] * len(report.settings)
+    run_columns = varying(report.columns, [run.choices for run in report.runs])  # the runs table's choices
     ranked = [(n, s, w) for n, (s, w) in enumerate(zip(report.settings, why, strict=True), start=1)]
     text = [
         f"# Sweep report: {report.sweep_dir}" + ("" if metric.is_loss else f", {metric.noun}"),
         "",
         *answer_section(report),
-        *_method_lines(report),
+        *_method_lines(report, run_columns),
         *blocks("## Settings", md_table(_settings_columns(report, gains), ranked)),
         *(_reference_lines(report) if gains else []),
         *blocks(
@@ -377,7 +377,7 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
         ),
         *(_family_section(report) if len(report.family) > 1 else []),
         *sections,
-        *blocks("## Runs", md_table(_runs_columns(report), enumerate(report.runs, start=1))),
+        *blocks("## Runs", md_table(_runs_columns(report, run_columns), enumerate(report.runs, start=1))),
         f"{len(report.runs)} runs: "
         + ", ".join(f"{n} {s}" for s, n in report.run_statuses.items())
         + ". bits/char = nats / ln 2; params without position embeddings; tokens/s and wall time depend on "
@@ -386,11 +386,7 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
     return "\n".join(text) + "\n"
 
 
-def _run_columns(report: SweepReport) -> list[str]:
-    return varying(report.columns, [run.choices for run in report.runs])
-
-
-def _runs_columns(report: SweepReport) -> list[Column]:
+def _runs_columns(report: SweepReport, run_columns: list[str]) -> list[Column]:
     metric = report.metric
 
     def reached(run: RunSummary) -> str:
@@ -410,7 +406,7 @@ def _runs_columns(report: SweepReport) -> list[Column]:
     return [
         Column("rank", lambda r: r[0] if r[1].result is not None else "—"),
         _of("run", lambda run: run.name),
-        *choice_columns(_run_columns(report), lambda r: r[1].choices),
+        *choice_columns(run_columns, lambda r: r[1].choices),
         _of("params", lambda run: "—" if run.params is None else f"{run.params:,}"),
         *([_of(metric.noun, reached)] if metric.tag is not None else []),
         _of("final val loss", lambda run: formats.fmt_number(run.final_val_loss)),
