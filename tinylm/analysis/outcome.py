@@ -34,7 +34,7 @@ class Verdict(str):
 
     def __new__(cls, text: str, outcome: Outcome) -> Verdict:
         verdict = super().__new__(cls, text)
-        verdict.outcome = outcome
+        verdict.outcome = outcome  # set as the str is made: a str subclass has no __init__ to take it
         return verdict
 
     def __reduce__(self) -> tuple:  # copies and pickles keep the outcome
