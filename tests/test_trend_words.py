@@ -1,5 +1,5 @@
 """Issue 49, point 1: what each trend word across levels is worth, by simulation through the report's own paired
-tests, `judge` (all levels one Holm family, as `judge_ladder` judges them) and `trends`. The design is the
+tests, `judge` (all levels one Holm family, as `judge_family` judges a ladder) and `trends`. The design is the
 audit's: three ordered levels, 3 seeds a level (the presets' count), paired sd 0.03. Under growth, shrinkage, a
 flip and a constant difference, each word that misdescribes the truth is a false call; docs/sweeps.md has the
 table at 2,000 replicates (the slow test), before and after the sign change needed a test of the signs."""
