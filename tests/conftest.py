@@ -155,8 +155,8 @@ def simulated_words(
 ) -> dict:
     """How often the ladder says each word (a `TrendWord` -> count) of one design at levels whose true
     differences from their baselines are `means` (paired sd `sd`, `seeds` seeds a level): each replicate's
-    results through the report's own paired tests, `judge` (all levels one Holm family, as `judge_family` judges a ladder)
-    and `trends`. `axis`: `size` (ordered by parameters), `trainer.max_steps` (ordered by value) or `data`
+    results through the report's own paired tests, `judge` (all levels one Holm family, as `judge_family`
+    judges a ladder) and `trends`. `axis`: `size` (ordered by parameters), `trainer.max_steps` (ordered by value) or `data`
     (text: no order). Seeded by `seed`."""
     import numpy as np
 

@@ -122,7 +122,9 @@ def test_a_family_is_adjusted_by_statsmodels_holm_and_worded():
     judged = judge(family, 0.01, 0.05)
     raw = [c.p_value for c in family] + [c.failures.p_value for c in family if c.failures]
     adjusted = iter(multipletests(raw, alpha=0.05, method="holm")[1])
-    found = [c.judgement.p_adjusted for c in judged] + [c.judgement.p_failures_adjusted for c in judged if c.tests.failures]
+    found = [c.judgement.p_adjusted for c in judged] + [
+        c.judgement.p_failures_adjusted for c in judged if c.tests.failures
+    ]
     assert all(close(a, float(b)) for a, b in zip(found, adjusted, strict=True))
     assert [str(c.judgement.verdict) for c in judged] == VERDICTS
 
@@ -131,7 +133,9 @@ def test_a_family_is_adjusted_by_statsmodels_holm_and_worded():
 def test_a_familys_decisions_are_todays_in_fixed_and_sequential_designs(look):
     level = float if look is None else Look(*look).level
     judged = judge(decided_family(), 0.01, 0.05, level, with_power=False)
-    found = [(c.judgement.differs, c.judgement.within_min_effect, c.judgement.fails_differently) for c in judged]
+    found = [
+        (c.judgement.differs, c.judgement.within_min_effect, c.judgement.fails_differently) for c in judged
+    ]
     assert found == DECISIONS_TODAY[look]
 
 

@@ -102,7 +102,10 @@ def _rungs(differences: list[tuple[float, float, str]]) -> list[Rung]:
         size = f"s{number}"
         base = Setting({"norm": "pre", SCALE_KEY: size}, [])
         outcome = OUTCOMES[verdict.split(" within")[0]]
-        compared = Comparison(PairedTests((1, 2, 3), difference=Estimate(mean, 3, sd)), Judgement(verdict=Verdict(verdict, outcome)))
+        compared = Comparison(
+            PairedTests((1, 2, 3), difference=Estimate(mean, 3, sd)),
+            Judgement(verdict=Verdict(verdict, outcome)),
+        )
         other = Setting({"norm": "post", SCALE_KEY: size}, [], comparison=compared)
         rungs.append(Rung(size, 10**number, 100, base, [base, other]))
     return rungs
@@ -180,7 +183,9 @@ def test_a_flip_needs_the_losses_resolved_in_opposite_directions_not_a_failure_d
     `better` and was called `flips`. The losses' sign is shown at one level only: not resolved, with both
     verdicts whole; a flip of the losses is still one, with the failures of the level it does not quote."""
     failing = _level("post", -0.02, (6, 0, 8, 0.031), fails_differently=True)
-    assert failing.settings[1].comparison.judgement.verdict.outcome is Outcome.WORSE  # decided by the failures
+    assert (
+        failing.settings[1].comparison.judgement.verdict.outcome is Outcome.WORSE
+    )  # decided by the failures
     rungs = [_level("pre", -0.157, differs=True), failing]
     (trend,) = trends(rungs, ["optim"], alpha=0.05, axis=["norm"])
     assert trend.word is TrendWord.UNRESOLVED, trend.verdict
@@ -211,7 +216,9 @@ def _tuned_ladder():
         ("post", _level("post", -0.161, (0, 2, 8, 0.5), differs=True)),
     ):
         base, row = judged.settings
-        untuned = Comparison(PairedTests(()))  # the sweep's own seeds chose the rate: "not yet judged", no test
+        untuned = Comparison(
+            PairedTests(())
+        )  # the sweep's own seeds chose the rate: "not yet judged", no test
         tuned = replace(row, choices={**row.choices, LR: 0.003}, comparison=untuned, added=row.comparison)
         base = replace(base, choices={**base.choices, LR: 0.003})
         rungs.append(Rung(level, None, None, base, [base, tuned]))

@@ -74,7 +74,9 @@ def test_paired_difference_over_matching_seeds_resolves_a_consistent_gain():
     assert (d.low, d.high) == (pytest.approx(-0.3299228, abs=1e-6), pytest.approx(-0.0700772, abs=1e-6))
     # t = -0.2 / (0.0816497 / 2) = -4.898979 on 3 df: two-sided p = 0.016277
     assert c.tests.p_value == pytest.approx(2 * student_t.sf(0.2 / (math.sqrt(0.02 / 3) / 2), 3), rel=1e-9)
-    assert c.tests.p_value == pytest.approx(0.016277, abs=1e-6) and c.judgement.p_adjusted == c.tests.p_value  # a family of one
+    assert (
+        c.tests.p_value == pytest.approx(0.016277, abs=1e-6) and c.judgement.p_adjusted == c.tests.p_value
+    )  # a family of one
     assert c.tests.seeds == ("1", "2", "3", "4") and c.judgement.verdict == BETTER
     # The same gain, unpaired, would be lost in the spread between seeds (0.29 sd): pairing is what resolves it.
     assert estimate(list(baseline.values())).high > estimate(list(setting.values())).low
@@ -82,11 +84,17 @@ def test_paired_difference_over_matching_seeds_resolves_a_consistent_gain():
 
 def test_verdicts_worse_unresolved_and_one_seed():
     baseline = {"1": 2.0, "2": 2.0, "3": 2.0}
-    assert compare({"1": 2.2, "2": 2.25, "3": 2.3}, baseline).judgement.verdict == WORSE  # +0.25, CI [0.126, 0.374]
+    assert (
+        compare({"1": 2.2, "2": 2.25, "3": 2.3}, baseline).judgement.verdict == WORSE
+    )  # +0.25, CI [0.126, 0.374]
     # differences -0.1, +0.2, 0.0: the interval crosses 0
     assert compare({"1": 1.9, "2": 2.2, "3": 2.0}, baseline).judgement.verdict == UNRESOLVED
     one = compare({"1": 1.0}, {"1": 2.0})
-    assert one.judgement.verdict == ONE_SEED and one.tests.difference.mean == pytest.approx(-1.0) and one.judgement.power is None
+    assert (
+        one.judgement.verdict == ONE_SEED
+        and one.tests.difference.mean == pytest.approx(-1.0)
+        and one.judgement.power is None
+    )
 
 
 def test_two_seeds_are_judged_on_one_degree_of_freedom():
@@ -112,14 +120,18 @@ def test_a_difference_inside_the_minimum_effect_is_equivalent_and_a_small_resolv
 def test_identical_results_and_a_constant_offset_are_named_not_tested():
     baseline = {"1": 2.0, "2": 2.1, "3": 1.9}
     same = compare(dict(baseline), baseline)
-    assert same.judgement.verdict == IDENTICAL_VERDICT and same.tests.p_value is None and same.judgement.power is None
+    assert (
+        same.judgement.verdict == IDENTICAL_VERDICT
+        and same.tests.p_value is None
+        and same.judgement.power is None
+    )
     offset = compare({k: v + 1e-12 for k, v in baseline.items()}, baseline)
     assert offset.judgement.verdict == IDENTICAL_VERDICT  # rounding, not a design difference: never "worse"
     constant = compare({k: v + 0.05 for k, v in baseline.items()}, baseline, min_effect=0.01)
     assert constant.judgement.verdict == "worse (the same difference on every seed)"
-    assert compare({k: v - 0.005 for k, v in baseline.items()}, baseline, min_effect=0.01).judgement.verdict == (
-        "equivalent within ±0.01 (the same difference on every seed)"
-    )
+    assert compare(
+        {k: v - 0.005 for k, v in baseline.items()}, baseline, min_effect=0.01
+    ).judgement.verdict == ("equivalent within ±0.01 (the same difference on every seed)")
 
 
 def test_only_seeds_both_sides_have_are_paired_and_the_others_are_named():
@@ -155,7 +167,9 @@ def test_a_baseline_that_failed_on_every_seed_is_beaten_only_when_the_rate_is_cl
     assert c.tests.failures.p_value == pytest.approx(2 * 0.5**7)
     assert c.judgement.verdict == "better: fails less often, 0/7 vs 7/7 (exact p = 0.016)"
     three = compare({"1": 2.0, "2": 2.0, "3": 2.0}, {"1": math.inf, "2": math.inf, "3": math.inf})
-    assert three.tests.failures.p_value == pytest.approx(0.25) and str(three.judgement.verdict).startswith("not resolved")
+    assert three.tests.failures.p_value == pytest.approx(0.25) and str(three.judgement.verdict).startswith(
+        "not resolved"
+    )
 
 
 def test_the_rate_is_the_one_where_fewest_tuning_seeds_failed_then_the_lowest_mean_of_those_that_trained():
@@ -318,7 +332,8 @@ def test_a_named_baseline_is_compared_against_and_a_bad_one_is_refused(lr_sweep)
     assert report.tuned_baseline.choices["norm"] == "post"
     pre_tuned = next(s for s in report.tuned if s.choices["norm"] == "pre")
     assert (
-        pre_tuned.comparison.judgement.verdict == "not yet judged (rates 0.003 against 0.001, chosen on seeds 1, 2, 3)"
+        pre_tuned.comparison.judgement.verdict
+        == "not yet judged (rates 0.003 against 0.001, chosen on seeds 1, 2, 3)"
     )
     with pytest.raises(ReportError, match="do not vary in this sweep"):
         build_report(lr_sweep, baseline="dropout=0.1")
@@ -343,7 +358,10 @@ def test_one_seed_per_setting_says_so_instead_of_an_interval(tmp_path):
     report = build_report(sweep, baseline="act=swiglu")
     assert not report.lr_varies and report.baseline.choices["act"] == "swiglu"
     gelu = next(s for s in report.settings if s.choices["act"] == "gelu")
-    assert gelu.comparison.judgement.verdict == ONE_SEED and gelu.comparison.tests.difference.mean == pytest.approx(0.1)
+    assert (
+        gelu.comparison.judgement.verdict == ONE_SEED
+        and gelu.comparison.tests.difference.mean == pytest.approx(0.1)
+    )
     assert "| gelu | 1 | +0.1000 | — | — | — | one seed: no interval |" in markdown(report)
 
 
@@ -374,14 +392,19 @@ def test_added_seeds_are_judged_at_the_rate_the_sweeps_own_seeds_chose_which_are
     assert tuned["gelu"].tuned_on == ("1", "2") and sorted(tuned["gelu"].seeds) == ["3", "4", "5", "6"]
     before = {s.choices["act"]: s.comparison.judgement.verdict for s in fixed.tuned if s.comparison}
     assert {a: s.comparison.judgement.verdict for a, s in tuned.items() if s.comparison} == before
-    assert all(s.comparison.judgement.verdict.outcome is Outcome.NOT_RESOLVED for s in fixed.tuned if s.comparison)
+    assert all(
+        s.comparison.judgement.verdict.outcome is Outcome.NOT_RESOLVED for s in fixed.tuned if s.comparison
+    )
     # The added seeds 3-6 at the rate seeds 1-2 chose: GELU at 1e-3 (though 1e-2 is better later), SwiGLU at 1e-2.
     c = tuned["swiglu"].added
     assert sorted(c.tests.seeds) == ["3", "4", "5", "6"] and tuned["swiglu"].answer is c
     assert c.tests.difference.mean == pytest.approx(
         ((2.00 - 2.10) + (2.03 - 2.11) + (2.01 - 2.12) + (2.00 - 2.10)) / 4
     )
-    assert str(c.judgement.verdict).endswith("(look 3, 4 added seeds)") and c.judgement.verdict.outcome is Outcome.BETTER
+    assert (
+        str(c.judgement.verdict).endswith("(look 3, 4 added seeds)")
+        and c.judgement.verdict.outcome is Outcome.BETTER
+    )
     text = markdown(report)
     assert "## Seeds added to the open rows (scripts/add_seeds.py)" in text
     assert "the settings table orders them the other way" not in text  # its rows at the rates agree
@@ -497,7 +520,9 @@ def test_steps_to_a_level_judges_the_runs_that_reached_it_and_counts_the_others_
     swiglu, relu = by_act["swiglu"].comparison, by_act["relu"]
     # Each run's result is its step at 1.88: swiglu's are 500, 500, 500 and 250 fewer, paired seed by seed.
     assert by_act["swiglu"].results == {"1": 750.0, "2": 1000.0, "3": 750.0, "4": 1250.0}
-    assert swiglu.tests.difference.mean == pytest.approx(-437.5) and swiglu.tests.eval_se is None  # no windows to steps
+    assert (
+        swiglu.tests.difference.mean == pytest.approx(-437.5) and swiglu.tests.eval_se is None
+    )  # no windows to steps
     assert swiglu.judgement.verdict == BETTER and swiglu.judgement.verdict.outcome is Outcome.BETTER
     # relu's seed 3 never reached 1.88: a failure, counted apart; its steps are over the three that did.
     assert relu.results["3"] == math.inf and relu.fails == 1 and relu.estimate.n == 3
@@ -533,7 +558,9 @@ def test_steps_to_a_level_judges_the_runs_that_reached_it_and_counts_the_others_
     assert "δ = 10 s, `--min-effect`" in markdown(seconds)
     # By default the final loss, as ever: there swiglu, which got to 1.88 first, ends worse.
     default = build_report(target_sweep, "act=gelu")
-    assert next(s for s in default.family if s.choices["act"] == "swiglu").comparison.judgement.verdict == WORSE
+    assert (
+        next(s for s in default.family if s.choices["act"] == "swiglu").comparison.judgement.verdict == WORSE
+    )
     assert default.metric.is_loss and "gain over unigram" in markdown(default)
 
 
@@ -620,7 +647,9 @@ def test_equal_failures_on_both_sides_leave_the_loss_verdict_to_the_trained_seed
     mine = {s: v - 0.5 for s, v in baseline.items()}
     (c,) = judge([paired_tests(mine, baseline)])
     assert c.tests.failures == Failures(1, 1, 8, 1.0)
-    assert c.judgement.verdict.outcome is Outcome.BETTER and "when trained; fails 1/8 vs 1/8" in str(c.judgement.verdict)
+    assert c.judgement.verdict.outcome is Outcome.BETTER and "when trained; fails 1/8 vs 1/8" in str(
+        c.judgement.verdict
+    )
 
 
 def test_resolved_failures_decide_a_row_its_losses_leave_open():
@@ -683,7 +712,9 @@ def test_a_ladder_over_the_rate_judges_each_rate_against_its_own_baseline_with_n
             else post.comparison.tests.failures.describe() == diverged
         )
     low = next(s for s in ladder.rungs[0].settings if s.choices["norm"] == "post")
-    assert low.comparison.tests.difference.mean == pytest.approx((0.10 + 0.15 + 0.05) / 3)  # post − pre at 1e-3
+    assert low.comparison.tests.difference.mean == pytest.approx(
+        (0.10 + 0.15 + 0.05) / 3
+    )  # post − pre at 1e-3
     (trend,) = ladder.trends
     assert trend.design == {"norm": "post", "norm_type": "layer", "act": "gelu"}
     text = markdown(report, ladder_section(report, ladder))
@@ -768,9 +799,15 @@ def test_seeds_added_to_a_ladder_go_to_the_open_level_and_are_judged_against_its
     low, high = (
         next(s for s in rung.settings if s.choices["norm"] == "post") for rung in report.ladder.rungs
     )
-    assert low.added is None and len(low.comparison.tests.seeds) == 3  # resolved by the sweep: its own verdict
-    assert sorted(high.added.tests.seeds) == ["4", "5"] and high.added.judgement.verdict.outcome is Outcome.WORSE
-    assert high.added.tests.difference.mean == pytest.approx(0.31)  # against the 4-block baseline's added seeds
+    assert (
+        low.added is None and len(low.comparison.tests.seeds) == 3
+    )  # resolved by the sweep: its own verdict
+    assert (
+        sorted(high.added.tests.seeds) == ["4", "5"] and high.added.judgement.verdict.outcome is Outcome.WORSE
+    )
+    assert high.added.tests.difference.mean == pytest.approx(
+        0.31
+    )  # against the 4-block baseline's added seeds
     (after,) = report.ladder.trends
     assert after.word is TrendWord.HOLDS, after.verdict  # worse at both levels, read from the answers
     text, _ = write_report(sweep)
@@ -928,4 +965,7 @@ def test_an_added_row_left_open_still_says_how_often_each_side_failed(tmp_path):
     write_design(sweep, replace(design, looks=(("1", "2", "3"), ("1", "2", "3", "4", "5", "6"))))
     (post,) = [s for s in build_report(sweep).family if s.choices["norm"] == "post"]
     assert post.added.judgement.verdict.outcome is Outcome.NOT_RESOLVED
-    assert str(post.added.judgement.verdict) == "not resolved at look 2 (3 added seeds); fails 1/3 vs 0/3 (exact p = 1)"
+    assert (
+        str(post.added.judgement.verdict)
+        == "not resolved at look 2 (3 added seeds); fails 1/3 vs 0/3 (exact p = 1)"
+    )

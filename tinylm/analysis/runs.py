@@ -346,4 +346,3 @@ def shared_reference(runs: Sequence[RunSummary]) -> dict[str, float] | None:
     ):
         return None
     return levels[0]
-
