@@ -325,8 +325,8 @@ def test_norm_act_sweep_preset_is_a_fair_grid_over_every_placement():
 
 @pytest.mark.parametrize("optim", ["adamw", "muon"])
 def test_the_optimizer_ladder_pins_the_recipe_its_stored_reports_ran(optim):
-    """Its Muon runs took their warm-up from conf/optim/muon.yaml, which now holds the main job's (20): the
-    preset pins the 100 both optimizers ran with, so docs/results/optimizer_ladder* stay what it produces."""
+    """The main job's Muon recipe (conf/optim/muon.yaml) is not the preset's: both optimizers keep the warm-up,
+    steps and batch docs/results/optimizer_ladder* ran with (norm_act_sweep's, which it builds on)."""
     cfg = _compose_with_hydra(["experiment=optimizer_ladder", f"optim={optim}", "optim.lr=3e-3"])
     assert (cfg.optim.warmup_steps, cfg.trainer.max_steps, cfg.data.batch_size) == (100, 2000, 12)
     assert cfg.optim.name != "muon" or cfg.optim.muon_lr == pytest.approx(9e-3)
