@@ -194,7 +194,7 @@ def sequential_sweeps(rng: np.random.Generator, sweeps: int, shift: float) -> tu
     return sequential, fixed
 
 
-@pytest.mark.parametrize("sweeps", [200, pytest.param(1000, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("sweeps", [100, pytest.param(1000, marks=pytest.mark.slow)])
 def test_the_sequential_design_keeps_the_family_wise_error_over_its_looks(sweeps):
     sequential, _ = sequential_sweeps(np.random.default_rng(4), sweeps, shift=0.0)
     false = sum(any(v in CLAIMS for v in row) for row in sequential)
