@@ -246,10 +246,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     shares = profiled_shares(cfg, steps) if bench.get("profile", True) else None
 
     flops = flops_per_step(model_config, batch_size)
-    peak = matmul_peak_flops()
+    peak_seconds = float(bench.get("peak_seconds", 2.0))
+    peak = matmul_peak_flops(seconds=peak_seconds)
     # Autocast and half-precision runs multiply in another dtype: its peak is the one to compare with.
     dtype = compute_dtype(str(precision))
-    peak_in_use = peak if dtype == torch.float32 else matmul_peak_flops(dtype)
+    peak_in_use = peak if dtype == torch.float32 else matmul_peak_flops(dtype, seconds=peak_seconds)
     best_ours = max(r.tokens_per_s for r in ours)
     result = {
         "config": {
