@@ -180,22 +180,22 @@ def _optuna_search(root: Path, invocation: str, n_trials: int) -> tuple[Path, st
 
 
 def test_optuna_search_with_sqlite_storage_resumes_the_same_study(tmp_path):
-    first_dir, _ = _optuna_search(tmp_path, "first", n_trials=3)
+    first_dir, _ = _optuna_search(tmp_path, "first", n_trials=2)
     storage = f"sqlite:///{tmp_path / 'study' / 'optuna.db'}"  # its directory was created for it
     study = optuna.load_study(study_name="tinylm", storage=storage)
-    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 3
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 2
 
     second_dir, output = _optuna_search(tmp_path, "second", n_trials=1)
     summaries = optuna.get_all_study_summaries(storage=storage)
     assert [s.study_name for s in summaries] == ["tinylm"]  # resumed, not a second study
     study = optuna.load_study(study_name="tinylm", storage=storage)
-    assert len(study.trials) == 4
+    assert len(study.trials) == 3
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
     assert "Study name: tinylm" in output
 
     # Each trial's value is the final loss/val_full its own run recorded; every run has its own directory.
     run_dirs = _run_dirs(first_dir) + _run_dirs(second_dir)
-    assert len(run_dirs) == len(set(run_dirs)) == 4
+    assert len(run_dirs) == len(set(run_dirs)) == 3
     recorded = sorted(read_run_record(d)["loss/val_full"] for d in run_dirs)
     assert sorted(t.value for t in study.trials) == pytest.approx(recorded)
     # The preset's search space was sampled, except what the command line fixed (SHRINK's warmup_steps=2).
