@@ -271,18 +271,20 @@ def test_ctrl_c_saves_after_a_whole_step_and_ckpt_path_last_resumes_exactly(tmp_
     assert not list(run_dir.glob("checkpoints/*-v*.ckpt"))  # no last-v1.ckpt beside last.ckpt
 
 
-def test_sigterm_from_outside_saves_a_checkpoint_and_exits_143(tmp_path, corpus):
-    """A real `scripts/train.py` process gets SIGTERM as a scheduler sends it; Lightning 2.6 alone would
-    exit 0 at the end of the step without saving."""
-    run_dir = tmp_path / "run"
+@pytest.fixture(scope="module")
+def held_then_stopped(tmp_path_factory, corpus) -> SimpleNamespace:
+    """One real `scripts/train.py` process, shared by the next two tests: once it has saved a checkpoint, a second
+    command into its run directory (refused), then SIGTERM from outside as a scheduler sends it, then a resume
+    into the same directory. What each step left is kept before the next one changes it."""
+    run_dir = tmp_path_factory.mktemp("held") / "run"
     args = [*SHRINK, *settings(corpus, "trainer.max_steps=100000", "trainer.val_check_interval=2")]
     process = subprocess.Popen(
         [sys.executable, str(REPO / "scripts" / "train.py"), *args, f"hydra.run.dir={run_dir}"],
-        cwd=tmp_path,
+        cwd=run_dir.parent,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+        env={**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"},
     )
     try:
         last = run_dir / "checkpoints" / "last.ckpt"
@@ -290,19 +292,39 @@ def test_sigterm_from_outside_saves_a_checkpoint_and_exits_143(tmp_path, corpus)
         while not last.exists() and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert last.exists(), process.stderr.read() if process.poll() is not None else "no checkpoint in time"
+        assert process.poll() is None, "the first run ended before the second could start"
+        second = run_script_in_process("train.py", *SHRINK, *settings(corpus), f"hydra.run.dir={run_dir}")
+        trained_on = process.poll() is None
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 143, stderr[-3000:]
-    line = stderr.strip().splitlines()[-1]
-    assert line.startswith("error: stopped by SIGTERM after step "), stderr[-3000:]
-    step = int(line.split("after step ")[1].split(";")[0])
-    assert read_checkpoint(last).contents["global_step"] == step > 0
+    stopped = SimpleNamespace(
+        run_dir=run_dir, second=second, trained_on=trained_on, returncode=process.returncode, stderr=stderr,
+        saved_step=read_checkpoint(last).contents["global_step"], record=read_run_record(run_dir),
+        event_files=len(list((run_dir / "tb").rglob("events.out.tfevents.*"))),
+    )  # fmt: skip
+    if stopped.record and stopped.record.get("step"):
+        stopped.resumed = run_script_in_process(
+            "train.py", *SHRINK, *settings(corpus, f"trainer.max_steps={stopped.record['step'] + 2}"),
+            f"hydra.run.dir={run_dir}", "ckpt_path=last",
+        )  # fmt: skip
+        stopped.resumed_record = read_run_record(run_dir)
+    return stopped
 
-    metrics = run(compose_train(run_dir, settings(corpus, f"trainer.max_steps={step + 2}", "ckpt_path=last")))
-    assert metrics["step"] == step + 2
+
+def test_sigterm_from_outside_saves_a_checkpoint_and_exits_143(held_then_stopped):
+    """A real `scripts/train.py` process gets SIGTERM as a scheduler sends it; Lightning 2.6 alone would
+    exit 0 at the end of the step without saving."""
+    stopped = held_then_stopped
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    line = stopped.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: stopped by SIGTERM after step "), stopped.stderr[-3000:]
+    step = int(line.split("after step ")[1].split(";")[0])
+    assert stopped.saved_step == step > 0
+    assert stopped.resumed.returncode == 0, stopped.resumed.stderr[-3000:]
+    assert stopped.resumed_record["step"] == step + 2
 
 
 # --- the command printed after a stop ---------------------------------------------------------------------
@@ -575,38 +597,20 @@ def test_divergence_right_before_a_validation_ends_as_a_divergence(tmp_path, cor
     assert not (tmp_path / "run" / "checkpoints" / "last.ckpt").exists()
 
 
-def test_a_second_run_into_a_busy_run_directory_is_refused_and_the_first_is_unharmed(tmp_path, corpus):
-    run_dir = tmp_path / "run"
-    first = subprocess.Popen(
-        [sys.executable, str(REPO / "scripts" / "train.py"), *SHRINK, *settings(corpus, "trainer.max_steps=100000",
-         "trainer.val_check_interval=1000"), f"hydra.run.dir={run_dir}"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while not (run_dir / "config.yaml").exists() and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert first.poll() is None, "the first run ended before the second could start"
-    second = run_script_in_process("train.py", *SHRINK, *settings(corpus), f"hydra.run.dir={run_dir}")
-    assert second.returncode == 2
-    assert second.stderr.strip() == (
+def test_a_second_run_into_a_busy_run_directory_is_refused_and_the_first_is_unharmed(held_then_stopped):
+    stopped, run_dir = held_then_stopped, held_then_stopped.run_dir
+    assert stopped.second.returncode == 2
+    assert stopped.second.stderr.strip() == (
         f"error: another run is training in {str(run_dir)!r}; wait for it to end, or choose another hydra.run.dir"
     )
-    # The first run trains on undisturbed; stopped (Ctrl-C), it saves and releases the directory...
-    assert first.poll() is None
-    first.send_signal(signal.SIGINT)
-    _, stderr = first.communicate(timeout=120)
-    assert first.returncode == 130, stderr[-3000:]
-    record = read_run_record(run_dir)
-    assert record["status"] == "interrupted" and record["step"] > 0
-    assert len(list((run_dir / "tb").rglob("events.out.tfevents.*"))) == 1  # one run's events, not two
+    # The first run trains on undisturbed; stopped (SIGTERM, in the fixture), it saves and releases the directory...
+    assert stopped.trained_on
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert stopped.record["status"] == "interrupted" and stopped.record["step"] > 0
+    assert stopped.event_files == 1  # one run's events, not two
     # ...so that a resume, the next run into it, is let in and continues from where it stopped.
-    resumed = run_script_in_process(
-        "train.py", *SHRINK, *settings(corpus, f"trainer.max_steps={record['step'] + 2}"), f"hydra.run.dir={run_dir}",
-        "ckpt_path=last",
-    )  # fmt: skip
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert read_run_record(run_dir)["step"] == record["step"] + 2
+    assert stopped.resumed.returncode == 0, stopped.resumed.stderr[-3000:]
+    assert stopped.resumed_record["step"] == stopped.record["step"] + 2
 
 
 def test_a_command_refused_from_a_directory_it_found_new_leaves_the_run_that_holds_it_alone(tmp_path, corpus):
