@@ -97,9 +97,9 @@ def test_a_real_gap_needs_the_seeds_the_issue_estimated():
     assert seeds_needed(0.02 / 0.018, 0.05 / 7) in (13, 14)
 
 
-# Each simulation runs 500 or 300 replicates in the default run, its rate checked against α within its Monte
+# Each simulation runs 250 or 300 replicates in the default run, its rate checked against α within its Monte
 # Carlo error; -m slow runs the 2000 or 1000 replicates docs/sweeps.md quotes, against a fixed bound.
-@pytest.mark.parametrize("sweeps", [500, pytest.param(2000, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("sweeps", [250, pytest.param(2000, marks=pytest.mark.slow)])
 def test_eight_identical_settings_give_a_false_verdict_in_at_most_5_percent_of_sweeps(sweeps):
     rng = np.random.default_rng(2)
     holm_false, unadjusted_false = 0, 0
