@@ -429,19 +429,24 @@ LIGHTNING_PACKAGES = {"lightning", "lightning_fabric", "pytorch_lightning"}
 
 
 @pytest.mark.parametrize("script", ["sample.py", "eval.py"])
-def test_sample_and_eval_scripts_never_import_lightning(trained, tmp_path, script):
-    """`-X importtime` lists every module the real script imports, on stderr, one per line."""
-    file = tmp_path / "heldout.txt"
-    file.write_text(_shakespeare_text(200), encoding="utf-8")
-    args = ["chars=5"] if script == "sample.py" else [f"file={file}"]
-    result = subprocess.run(
-        [sys.executable, "-X", "importtime", str(REPO / "scripts" / script), f"ckpt={trained.run_dir}", *args],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "HYDRA_FULL_ERROR": "0"},
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    imported = [
-        line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "import time:" in line
-    ]
+def test_sample_and_eval_scripts_never_import_lightning(trained, sampled_until_ctrl_c, tmp_path, script):
+    """`-X importtime` lists every module the real script imports, on stderr, one per line: sample.py's from
+    the streaming run stopped by Ctrl-C (sampled_until_ctrl_c), eval.py's from a whole evaluation."""
+    if script == "sample.py":
+        assert sampled_until_ctrl_c.returncode == 130, sampled_until_ctrl_c.stderr[-3000:]
+        imported = sampled_until_ctrl_c.imported
+    else:
+        file = tmp_path / "heldout.txt"
+        file.write_text(_shakespeare_text(200), encoding="utf-8")
+        result = subprocess.run(
+            [sys.executable, "-X", "importtime", str(REPO / "scripts" / script), f"ckpt={trained.run_dir}",
+             f"file={file}"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        imported = [
+            line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "import time:" in line
+        ]
     assert "torch" in imported and "tinylm.inference.trained" in imported  # the list is complete
     assert not {name.split(".")[0] for name in imported} & LIGHTNING_PACKAGES
 
@@ -662,24 +667,49 @@ def test_a_corpus_without_line_breaks_trains_and_samples_from_its_own_characters
     assert CharTokenizer.load(tmp_path / "run" / "tokenizer.json").default_prompt == " "
 
 
-def test_sampling_streams_and_ctrl_c_keeps_what_was_printed(trained, tmp_path):
-    process = subprocess.Popen(
-        [sys.executable, str(REPO / "scripts" / "sample.py"), f"ckpt={trained.run_dir}", "chars=1000000"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "HYDRA_FULL_ERROR": "0"},
-        # as from a terminal: a shell's background job (nohup, `&`) inherits Ctrl-C ignored, and sampling keeps that
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+@pytest.fixture(scope="module")
+def sampled_until_ctrl_c(trained, tmp_path_factory) -> SimpleNamespace:
+    """`python -X importtime scripts/sample.py` streaming from the trained run until Ctrl-C: the streaming test
+    reads its output, the import test the modules it imported (`-X importtime`'s lines, on stderr)."""
+    cwd = tmp_path_factory.mktemp("sampled")
+    with open(cwd / "stderr.txt", "w+", encoding="utf-8") as stderr:  # a file: the import lines fill a pipe
+        process = subprocess.Popen(
+            [sys.executable, "-X", "importtime", str(REPO / "scripts" / "sample.py"), f"ckpt={trained.run_dir}",
+             "chars=1000000"],
+            cwd=cwd, stdout=subprocess.PIPE, stderr=stderr, text=True, env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+            # as from a terminal: a shell's background job (nohup, `&`) inherits Ctrl-C ignored, and sampling keeps that
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )  # fmt: skip
+        try:
+            first, deadline = "", time.monotonic() + 60
+            # characters arrive while they are being drawn
+            while len(first) < 50 and time.monotonic() < deadline:
+                if select.select([process.stdout], [], [], 1.0)[0]:
+                    first += os.read(process.stdout.fileno(), 1024).decode()
+            if len(first) >= 50:
+                process.send_signal(signal.SIGINT)
+            else:  # the streaming test says so
+                process.kill()
+            rest, _ = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        stderr.seek(0)
+        lines = stderr.read().splitlines()
+    return SimpleNamespace(
+        returncode=process.returncode, first=first, rest=rest,
+        imported=[line.rsplit("|", 1)[-1].strip() for line in lines if "import time:" in line],
+        stderr="\n".join(line for line in lines if "import time:" not in line),
     )  # fmt: skip
-    first, deadline = "", time.monotonic() + 60
-    while len(first) < 50 and time.monotonic() < deadline:  # characters arrive while they are being drawn
-        if select.select([process.stdout], [], [], 1.0)[0]:
-            first += os.read(process.stdout.fileno(), 1024).decode()
-    assert len(first) >= 50, "no streamed output within a minute"
-    process.send_signal(signal.SIGINT)
-    rest, stderr = process.communicate(timeout=60)
-    assert process.returncode == 130
-    printed = len(first + rest) - 2  # less the prompt (a line break) and the final line break
-    assert stderr.strip() == f"error: sampling stopped by Ctrl-C after {printed} characters (printed above)"
+
+
+def test_sampling_streams_and_ctrl_c_keeps_what_was_printed(sampled_until_ctrl_c):
+    sampled = sampled_until_ctrl_c
+    assert len(sampled.first) >= 50, "no streamed output within a minute"
+    assert sampled.returncode == 130
+    printed = len(sampled.first + sampled.rest) - 2  # less the prompt (a line break) and the final line break
+    stopped = f"error: sampling stopped by Ctrl-C after {printed} characters (printed above)"
+    assert sampled.stderr.strip() == stopped
 
 
 def test_eval_shows_its_progress_on_a_terminal_only_and_batches_windows(trained, tmp_path):
