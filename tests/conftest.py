@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -139,6 +140,19 @@ def run_sweep(root: Path, *overrides: str, name: str = "sweep") -> tuple[Path, s
 def grid_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
     """`train.py -m norm='glob(p*)' act=gelu,swiglu`, shrunk: pre/post × gelu/swiglu, four jobs."""
     return run_sweep(tmp_path_factory.mktemp("grid"), "norm=glob(p*)", "act=gelu,swiglu")
+
+
+def loaded_by_fresh_import(module: str, *prefixes: str) -> list[str]:
+    """The modules under `prefixes` (top-level packages or dotted prefixes) that importing `module` loads in a
+    fresh interpreter: what a user's process would pay for it."""
+    code = (
+        f"import json, sys, {module}; "
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {prefixes!r} "
+        f"or m.startswith({tuple(p + '.' for p in prefixes)!r}))))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
 
 
 def rate_not_above(count: int, n: int, rate: float) -> bool:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import re
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
+
+from conftest import loaded_by_fresh_import
 
 import tinylm
 
@@ -88,13 +89,7 @@ def test_the_analysis_computes_and_never_reaches_training_even_through_another_p
 def test_writing_a_report_imports_neither_training_nor_datasets():
     """A fresh interpreter that imports the report's writer holds no module of tinylm.training, nor Hugging Face
     `datasets` (the data pipeline's): what the report reads of a run's data, it reads through tinylm.layout."""
-    code = (
-        "import sys, tinylm.analysis.write_report; "
-        "heavy = sorted(m for m in sys.modules if m.split('.')[0] == 'datasets' or m.startswith('tinylm.training')); "
-        "assert not heavy, heavy"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
+    assert loaded_by_fresh_import("tinylm.analysis.write_report", "datasets", "tinylm.training") == []
 
 
 def test_no_module_imports_one_that_imports_it_back_even_for_type_checkers_only():

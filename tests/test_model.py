@@ -2,11 +2,10 @@
 
 import itertools
 import math
-import subprocess
-import sys
 
 import pytest
 import torch
+from conftest import loaded_by_fresh_import
 from torch import nn
 
 from tinylm.model import FFNS, GPT, NORMS, PLACEMENTS, Block, CausalSelfAttention, ModelConfig, RMSNorm
@@ -40,13 +39,7 @@ def random_tokens(config, batch=3, time=None, seed=123):
 
 def test_model_imports_without_lightning_or_hydra():
     # The model must load from a checkpoint in a bare PyTorch environment; a fresh interpreter proves it.
-    code = (
-        "import sys, tinylm.model; "
-        "heavy = [m for m in ('lightning', 'pytorch_lightning', 'hydra') if m in sys.modules]; "
-        "assert not heavy, heavy"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
+    assert loaded_by_fresh_import("tinylm.model", "lightning", "pytorch_lightning", "hydra") == []
 
 
 # --------------------------------------------------------------------------------------------- attention
