@@ -88,7 +88,7 @@ def test_a_scaled_down_ladder_is_judged_size_by_size(ladder_sweep):
     (trend,) = ladder.trends
     assert trend.design["norm"] == "post"
     record = json.loads((ladder_sweep / REPORT_JSON).read_text(encoding="utf-8"))
-    assert all("diagnosis" in run for run in record["runs"])
+    assert {run["path"] for run in record["runs"]} == set(record["findings"])  # each run's diagnosis, by path
 
 
 OUTCOMES = {"worse": Outcome.WORSE, "better": Outcome.BETTER, "not resolved": Outcome.NOT_RESOLVED,
