@@ -7,6 +7,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -75,57 +76,90 @@ class SweepReport:
     metric: Metric = FINAL_LOSS  # a run's result: its final loss, or its steps or seconds to a level
     # The level each look after a sequential design's first judges at (None: it judges nothing); a Monte Carlo.
     look_levels: tuple[float | None, ...] = ()
-    # Derived once, here, from the fields above (`__post_init__`): what every renderer reads.
-    lr_varies: bool = field(init=False)  # the rate varies and is tuned per setting (not a ladder's axis)
-    judged_apart: bool = field(init=False)  # the rate is tuned on the sweep's seeds and judged on others
-    family: list[Setting] = field(init=False)  # what the verdicts are about: the tuned settings, lr varying
-    family_columns: list[str] = field(init=False)  # the columns the family differs in (less a tuned rate)
-    family_baseline: Setting | None = field(init=False)
-    baselines: list[Setting] = field(init=False)  # one per level on a ladder, else the one (or none)
-    # Each family row's baseline, key to key (over the family's columns): its level's on a ladder.
-    baseline_keys: dict[tuple[Any, ...], tuple[Any, ...] | None] = field(init=False)
-    rules: Rules = field(init=False)
-    shown_family_columns: list[str] = field(init=False)  # the family's columns that vary between its rows
-    # The axes the sweep varies: setting columns whose value differs between settings (a tuned rate is one).
-    swept_columns: list[str] = field(init=False)
-    # The tests of difference, and of equivalence, in the family the report shows: what Holm divides α by.
-    family_tests: int = field(init=False)
-    equivalence_tests: int = field(init=False)
-    baseline_seeds: int = field(init=False)  # the family baseline's seeds its row counts (the sweep's own)
-    run_statuses: dict[str, int] = field(init=False)  # how many runs ended in each status
-    most_seeds: int = field(init=False)  # the most seeds any setting has a result for
-    corpora: list[tuple[str, dict[str, float]]] = field(init=False)  # `corpora_of`
+    # Derived from the fields above, each once, on first reading (functools.cached_property): what renderers read.
 
-    def __post_init__(self) -> None:
-        lr_varies = rate_tuned(self.setting_columns, self.axis)
-        family = self.tuned if lr_varies else self.settings
-        base = self.tuned_baseline if lr_varies else self.baseline
-        columns = family_columns_of(self.setting_columns, lr_varies)
-        apart = lr_varies and self.rule != CROSS_FITTED
-        shown = [c for s in family if (c := s.answer if apart else s.comparison) is not None]
+    @cached_property
+    def lr_varies(self) -> bool:
+        """The rate varies and is tuned per setting (not a ladder's axis)."""
+        return rate_tuned(self.setting_columns, self.axis)
+
+    @cached_property
+    def judged_apart(self) -> bool:
+        """The rate is tuned on the sweep's seeds and judged on others."""
+        return self.lr_varies and self.rule != CROSS_FITTED
+
+    @cached_property
+    def family(self) -> list[Setting]:
+        """What the verdicts are about: the tuned settings when the rate varies."""
+        return self.tuned if self.lr_varies else self.settings
+
+    @cached_property
+    def family_columns(self) -> list[str]:
+        """The columns the family differs in (less a tuned rate)."""
+        return family_columns_of(self.setting_columns, self.lr_varies)
+
+    @cached_property
+    def family_baseline(self) -> Setting | None:
+        return self.tuned_baseline if self.lr_varies else self.baseline
+
+    @cached_property
+    def baselines(self) -> list[Setting]:
+        """One per level on a ladder, else the one (or none)."""
+        return baselines_of(self.ladder, self.family_baseline)
+
+    @cached_property
+    def baseline_keys(self) -> dict[tuple[Any, ...], tuple[Any, ...] | None]:
+        """Each family row's baseline, key to key (over the family's columns): its level's on a ladder."""
+        return baseline_keys(self.family, self.family_baseline, self.ladder, self.family_columns)
+
+    @cached_property
+    def rules(self) -> Rules:
+        return Rules(self.confidence, self.alpha, self.min_effect, self.lr_varies)
+
+    @cached_property
+    def shown_family_columns(self) -> list[str]:
+        """The family's columns that vary between its rows."""
+        return varying(self.family_columns, [s.choices for s in self.family])
+
+    @cached_property
+    def swept_columns(self) -> list[str]:
+        """The setting columns whose value differs between settings (a tuned rate is one)."""
+        return varying(self.setting_columns, [s.choices for s in self.settings])
+
+    @cached_property
+    def shown_comparisons(self) -> list[Comparison]:
+        """The family's comparisons as the report shows them."""
+        return [c for s in self.family if (c := self.shown_comparison(s)) is not None]
+
+    @cached_property
+    def family_tests(self) -> int:
+        """The tests of difference in the family the report shows: what Holm divides α by."""
+        return family_size(self.shown_comparisons)
+
+    @cached_property
+    def equivalence_tests(self) -> int:
+        return sum(c.tests.p_equivalence is not None for c in self.shown_comparisons)
+
+    @cached_property
+    def baseline_seeds(self) -> int:
+        """The family baseline's seeds its row counts (the sweep's own)."""
         own = own_seeds(self.design)
-        counted = base.results if base is not None else {}
-        swept = varying(self.setting_columns, [s.choices for s in self.settings])
-        derived = {
-            "lr_varies": lr_varies,
-            "judged_apart": apart,
-            "family": family,
-            "family_columns": columns,
-            "family_baseline": base,
-            "baselines": baselines_of(self.ladder, base),
-            "baseline_keys": baseline_keys(family, base, self.ladder, columns),
-            "rules": Rules(self.confidence, self.alpha, self.min_effect, lr_varies),
-            "shown_family_columns": varying(columns, [s.choices for s in family]),
-            "swept_columns": swept,
-            "family_tests": family_size(shown),
-            "equivalence_tests": sum(c.tests.p_equivalence is not None for c in shown),
-            "baseline_seeds": sum(apart or own is None or seed in own for seed in counted),
-            "run_statuses": dict(Counter(run.status for run in self.runs)),
-            "most_seeds": max((len(s.results) for s in self.settings), default=0),
-            "corpora": corpora_of(self.settings, swept) if self.reference is None else [],
-        }
-        for name, value in derived.items():
-            object.__setattr__(self, name, value)  # a frozen value's derived fields, set once as it is built
+        counted = self.family_baseline.results if self.family_baseline is not None else {}
+        return sum(self.judged_apart or own is None or seed in own for seed in counted)
+
+    @cached_property
+    def run_statuses(self) -> dict[str, int]:
+        """How many runs ended in each status."""
+        return dict(Counter(run.status for run in self.runs))
+
+    @cached_property
+    def most_seeds(self) -> int:
+        """The most seeds any setting has a result for."""
+        return max((len(s.results) for s in self.settings), default=0)
+
+    @cached_property
+    def corpora(self) -> list[tuple[str, dict[str, float]]]:
+        return corpora_of(self.settings, self.swept_columns) if self.reference is None else []
 
     def shown_comparison(self, setting: Setting) -> Comparison | None:
         """The comparison the report shows for `setting`: the judging seeds' where the rate is tuned apart."""
