@@ -28,9 +28,17 @@ from tinylm.analysis.ladder import SCALE_KEY, Ladder, baseline_keys, judge_famil
 from tinylm.analysis.metric import FINAL_LOSS, LOSS, STEPS_TO, TIME_TO, Metric
 from tinylm.analysis.runs import DESIGN_CHOICES, ReportError, RunSummary, read_runs, shared_reference
 from tinylm.analysis.sequential_design import Design, own_seeds, read_design
-from tinylm.analysis.sizing import Sizing, size_open_rows
 from tinylm.analysis.verdicts import ALPHA, Comparison, family_size
-from tinylm.analysis.why import Shared, WhyRow, run_failure, shared, still_learning, why_rows
+from tinylm.analysis.why import (
+    Shared,
+    Sizing,
+    WhyRow,
+    run_failure,
+    shared,
+    size_open_rows,
+    still_learning,
+    why_rows,
+)
 from tinylm.layout import DESIGN_FILE
 from tinylm.overrides import OverrideError, parse
 from tinylm.probe.sweep_shapes import probe_rows

@@ -1,26 +1,26 @@
-"""What a setting's runs show over the setting: each finding with how many runs showed it (the `why` column),
-and the *Why* rows of the settings that lost, failed, or whose validation text is their training text."""
+"""What a setting's runs show over the setting (the `why` column and the *Why* rows), and what resolving the
+open rows would take: the seeds that find each difference (or δ) with 80% power, and their run time."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tinylm.analysis.diagnosis import DATA_FINDINGS, FAILURES, NOT_FAILURES, STILL_IMPROVING, Finding
+from tinylm.analysis.estimates import seeds_needed
 from tinylm.analysis.grouping import LR, Setting
-from tinylm.analysis.outcome import Outcome, Verdict
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary, natural_key
+from tinylm.analysis.verdicts import Outcome, Verdict
 
-# Each run's findings, by its path.
-Findings = Mapping[Path, Sequence[Finding]]
+Findings = Mapping[Path, Sequence[Finding]]  # each run's findings, by its path
 
 
 @dataclass(frozen=True)
 class Shared:
-    """A finding over a setting's runs: how many of the `of` runs with a result showed it, the steps it began
-    at, one run's finding as the example, and the seeds of the runs that showed it."""
+    """A finding over a setting's runs: `count` of the `of` runs with a result showed it, from `steps`."""
 
     kind: str
     count: int
@@ -42,7 +42,7 @@ class Shared:
 
 
 def shared(runs: Sequence[RunSummary], findings: Findings) -> list[Shared]:
-    """What a setting's runs showed (`findings`: each run's `diagnose`, by path), in `diagnose`'s order."""
+    """What a setting's runs showed, in `diagnose`'s order."""
     judged = [run for run in runs if run.result is not None]
     pairs = [(run.seed, finding) for run in judged for finding in findings.get(run.path, ())]
     rows = []
@@ -66,8 +66,7 @@ def failed(findings: Sequence[Shared]) -> bool:
 
 @dataclass(frozen=True)
 class WhyRow:
-    """One setting explained: its design (the choices that name it), its verdict and difference (None without
-    a comparison), whether it is a baseline, and the findings its judged runs share."""
+    """One setting explained: its design, verdict and difference (None without a comparison) and findings."""
 
     setting: Setting
     design: dict[str, Any]
@@ -84,12 +83,10 @@ class WhyRow:
 
     @property
     def about_runs(self) -> tuple[Shared, ...]:
-        """Its findings of how its runs trained."""
         return tuple(f for f in self.findings if f.kind not in DATA_FINDINGS)
 
     @property
     def about_data(self) -> tuple[Shared, ...]:
-        """Its findings of the data its runs were measured on."""
         return tuple(f for f in self.findings if f.kind in DATA_FINDINGS)
 
 
@@ -119,9 +116,8 @@ def why_rows(
         design = {k: setting.choices.get(k, "—") for k in columns}
         compared = c is not None and c.tests.difference is not None
         verdict, difference = (c.judgement.verdict, c.tests.difference.mean) if compared else (None, None)
-        rows.append(
-            WhyRow(setting, design, verdict, difference, any(setting is b for b in baselines), stated)
-        )
+        baseline = any(setting is b for b in baselines)
+        rows.append(WhyRow(setting, design, verdict, difference, baseline, stated))
     return rows
 
 
@@ -150,5 +146,79 @@ def quantity(tag: str | None) -> str | None:
 
 
 def why_figure(name: str) -> str:
-    """The file the health quantity `name`'s why figure is drawn to, in the sweep directory."""
     return f"why_{name}.png"
+
+
+@dataclass(frozen=True)
+class RowSize:
+    """One open row: `needed` seeds (None: too few finished to size it), of which it `has` some, and the
+    `more` that adds as `runs` and `seconds`; `added`: counted in the sequential design's, up to `horizon`."""
+
+    design: dict[str, Any]
+    needed: int | None
+    has: int
+    more: int
+    runs: int
+    seconds: float
+    added: bool = False
+    horizon: int | None = None
+
+    @property
+    def spent(self) -> bool:
+        return self.added and self.horizon is not None and self.has >= self.horizon
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """Every open row's size, and the runs and run time of all of them (the baseline's counted once)."""
+
+    rows: tuple[RowSize, ...]
+    runs: int
+    seconds: float
+    every_rate: bool  # each new seed run at every rate, as reports of the cross-fitted rule sized them
+    open: int  # the open rows, sized or not
+
+
+def size_open_rows(
+    family: list[Setting],
+    baseline: Setting | None,
+    columns: list[str],
+    min_effect: float,
+    horizon: int | None,
+    alpha: float,
+) -> Sizing | None:
+    """`horizon`: the most added seeds of the sequential design (None without one); a row judged only on added
+    seeds is sized at α / the open rows."""
+    # A tuned row not yet judged has no spread to size it by: its first judging seeds give one.
+    answers = [(s, s.answer) for s in family if s is not baseline]
+    open_rows = [s for s, c in answers if c and not c.resolved and c.tests.seeds]
+    if not open_rows or baseline is None:
+        return None
+    rows = []
+    for s in open_rows:
+        c, design = s.comparison, {k: s.choices.get(k, "—") for k in columns}
+        added = s.added if horizon is not None else None  # counted in the sequential design's added seeds
+        # The added seeds are an experiment of their own: sized on their spread once they have one.
+        measured = (added if added and added.tests.difference is not None else c).tests.difference
+        power = c.judgement.power
+        sd = measured.sd if measured is not None and measured.sd else (power.sd if power else None)
+        if sd is None or measured is None:
+            rows.append(RowSize(design, None, 0, 0, 0, 0.0, added is not None, horizon))
+            continue
+        level = power.level if power else alpha / len(open_rows)
+        needed = seeds_needed(max(abs(measured.mean), min_effect) / sd, level)
+        if needed is None:
+            continue
+        has = len((added or c).tests.seeds)
+        more = max(0, needed - has)
+        if added is not None:  # the design stops at its horizon, resolved or not
+            more = min(more, max(0, horizon - has))
+        rows.append(RowSize(design, needed, has, more, more, _seconds(s, more), added is not None, horizon))
+    more = max((row.more for row in rows), default=0)  # the baseline's new seeds, shared by the rows
+    runs, seconds = more + sum(r.runs for r in rows), _seconds(baseline, more) + sum(r.seconds for r in rows)
+    return Sizing(tuple(rows), runs, seconds, False, len(open_rows))
+
+
+def _seconds(s: Setting, seeds: int) -> float:
+    times = [run.wall_time_s for run in s.runs if run.wall_time_s is not None]
+    return seeds * (statistics.median(times) if times else 0.0)
