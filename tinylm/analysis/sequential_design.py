@@ -3,7 +3,6 @@ look's level, and the verdicts of the seeds it added, judged apart from the swee
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import math
@@ -19,25 +18,28 @@ from scipy.stats import t as student_t
 
 from tinylm.analysis.estimates import MIN_EFFECT, PairedTests
 from tinylm.analysis.grouping import Rules, Setting, tests_against, tuned_settings
-from tinylm.analysis.outcome import UNRESOLVED, Outcome, Verdict
 from tinylm.analysis.runs import ReportError
-from tinylm.analysis.verdicts import ALPHA, Comparison, Judgement, judge, tests_of_difference
+from tinylm.analysis.verdicts import (
+    ALPHA,
+    Comparison,
+    Judgement,
+    Outcome,
+    Verdict,
+    judge,
+    tests_of_difference,
+)
 from tinylm.files import write_json
 from tinylm.layout import DESIGN_FILE
 from tinylm.overrides import typed_choice
 
-Key = tuple[Any, ...]  # a family row's key over the family's columns (`Setting.key`)
-
-# Null paths the t statistics' boundaries are calibrated on (docs/sweeps.md).
-T_PATHS = 400_000
+T_PATHS = 400_000  # the null paths the t statistics' boundaries are calibrated on
 
 
 def spent(information: float, alpha: float = ALPHA) -> float:
     """Lan & DeMets' O'Brien-Fleming-type spending: the α spent at `information` (seeds / the most)."""
     if information <= 0:
         return 0.0
-    information = min(1.0, information)
-    return float(2 - 2 * norm.cdf(norm.ppf(1 - alpha / 2) / math.sqrt(information)))
+    return float(2 - 2 * norm.cdf(norm.ppf(1 - alpha / 2) / math.sqrt(min(1.0, information))))
 
 
 @dataclass(frozen=True)
@@ -58,11 +60,9 @@ def sequential_plan(seed_counts: Sequence[int], max_seeds: int) -> list[Look | N
     counts: tuple[int, ...] = ()
     for count in seed_counts:
         count = min(count, max_seeds)
-        if count < 2 or (counts and count <= counts[-1]):
-            plan.append(None)
-            continue
-        counts += (count,)
-        plan.append(Look(counts, max_seeds))
+        judges = count >= 2 and not (counts and count <= counts[-1])
+        counts += (count,) if judges else ()
+        plan.append(Look(counts, max_seeds) if judges else None)
     return plan
 
 
@@ -115,13 +115,13 @@ def own_seeds(design: Design | None) -> tuple[str, ...] | None:
 
 
 def judge_added(
-    bases: Mapping[Key, Key], settings: list[Setting], columns: Sequence[str], rules: Rules, design: Design
-) -> dict[Key, Comparison]:
+    bases: dict[tuple, tuple], settings: list[Setting], columns: Sequence[str], rules: Rules, design: Design
+) -> dict[tuple, Comparison]:
     """The verdicts on the added seeds alone of the rows the sweep's own seeds left open (`bases`: each one's
-    key to its baseline's), regrouped from `settings` at each look and judged at its level; a row keeps the
-    first verdict a look gives it."""
-    looks = []
-    for look in range(1, len(design.looks)):
+    key to its baseline's), regrouped from `settings` at each look; a row keeps the first verdict a look gives
+    it, and one no look resolved says why a Holm p within α did not (the level its rank gets at the last)."""
+    looks, alpha, number = [], rules.alpha, len(design.looks)
+    for look in range(1, number):
         added = set(design.added_seeds(look))
         grouped = settings
         if rules.lr_varies:  # at the rate each setting's first-look seeds chose
@@ -129,43 +129,37 @@ def judge_added(
         by_key = {s.key(columns): s for s in grouped}
         looks.append([tests_against(by_key[key], by_key[base], rules, added) for key, base in bases.items()])
     plan = design.added_plan()
-    first = first_verdicts(looks, plan, rules.min_effect, rules.alpha)
-    last = judge(looks[-1], rules.min_effect, rules.alpha, with_power=False)
-    return {
-        key: found[1] if found is not None else left_open(row, last, plan[-1], rules.alpha, len(design.looks))
-        for row, (key, found) in enumerate(zip(bases, first, strict=True))
-    }
-
-
-def left_open(
-    row: int, last: Sequence[Comparison], look: Look | None, alpha: float, number: int
-) -> Comparison:
-    """Row `row` of the last look (`number`, judged as `last`), which no look resolved: its Holm p-values, and
-    why any within α did not resolve it (the level the look gives its rank in Holm's order)."""
-    tests, latest = [c.tests for c in last], last[row]
-    difference = tests_of_difference(tests)
-    equivalence = {i: t.p_equivalence for i, t in enumerate(tests) if t.p_equivalence is not None}
-    j = latest.judgement
+    first = first_verdicts(looks, plan, rules.min_effect, alpha)
+    last = judge(looks[-1], rules.min_effect, alpha, with_power=False)
+    difference = tests_of_difference(looks[-1])
+    equivalence = {i: t.p_equivalence for i, t in enumerate(looks[-1]) if t.p_equivalence is not None}
 
     def short_of(family: Mapping[Any, float], key: Any, adjusted: float | None, name: str) -> str:
-        if look is None or adjusted is None or adjusted > alpha or key not in family:
+        if plan[-1] is None or adjusted is None or adjusted > alpha or key not in family:
             return ""
         ordered = sorted(family, key=family.__getitem__)
-        level, p = look.level(alpha / (len(ordered) - ordered.index(key))), family[key]
+        level, p = plan[-1].level(alpha / (len(ordered) - ordered.index(key))), family[key]
         compared = ">" if p > level else "within"
         said = f"; {name} {p:.2g} {compared} {level:.2g}, the level look {number} gives it"
         return said if p > level else said + ", but a smaller p in Holm's order was not"
 
-    short = (
-        short_of(difference, (row, "loss"), j.p_adjusted, "p")
-        + short_of(difference, (row, "failures"), j.p_failures_adjusted, "failures p")
-        + short_of(equivalence, row, j.p_equivalence_adjusted, "equivalence p")
-    )
-    text = f"{UNRESOLVED} at look {number} ({len(latest.tests.seeds)} added seeds{short})"
-    if latest.tests.failures is not None:  # how often each side failed is a finding of its own, said here too
-        text += f"; fails {latest.tests.failures.describe()}"
-    adjusted = (j.p_adjusted, j.p_equivalence_adjusted, j.p_failures_adjusted)
-    return Comparison(latest.tests, Judgement(*adjusted, verdict=Verdict(text, Outcome.NOT_RESOLVED)))
+    verdicts = {}
+    for row, (key, found) in enumerate(zip(bases, first, strict=True)):
+        if found is not None:
+            verdicts[key] = found[1]
+            continue
+        tests, j = last[row].tests, last[row].judgement
+        short = (
+            short_of(difference, (row, "loss"), j.p_adjusted, "p")
+            + short_of(difference, (row, "failures"), j.p_failures_adjusted, "failures p")
+            + short_of(equivalence, row, j.p_equivalence_adjusted, "equivalence p")
+        )
+        text = f"{Outcome.NOT_RESOLVED} at look {number} ({len(tests.seeds)} added seeds{short})"
+        if tests.failures is not None:  # how often each side failed is a finding of its own, said here too
+            text += f"; fails {tests.failures.describe()}"
+        adjusted = (j.p_adjusted, j.p_equivalence_adjusted, j.p_failures_adjusted)
+        verdicts[key] = Comparison(tests, Judgement(*adjusted, verdict=Verdict(text, Outcome.NOT_RESOLVED)))
+    return verdicts
 
 
 def first_verdicts(
@@ -194,12 +188,10 @@ def first_verdicts(
 def t_levels(counts: tuple[int, ...], horizon: int, alpha: float = ALPHA) -> tuple[float, ...]:
     """The nominal two-sided level of each look's paired t test (`counts` seeds, of at most `horizon`), from
     `T_PATHS` seeded null paths (docs/sweeps.md: no library we depend on does this for t statistics)."""
-    rng = np.random.default_rng(20261204)
-    differences = rng.standard_normal((T_PATHS, counts[-1]))
+    differences = np.random.default_rng(20261204).standard_normal((T_PATHS, counts[-1]))
     sums, squares = differences.cumsum(axis=1), (differences**2).cumsum(axis=1)
     running = np.ones(T_PATHS, dtype=bool)
     levels: list[float] = []
-    crossed = 0
     for count in counts:
         mean = sums[:, count - 1] / count
         sd = np.sqrt((squares[:, count - 1] - count * mean**2) / (count - 1))
@@ -208,7 +200,8 @@ def t_levels(counts: tuple[int, ...], horizon: int, alpha: float = ALPHA) -> tup
             level = spent(count / horizon, alpha)
             bound = float(student_t.isf(level / 2, count - 1)) if level > 0 else math.inf
         else:
-            target = round(spent(count / horizon, alpha) * T_PATHS) - crossed  # paths this look may stop
+            # The paths this look may stop: its share of α less the paths an earlier look stopped.
+            target = round(spent(count / horizon, alpha) * T_PATHS) - int((~running).sum())
             ordered = np.sort(t[running])[::-1]
             if target <= 0:
                 bound = math.inf
@@ -218,7 +211,6 @@ def t_levels(counts: tuple[int, ...], horizon: int, alpha: float = ALPHA) -> tup
                 bound = 0.0
             level = float(2 * student_t.sf(bound, count - 1))
         running &= t <= bound
-        crossed = int(T_PATHS - running.sum())
         levels.append(level)
     return tuple(levels)
 
@@ -234,11 +226,10 @@ def read_design(sweep_dir: Path) -> Design | None:
         raise ReportError(f"{path} is not a sequential design scripts/add_seeds.py wrote: {err}") from None
 
 
-# sequential.json through Design's types (cattrs, as report.json); a round's choices written as text, before
-# choices kept their type, are typed as Hydra would.
+# A round's choices written as text, before choices kept their type, are typed as Hydra would.
 _DESIGN = Converter(detailed_validation=False)
 _DESIGN.register_structure_hook_func(lambda kind: kind is Any, lambda value, _: typed_choice(value))
 
 
 def write_design(sweep_dir: Path, design: Design) -> None:
-    write_json(sweep_dir / DESIGN_FILE, dataclasses.asdict(design))
+    write_json(sweep_dir / DESIGN_FILE, design)
