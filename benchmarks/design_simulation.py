@@ -30,8 +30,8 @@ from statsmodels.stats.proportion import proportion_confint
 
 from tinylm.analysis.grouping import LR, Rules, Setting, tuned_settings
 from tinylm.analysis.ladder import judge_family
-from tinylm.analysis.outcome import Outcome
 from tinylm.analysis.sequential_design import Design, judge_added
+from tinylm.analysis.verdicts import Outcome
 
 RATES = (1e-3, 3e-3, 1e-2)
 RATE_PENALTY = {1e-3: 0.06, 3e-3: 0.0, 1e-2: 0.01}  # nats/char above the optimum at each rate

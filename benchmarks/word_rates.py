@@ -32,7 +32,7 @@ from conftest import simulated_words
 from test_verdicts import sequential_sweeps
 
 from tinylm.analysis.ladder import TrendWord
-from tinylm.analysis.outcome import Outcome
+from tinylm.analysis.verdicts import Outcome
 
 TRUE_UNDER_A_CONSTANT = {TrendWord.HOLDS, TrendWord.UNRESOLVED}
 

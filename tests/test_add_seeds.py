@@ -249,9 +249,8 @@ def test_add_seeds_counts_a_looks_seeds_as_the_report_does_and_prints_the_verdic
     """Issue 59: add_seeds printed `look 2: 4 seeds` (the baseline's seeds, the sweep's own included) where the
     report says `look 2 (2 added seeds)`, and never the verdict it reached."""
     from tinylm.analysis.estimates import PairedTests
-    from tinylm.analysis.outcome import Outcome, Verdict
     from tinylm.analysis.sequential_design import Design
-    from tinylm.analysis.verdicts import Comparison, Judgement
+    from tinylm.analysis.verdicts import Comparison, Judgement, Outcome, Verdict
     from tinylm.seed_rounds.plan import next_round
 
     seeds = {"1": 2.0, "2": 2.0, "3": 2.0, "4": 2.0}

@@ -18,14 +18,6 @@ from tinylm.analysis.estimates import Failures, estimate, paired_tests
 from tinylm.analysis.formats import fmt_interval
 from tinylm.analysis.grouping import LR, Setting, chosen_rate, group_settings, tuned_settings
 from tinylm.analysis.ladder import TrendWord
-from tinylm.analysis.outcome import (
-    BETTER,
-    IDENTICAL_VERDICT,
-    ONE_SEED,
-    UNRESOLVED,
-    WORSE,
-    Outcome,
-)
 from tinylm.analysis.plots import forest_rows
 from tinylm.analysis.render import markdown
 from tinylm.analysis.render_ladder import ladder_section
@@ -33,7 +25,16 @@ from tinylm.analysis.report import PREVIOUS_REPORTS, REPORT_MD, build_report
 from tinylm.analysis.runs import ReportError, RunSummary
 from tinylm.analysis.schema import from_json, to_json
 from tinylm.analysis.sequential_design import read_design, write_design
-from tinylm.analysis.verdicts import compare, judge
+from tinylm.analysis.verdicts import (
+    BETTER,
+    IDENTICAL_VERDICT,
+    ONE_SEED,
+    UNRESOLVED,
+    WORSE,
+    Outcome,
+    compare,
+    judge,
+)
 from tinylm.analysis.write_report import keep_previous, write_report
 from tinylm.layout import REFERENCE_LEVELS, SWEEP_RECORD, target_tags, write_run_record
 from tinylm.seed_rounds.plan import ADDED_DIR, Budget, round_settings, start_design

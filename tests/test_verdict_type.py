@@ -13,8 +13,7 @@ import pytest
 
 import tinylm
 from tinylm.analysis.estimates import PairedTests
-from tinylm.analysis.outcome import Outcome, Verdict
-from tinylm.analysis.verdicts import Comparison, Judgement
+from tinylm.analysis.verdicts import Comparison, Judgement, Outcome, Verdict
 from tinylm.files import plain
 
 PACKAGE = Path(tinylm.__file__).parent

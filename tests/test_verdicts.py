@@ -18,9 +18,8 @@ from statsmodels.stats.weightstats import ttost_paired
 from tinylm.analysis.estimates import estimate, paired_tests, seeds_needed
 from tinylm.analysis.grouping import LR, Rules, Setting, tuned_settings
 from tinylm.analysis.grouping import tests_against as row_tests
-from tinylm.analysis.outcome import Outcome
 from tinylm.analysis.sequential_design import T_PATHS, Look, first_verdicts, sequential_plan, spent, t_levels
-from tinylm.analysis.verdicts import judge
+from tinylm.analysis.verdicts import Outcome, judge
 
 # The outcomes a false claim states; counted by outcome, so `better, but by less than δ` and the divergence
 # verdicts count too.

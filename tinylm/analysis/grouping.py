@@ -13,9 +13,8 @@ from typing import Any, TypeVar
 from scipy.stats import binomtest
 
 from tinylm.analysis.estimates import Estimate, PairedTests, estimate, paired_tests
-from tinylm.analysis.outcome import Outcome, Verdict
 from tinylm.analysis.runs import ReportError, RunSummary, natural_key, shared_reference
-from tinylm.analysis.verdicts import Comparison, Judgement, judge
+from tinylm.analysis.verdicts import Comparison, Judgement, Outcome, Verdict, judge
 from tinylm.overrides import shown
 
 LR = "optim.lr"

@@ -22,10 +22,9 @@ from tinylm.analysis.grouping import (
     pick_baseline,
     varying,
 )
-from tinylm.analysis.outcome import Outcome
 from tinylm.analysis.runs import shared_reference
 from tinylm.analysis.sequential_design import Design, judge_added, own_seeds
-from tinylm.analysis.verdicts import Comparison, failure_words, holm
+from tinylm.analysis.verdicts import Comparison, Outcome, failure_words, holm
 from tinylm.overrides import shown
 
 # The choice a scale ladder varies (conf/size/): a sweep over it whose baseline does not name it is a ladder

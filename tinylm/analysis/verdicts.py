@@ -1,42 +1,67 @@
-"""A family's verdicts (docs/sweeps.md): a table of comparisons is one family; its tests of difference (losses
-and failures) and its tests of equivalence are each Holm-adjusted, and each row's verdict follows."""
+"""A family's Holm-adjusted verdicts (docs/sweeps.md): a `Verdict`'s words, and its `Outcome` for code."""
 
 from __future__ import annotations
 
+import enum
 import gc
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from statsmodels.stats.multitest import multipletests
 
-from tinylm.analysis.estimates import (
-    IDENTICAL,
-    MIN_EFFECT,
-    Failures,
-    PairedTests,
-    Power,
-    WindowLosses,
-    paired_tests,
-    power,
-)
-from tinylm.analysis.outcome import (
-    IDENTICAL_VERDICT,
-    NOT_YET_JUDGED,
-    ONE_SEED,
-    UNRESOLVED,
-    Outcome,
-    Verdict,
-)
+from tinylm.analysis.estimates import IDENTICAL, MIN_EFFECT, Failures, PairedTests, Power, paired_tests, power
 
 ALPHA = 0.05  # the family-wise error rate of a table's verdicts
+BETTER = "better"
+WORSE = "worse"
+UNRESOLVED = "not resolved"
+IDENTICAL_VERDICT = "identical on every seed"
+ONE_SEED = "one seed: no interval"
 Key = TypeVar("Key", bound=Hashable)
+
+
+class Outcome(enum.StrEnum):
+    BETTER = BETTER
+    WORSE = WORSE
+    EQUIVALENT = "equivalent"
+    IDENTICAL = IDENTICAL_VERDICT
+    NOT_RESOLVED = UNRESOLVED
+
+
+class Verdict(str):
+    """A verdict's words as the report prints them, carrying the `outcome` they state: code reads the outcome,
+    never the words (tests/test_verdict_type.py fails where a verdict's text is parsed)."""
+
+    outcome: Outcome
+
+    def __new__(cls, text: str, outcome: Outcome) -> Verdict:
+        verdict = super().__new__(cls, text)
+        verdict.outcome = outcome  # set as the str is made: a str subclass has no __init__ to take it
+        return verdict
+
+    def __reduce__(self) -> tuple:  # copies and pickles keep the outcome
+        return (Verdict, (str(self), self.outcome))
+
+    def noted(self, note: str) -> Verdict:
+        return Verdict(f"{self}{note}", self.outcome)
+
+    def _read_back(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError(
+            "a verdict's words are for people: code reads its outcome (str(verdict) to print them)"
+        )
+
+    # Code that read the words back would break the day they are reworded.
+    startswith = endswith = split = rsplit = partition = rpartition = _read_back
+    find = rfind = index = rindex = count = removeprefix = removesuffix = __contains__ = _read_back
+
+
+NOT_YET_JUDGED = Verdict(UNRESOLVED, Outcome.NOT_RESOLVED)
 
 
 @dataclass(frozen=True)
 class Judgement:
-    """A family's judgement of one row's tests: Holm-adjusted p-values, the decisions at the levels of the
-    look that judged it, the power its seeds have at the family's level, and the verdict."""
+    """A family's judgement of a row: Holm-adjusted p-values, decisions at its look's levels, the verdict."""
 
     p_adjusted: float | None = None
     p_equivalence_adjusted: float | None = None
@@ -57,18 +82,14 @@ class Comparison:
 
     @property
     def resolved(self) -> bool:
-        return self.judgement.verdict.outcome.resolved
+        return self.judgement.verdict.outcome is not Outcome.NOT_RESOLVED
 
 
 def compare(
-    values: Mapping[Hashable, float],
-    baseline: Mapping[Hashable, float],
-    min_effect: float = MIN_EFFECT,
-    confidence: float = 0.95,
-    window_losses: WindowLosses | None = None,
+    values: Mapping[Hashable, float], baseline: Mapping[Hashable, float], min_effect: float = MIN_EFFECT
 ) -> Comparison:
     """`paired_tests` judged as a family of one."""
-    return judge([paired_tests(values, baseline, min_effect, confidence, window_losses)], min_effect)[0]
+    return judge([paired_tests(values, baseline, min_effect)], min_effect)[0]
 
 
 def judge(
@@ -79,10 +100,8 @@ def judge(
     with_power: bool = True,
     note: Callable[[PairedTests], str] | None = None,
 ) -> list[Comparison]:
-    """Verdicts for one table, a family: Holm's step-down over its tests of difference and, apart, over its
-    tests of equivalence, each share of α taken at `level` (a sequential look's boundary; a fixed design's:
-    the share itself). Power at α / the tests of difference (`with_power=False`: none, it is slow);
-    `note(tests)` follows each verdict (a look's number)."""
+    """One table's verdicts: Holm over its tests of difference and, apart, of equivalence, at `level` of each
+    share of α (a look's boundary); power at α / family size unless `with_power=False`; `note` after each."""
     difference = tests_of_difference(rows)
     equivalence = {i: t.p_equivalence for i, t in enumerate(rows) if t.p_equivalence is not None}
     rejected, rejected_eq = step_down(difference, alpha, level), step_down(equivalence, alpha, level)
@@ -111,8 +130,7 @@ def family_size(comparisons: Sequence[Comparison]) -> int:
 
 
 def step_down(p_values: Mapping[Key, float], alpha: float, level: Callable[[float], float]) -> set[Key]:
-    """Holm's step-down, the k-th smallest of m p-values compared with `level(α / (m - k + 1))`: ours, because
-    statsmodels' `multipletests` compares with the share itself."""
+    """Holm's step-down at `level(α / (m - k + 1))`: ours, as `multipletests` compares with the share."""
     rejected: set[Key] = set()
     ordered = sorted(p_values.items(), key=lambda item: item[1])
     for rank, (key, p) in enumerate(ordered):
@@ -123,7 +141,6 @@ def step_down(p_values: Mapping[Key, float], alpha: float, level: Callable[[floa
 
 
 def holm(p_values: Mapping[Key, float]) -> dict[Key, float]:
-    """Holm-adjusted p-values (statsmodels), by the same keys."""
     if not p_values:
         return {}
     # multipletests' closing gc.collect(), slow with torch loaded, skips frozen objects (docs/performance.md).
@@ -138,24 +155,22 @@ def holm(p_values: Mapping[Key, float]) -> dict[Key, float]:
 def verdict(
     t: PairedTests, differs: bool, within_min_effect: bool, fails_differently: bool, min_effect: float
 ) -> Verdict:
-    """The words of a judged row: the losses' verdict, and how often each side failed said beside it (the
-    verdict itself where the losses leave the row open and the failures differ)."""
+    """The trained seeds' verdict, each side's failures beside it (the verdict, where only they differ)."""
     if not t.seeds:
         return Verdict("no seeds in common with the baseline", Outcome.NOT_RESOLVED)
     losses = loss_verdict(t, differs, within_min_effect, min_effect)
     words = failure_words(t.failures, fails_differently)
     if t.failures is None or words is None:
         return losses
-    if fails_differently and not losses.outcome.resolved:
+    if fails_differently and losses.outcome is Outcome.NOT_RESOLVED:
         found = Outcome.WORSE if t.failures.mine > t.failures.theirs else Outcome.BETTER
         return Verdict(f"{found}: {words}", found)
-    trained = " when trained" if losses.outcome.resolved else ""
+    trained = "" if losses.outcome is Outcome.NOT_RESOLVED else " when trained"
     return Verdict(f"{losses}{trained}; {words}", losses.outcome)
 
 
 def failure_words(failures: Failures | None, fails_differently: bool) -> str | None:
-    """`fails 0/8 vs 2/8 (exact p = 0.5)`, or `fails more often, …` where the family's test found a
-    difference; None where no seed failed."""
+    """`fails 0/8 vs 2/8 (exact p = 0.5)`, or `fails more often, …` where the family found a difference."""
     if failures is None:
         return None
     if fails_differently:
@@ -164,7 +179,6 @@ def failure_words(failures: Failures | None, fails_differently: bool) -> str | N
 
 
 def loss_verdict(t: PairedTests, differs: bool, within_min_effect: bool, min_effect: float) -> Verdict:
-    """The verdict on the losses of the seeds both sides trained."""
     d, open_, equivalent = t.difference, Outcome.NOT_RESOLVED, f"equivalent within ±{min_effect:g}"
     if d is None:
         return Verdict(f"{UNRESOLVED}: every seed failed on one side or both", open_)
