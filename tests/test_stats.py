@@ -20,7 +20,7 @@ from tinylm.analysis.grouping import LR, Setting, chosen_rate, group_settings, t
 from tinylm.analysis.ladder import TrendWord
 from tinylm.analysis.plots import forest_rows
 from tinylm.analysis.render import markdown
-from tinylm.analysis.render_ladder import ladder_section
+from tinylm.analysis.render_sections import ladder_section
 from tinylm.analysis.report import PREVIOUS_REPORTS, REPORT_MD, build_report
 from tinylm.analysis.runs import ReportError, RunSummary
 from tinylm.analysis.schema import from_json, to_json

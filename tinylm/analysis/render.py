@@ -1,9 +1,8 @@
-"""report.md: the answer, the settings, the family and the runs (the rest: render_sections, render_ladder)."""
+"""report.md: the answer, the settings, the family and the runs (the rest: render_sections)."""
 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -11,9 +10,8 @@ from tinylm.analysis import formats
 from tinylm.analysis.estimates import PairedTests
 from tinylm.analysis.formats import Column, blocks, choice_columns, md_table, plural
 from tinylm.analysis.grouping import CROSS_FITTED, Setting, gain_over_unigram, setting_label, varying
-from tinylm.analysis.ladder import Ladder
 from tinylm.analysis.metric import STEPS_TO
-from tinylm.analysis.render_sections import added_section, cost_lines
+from tinylm.analysis.render_sections import added_section, cost_lines, ladder_title, rates_cell
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.runs import RunSummary
 from tinylm.analysis.verdicts import Judgement
@@ -101,11 +99,6 @@ def _answer_words(report: SweepReport, s: Setting, base: Setting) -> str:
             "tuning seeds, which chose those rates and so flatter them, and this pairs the judging seeds only"
         )
     return line
-
-
-def ladder_title(ladder: Ladder) -> str:
-    """The title of the report's section on a ladder: *Across sizes*, or *Across levels of <axis>*."""
-    return "Across sizes" if ladder.noun == "size" else f"Across levels of {', '.join(ladder.axis)}"
 
 
 def _ladder_answer(report: SweepReport) -> list[str]:
@@ -198,11 +191,6 @@ def _reference_lines(report: SweepReport) -> list[str]:
 def _seeds_cell(t: PairedTests, _: Judgement) -> str:
     unpaired = f" (unpaired, not used: seed {', '.join(t.unmatched)})" if t.unmatched else ""
     return f"{len(t.seeds)}{unpaired}"
-
-
-def rates_cell(s: Setting) -> str:
-    counts = Counter(s.rates.values())
-    return ", ".join(f"{shown(rate)} ×{n}" for rate, n in sorted(counts.items())) or "—"
 
 
 def _failures_cell(t: PairedTests, _: Judgement) -> str:

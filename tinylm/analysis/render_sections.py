@@ -1,22 +1,32 @@
-"""report.md's later sections: added seeds, what resolving open rows would take, *Why*, the depth probe."""
+"""report.md's later sections (added seeds, what open rows would take, *Why*, the depth probe, a ladder's)
+and a ladder's figures, scale.png and ladder.png (docs/sweeps.md says what each word needs)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
+from tinylm import overrides
 from tinylm.analysis import formats
+from tinylm.analysis.estimates import Estimate
 from tinylm.analysis.formats import Column, blocks, choice_columns, md_table, plural
-from tinylm.analysis.grouping import setting_label
+from tinylm.analysis.grouping import CROSS_FITTED, Setting, gain_over_unigram, setting_label
+from tinylm.analysis.ladder import Ladder, Rung
+from tinylm.analysis.plots import ForestRow, plot_ladder, plot_scale
 from tinylm.analysis.report import DESIGN_FILE, REPORT_PNG, SweepReport
 from tinylm.analysis.why import Shared, WhyRow, quantity, why_figure
 from tinylm.probe.sweep_shapes import SHOWN
 
+SCALE_PNG = "scale.png"
+LADDER_PNG = "ladder.png"  # each design's difference from its level's baseline, a panel per level
+
 
 def added_section(report: SweepReport) -> list[str]:
     """The seeds a sequential design added: how it judges them and (unless judged apart) their verdicts."""
-    pct = f"{report.confidence:.0%}"
+    pct, design, alpha = f"{report.confidence:.0%}", report.design, report.alpha
     columns = [
         *choice_columns(report.shown_family_columns),
         Column("sweep's verdict", lambda s: s.comparison.judgement.verdict),
@@ -26,16 +36,6 @@ def added_section(report: SweepReport) -> list[str]:
         Column("p", lambda s: formats.fmt_p(s.added.tests.p_value)),
         Column("verdict on added seeds", lambda s: s.added.judgement.verdict),
     ]
-    table = md_table(columns, [s for s in report.family if s.added is not None])
-    return blocks(
-        "## Seeds added to the open rows (scripts/add_seeds.py)",
-        _design_words(report) + f"Intervals are {pct}, over the added seeds, not adjusted for the looks.",
-        [] if report.judged_apart else table,  # judged apart: the family table is theirs
-    )
-
-
-def _design_words(report: SweepReport) -> str:
-    design, alpha = report.design, report.alpha
     first = f"{len(design.first_seeds)} seeds ({', '.join(design.first_seeds)})"
     looks = ", ".join(
         f"look {number + 2}: {len(design.added_seeds(number + 1))} added seeds, "
@@ -59,48 +59,46 @@ def _design_words(report: SweepReport) -> str:
         "sweep's verdict, or where it was open the added seeds') errs with chance at most 2α "
         f"= {2 * alpha:g} over both. "
     )
-    return (
+    return blocks(
+        "## Seeds added to the open rows (scripts/add_seeds.py)",
         f"{first_words}design declared before its first added seed ({DESIGN_FILE}), up to {design.horizon} "
         f"added seeds, α = {alpha:g} spent by Lan-DeMets' O'Brien-Fleming-type function with boundaries for "
         f"the looks' t statistics ({looks}: the level of a test given the whole α; Holm gives the k-th "
         "smallest of m p-values the level of α / (m − k + 1) at the same look). A verdict names the look "
-        "that gave it. " + over_both
+        f"that gave it. {over_both}Intervals are {pct}, over the added seeds, not adjusted for the looks.",
+        [] if report.judged_apart else md_table(columns, [s for s in report.family if s.added is not None]),
     )
 
 
 def cost_lines(report: SweepReport) -> list[str]:
     """What resolving the open rows would take (`report.sizing`)."""
     sizing = report.sizing
-    rows = [_cost_line(row) for row in sizing.rows] if sizing is not None else []
-    if sizing is None or not (rows or sizing.runs):
+    if sizing is None or not (sizing.rows or sizing.runs):
         return []
     head = (
         f"What resolving the {plural(sizing.open, 'open row')} would take, if each difference is what it "
         "seems (or δ, if smaller):"
     )
     if sizing.runs:  # else every open row is at its design's horizon: nothing more to run under it
-        per_seed = (
-            ", every rate of a setting at each new seed (cross-fitting needs them)"
-            if sizing.every_rate
-            else ""
-        )
+        every = ", every rate of a setting at each new seed (cross-fitting needs them)"
         head += (
             f" {sizing.runs:,} more runs, the rows' own below and the baseline's at the same "
-            f"seeds{per_seed}, {formats.fmt_duration(sizing.seconds)} of run time at these runs' median wall "
-            "times; `python scripts/add_seeds.py <sweep dir>` adds them in rounds until each is resolved."
+            f"seeds{every if sizing.every_rate else ''}, {formats.fmt_duration(sizing.seconds)} of run time "
+            "at these runs' median wall times; `python scripts/add_seeds.py <sweep dir>` adds them in rounds "
+            "until each is resolved."
         )
-    return ["", head, *rows]
+    return ["", head, *map(_cost_line, sizing.rows)]
 
 
 def _cost_line(row: Any) -> str:
     label, seeds = f"- `{setting_label(row.design)}`:", "added seeds" if row.added else "seeds"
-    beyond = (
-        f"; more than the {row.horizon} added seeds this design allows, where it stops"
-        if row.added and row.horizon is not None and row.needed is not None and row.needed > row.horizon
-        else ""
-    )
     if row.needed is None:
         return f"{label} too few finished seeds to size it"
+    beyond = (
+        f"; more than the {row.horizon} added seeds this design allows, where it stops"
+        if row.added and row.horizon is not None and row.needed > row.horizon
+        else ""
+    )
     if row.more:
         return f"{label} {row.needed} {seeds} ({row.more} more, {plural(row.runs, 'run')} of its own){beyond}"
     if beyond:
@@ -182,6 +180,157 @@ def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _probe_value(value: float) -> str:
-    if not math.isfinite(value):
-        return str(value)
-    return f"{value:.3f}" if 0.01 <= abs(value) < 1000 else f"{value:.2e}"
+    return f"{value:.3f}" if 0.01 <= abs(value) < 1000 else f"{value:.2e}"  # nan and inf print as such
+
+
+def ladder_title(ladder: Ladder) -> str:
+    return "Across sizes" if ladder.noun == "size" else f"Across levels of {', '.join(ladder.axis)}"
+
+
+def rates_cell(s: Setting) -> str:
+    return (
+        ", ".join(f"{overrides.shown(rate)} ×{n}" for rate, n in sorted(Counter(s.rates.values()).items()))
+        or "—"
+    )
+
+
+def _level_label(ladder: Ladder, rung: Rung) -> str:
+    if ladder.noun != "size":
+        return rung.level
+    params = f"{rung.params / 1e6:.2f}M" if rung.params is not None else "?"
+    return f"{rung.level} ({params}, {rung.steps} steps)"
+
+
+def _level_table(
+    report: SweepReport, rows: list, design: Callable[[Any], dict], cell: Callable[..., str], *last: Column
+) -> list[str]:
+    """A row per design (its choices: `design(row)`), a column per level with `cell` of the design there."""
+    ladder, columns = report.ladder, report.ladder.columns
+    bits = ladder.in_bits and report.metric.is_loss
+
+    def at(row: Any, rung: Rung) -> str:
+        key = tuple(design(row).get(c, "—") for c in columns)
+        s = next((s for s in rung.settings if s.key(columns) == key), None)
+        return "—" if s is None else cell(report, s, rung, rung.reference["unigram"] if bits else None)
+
+    leading = [Column(c, lambda row, c=c: design(row).get(c, "—")) for c in ladder.shown_columns]
+    levels = [Column(_level_label(ladder, r), lambda row, r=r: at(row, r)) for r in ladder.rungs]
+    return md_table([*leading, *levels, *last], rows)
+
+
+def _mean_at(report: SweepReport, s: Setting, _: Rung, unigram: float | None) -> str:
+    """A mean in nats; across corpora, in bits/char with its gain over the level's unigram."""
+    if s.estimate is None:
+        return "—"
+    mean, bits = s.estimate.mean, 1 / math.log(2)
+    text = formats.fmt_number(mean, report.metric.digits)
+    if unigram is not None and math.isfinite(mean):
+        gain = formats.fmt_number(gain_over_unigram(mean, unigram) * bits, signed=True)
+        text = f"{formats.fmt_number(mean * bits)} ({gain})"
+    return text + (f" ({rates_cell(s)})" if report.lr_varies else "")
+
+
+def _difference_at(report: SweepReport, s: Setting, rung: Rung, unigram: float | None) -> str:
+    """A difference, its interval, p and verdict; across corpora, also as a share of the baseline's gain."""
+    c, added, digits = report.shown_comparison(s), s.added, report.metric.digits
+    if c is None or c.tests.difference is None:
+        return "—"
+    d, e = c.tests.difference, rung.baseline.estimate
+    interval = formats.fmt_interval(d, signed=True, digits=digits)
+    text = f"{formats.fmt_number(d.mean, digits, signed=True)} {interval}"
+    gain = gain_over_unigram(e.mean, unigram) if unigram is not None and e is not None else math.nan
+    if gain > 0 and math.isfinite(d.mean):
+        text += f" ({d.mean / gain:+.1%} of the baseline's gain)"
+    also = f"; added seeds: {added.judgement.verdict}" if added is not None and added is not c else ""
+    return f"{text}, p {formats.fmt_p(c.judgement.p_adjusted)}: {c.judgement.verdict}{also}"
+
+
+def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
+    """*Across sizes* (or *Across levels of …*): each design's mean and difference at each level."""
+    pct, noun, metric, axis = f"{report.confidence:.0%}", ladder.noun, report.metric, ", ".join(ladder.axis)
+    bits, across = ladder.in_bits and metric.is_loss, f"across {noun}s"
+    loss = ("Mean final loss" if metric.is_loss else f"Mean {metric.noun}") + (
+        " in bits/char (gain over its corpus's unigram level)" if bits else ""
+    )
+    chosen = "cross-fitted rate" if report.rule == CROSS_FITTED else "rate its tuning seeds chose"
+    rates = (
+        f", each at its own {chosen} per {noun}. {loss} (rates chosen):"
+        if report.lr_varies or noun == "size"
+        else f". {loss}:"
+    )
+    along = "size" if noun == "size" else f"level (`{axis}`)"
+    flips = "the losses resolved in opposite directions (not a `better`/`worse` that failures decided)"
+    if noun == "size":
+        words = (
+            "`grows / shrinks with size`: resolved in the same direction at the smallest and largest sizes, "
+            "and Welch's t test of the difference at the largest size against that at the smallest, Holm "
+            "over the designs, finds a change; `holds at every size`: the same resolved verdict at every "
+            f"size and no change shown; `flips`: {flips}; `changes with size`: that test finds a "
+            "change, but the ends' verdicts show neither its direction nor a sign change. Loss against "
+            f"parameters: {SCALE_PNG}."
+        )
+    else:
+        ends = (
+            f"`grows / shrinks with {axis}`: resolved in the same direction at the first and last levels, "
+            "and Welch's t test of the difference at the last level against that at the first, Holm over "
+            f"the designs, finds a change; `changes with {axis}`: that test finds a change, but the ends' "
+            "verdicts show neither its direction nor a sign change; "
+            if ladder.ordered
+            else "The levels have no order, so no word compares the ends; "
+        )
+        holds = "`holds at every level`: the same resolved verdict at every level" + (
+            " and no change shown" if ladder.ordered else ""
+        )
+        words = f"{ends}{holds}; `flips`: {flips}."
+    lower, units = ("lower loss", "") if metric.is_loss else (metric.lower, f" {metric.units}")
+    gain = (
+        " and its share of the baseline's gain over unigram (which compares across corpora)" if bits else ""
+    )
+    designs = {s.key(ladder.columns): s for rung in ladder.rungs for s in rung.settings}
+    return blocks(
+        f"## {ladder_title(ladder)}",
+        f"Each design against the baseline `{ladder.rungs[0].baseline.label(ladder.shown_columns)}` of its "
+        f"own {along}{rates}",
+        _level_table(report, list(designs.values()), lambda s: s.choices, _mean_at),
+        f"Difference from the baseline in {metric.units} (< 0: {lower}), its {pct} interval{gain}, p (Holm) "
+        f"and verdict at each {noun}, and the verdict {across} ({LADDER_PNG} draws it):",
+        _level_table(
+            report, ladder.trends, lambda t: t.design, _difference_at, Column(across, lambda t: t.verdict)
+        ),
+        f"Every {noun}'s comparisons are one family ({report.family_tests} tests, Holm, "
+        f"α = {report.alpha:g}, δ = {report.min_effect:g}{units}). {words}",
+    )
+
+
+def draw_ladder(report: SweepReport, ladder: Ladder, path: Path) -> Path:
+    """scale.png: each design's mean loss (and interval) at each size against the size's parameters."""
+    points: dict[str, list[tuple[float, Estimate]]] = {}
+    for rung in ladder.rungs:
+        for s in rung.settings:
+            if s.estimate is not None and rung.params is not None:
+                points.setdefault(s.label(ladder.columns), []).append((float(rung.params), s.estimate))
+    measured = "final loss" if report.metric.is_loss else report.metric.noun
+    return plot_scale(points, path, report, f"{report.sweep_dir.name}: {measured} against model size")
+
+
+def draw_ladder_verdicts(report: SweepReport, ladder: Ladder, path: Path) -> Path:
+    """ladder.png: each design's difference and verdict, a panel per level, and its verdict across levels."""
+    shown, named = ladder.shown_columns, ladder.noun if ladder.noun == "size" else ", ".join(ladder.axis)
+    order = [tuple(t.design[c] for c in ladder.columns) for t in ladder.trends]  # the same rows in each panel
+    panels = []
+    for rung in ladder.rungs:
+        designs = {
+            s.key(ladder.columns): ForestRow.of(s.label(shown), c.tests.difference, c.judgement.verdict)
+            for s in rung.settings
+            if s is not rung.baseline and (c := report.shown_comparison(s)) is not None
+        }
+        rows = [
+            ForestRow.of_baseline(rung.baseline.label(shown)),
+            *(designs[k] for k in order if k in designs),
+        ]
+        panels.append((f"{named} = {_level_label(ladder, rung)}", rows))
+    across = [f"{setting_label(t.design, shown)}: {t.verdict}" for t in ladder.trends]
+    base = ladder.rungs[0].baseline.label(shown)
+    title = f"{report.sweep_dir.name}: each design against {base} at each {ladder.noun}"
+    heading = f"{ladder_title(ladder)} (the difference at each in the plots above):"
+    return plot_ladder(panels, [heading, *across], path, report, title)

@@ -11,14 +11,15 @@ from cattrs import BaseValidationError
 
 from tinylm.analysis.plots import draw_why, plot_lr_sensitivity, plot_report
 from tinylm.analysis.render import markdown
-from tinylm.analysis.render_ladder import (
+from tinylm.analysis.render_sections import (
     LADDER_PNG,
     SCALE_PNG,
     draw_ladder,
     draw_ladder_verdicts,
     ladder_section,
+    probe_section,
+    why_section,
 )
-from tinylm.analysis.render_sections import probe_section, why_section
 from tinylm.analysis.report import (
     PREVIOUS_REPORTS,
     REPORT_JSON,
