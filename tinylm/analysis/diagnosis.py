@@ -24,13 +24,11 @@ SATURATED_LOGIT = 100.0  # ...with a largest attention logit above this: the sof
 DESTABILISED_RISE = 0.1  # nats/char a validation loss may rise from its minimum before it is destabilised...
 OVERFITTING_TRAIN_DROP = DESTABILISED_RISE  # ...or overfits, when its training loss fell at least this much
 TRAIN_WINDOW = 0.1  # the training loss at a step: its median over this fraction of the steps around it
-# Still improving: falling more than IMPROVING_DROP per IMPROVING_TAIL of the steps; a stall only below it.
-IMPROVING_TAIL = 0.1
-IMPROVING_DROP = MIN_EFFECT / 2
-# Fewer than two validations: the training curve's last third (4+ values), its slope below 0 at p <= α.
-IMPROVING_TRAIN_SPAN = 1 / 3
-IMPROVING_TRAIN_POINTS = 4
-IMPROVING_TRAIN_ALPHA = 0.05
+IMPROVING_TAIL = 0.1  # still improving: its loss falls more than IMPROVING_DROP per this share of the steps
+IMPROVING_DROP = MIN_EFFECT / 2  # (a stall is named only below it)
+IMPROVING_TRAIN_SPAN = 1 / 3  # under two validations: the training curve over this last share of the steps...
+IMPROVING_TRAIN_POINTS = 4  # ...or its last this many values, its slope below 0...
+IMPROVING_TRAIN_ALPHA = 0.05  # ...at one-sided p <= this
 SPIKE_RISE = 0.5  # nats/char a validation loss must rise above its lowest before to be a loss spike...
 SPIKE_RETURN = 0.5  # ...that came back down: below that lowest + SPIKE_RISE, or by this share of its rise
 DEAD_FRACTION = 0.1  # share of a block's FFN units (a gated FFN: its gate's) never fired on the fixed batch
@@ -50,22 +48,17 @@ STILL_IMPROVING = "still improving"
 LOSS_SPIKE = "loss spike"
 VALIDATION_IN_TRAINING = "validation is training"
 
-# A setting showing only these has not failed: its budget ended first, or it learned to the bigram level.
-NOT_FAILURES = (STILL_IMPROVING, BIGRAM_STALL)
-# What makes a run fail, lasting to its end; its losses are counted apart (docs/sweeps.md, *What fails*).
-FAILURES = (DIVERGED, IGNORES_CONTEXT, COLLAPSED, DESTABILISED)
-# Findings about the data a run was measured on, not how it trained: never a failure, listed apart.
-DATA_FINDINGS = (VALIDATION_IN_TRAINING,)
+NOT_FAILURES = (STILL_IMPROVING, BIGRAM_STALL)  # a setting showing only these has not failed
+FAILURES = (DIVERGED, IGNORES_CONTEXT, COLLAPSED, DESTABILISED)  # lasting to its end (docs/sweeps.md)
+DATA_FINDINGS = (VALIDATION_IN_TRAINING,)  # about the data a run was measured on: never a failure
+STILL_LEARNING = "its budget ended before it stopped learning"  # what `still improving` concludes, no more
 
 Series = Sequence[tuple[int, float]]
-# What `still improving` concludes from its curve, and no more.
-STILL_LEARNING = "its budget ended before it stopped learning"
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One thing a run showed: its kind, evidence, the step it began, its tag and `until`, the last step it
-    held if it ended before the run did."""
+    """One thing a run showed; `until`: the last step it held if it ended before the run did."""
 
     kind: str
     evidence: str
@@ -79,26 +72,33 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class HealthCurve:
-    """One `training_health/<quantity>/block_<block>` curve: its tag, block and (step, value) readings."""
-
+class HealthCurve:  # one `training_health/<quantity>/block_<block>` curve
     tag: str
     block: int
     series: Series
 
 
+Episode = tuple[HealthCurve, tuple[int, int | None], Series]  # a curve, its episode's span and readings in it
+
+
 def diagnose(run: RunSummary, reference: Mapping[str, float] | None = None) -> list[Finding]:
     """Everything `run` shows, most severe first; `reference`: its validation split's reference levels."""
-    if run.status == "diverged":
-        return [_diverged(run)]
+    if run.status == "diverged":  # where: as its record says, else its training curve, else by its end
+        logged = next((step for step, value in run.train_curve if not math.isfinite(value)), None)
+        if run.diverged_at is not None:
+            step, what = run.diverged_at, "the loss became non-finite at step"
+        elif logged is not None:
+            step, what = logged, "the training loss was first logged non-finite at step"
+        else:
+            step, what = run.steps, "the loss became non-finite by step"
+        return [Finding(DIVERGED, f"{what} {step}", step, TRAIN_LOSS)]
     if run.status != "completed":
         return []
     val = [(step, value) for step, value, _ in run.val_curve if math.isfinite(value)]
     spike, calm = _spike(val)
     rose = _rose(run, val)
     improving = _improving_by(run, calm) if len(val) >= 2 else _improving_from_training(run, len(val))
-    # A stall only once the validation curve has flattened (one point cannot show that), and not for a loss
-    # that rose back above a level: the rise is the cause then.
+    # A stall only on a flattened curve (one point cannot show that), and not after a rise: that is the cause.
     stall = _stall(run, reference) if improving is None and rose is None and len(val) >= 2 else None
     # One token of context has no spread and no key to choose: its health curves say nothing.
     one_token = (run.model or {}).get("block_size") == 1
@@ -108,33 +108,28 @@ def diagnose(run: RunSummary, reference: Mapping[str, float] | None = None) -> l
     return [finding for finding in found if finding is not None]
 
 
-def _diverged(run: RunSummary) -> Finding:
-    """Where the loss became non-finite: as its record says, else its training curve, else by its end."""
-    logged = next((step for step, value in run.train_curve if not math.isfinite(value)), None)
-    if run.diverged_at is not None:
-        step, what = run.diverged_at, "the loss became non-finite at step"
-    elif logged is not None:
-        step, what = logged, "the training loss was first logged non-finite at step"
-    else:
-        step, what = run.steps, "the loss became non-finite by step"
-    return Finding(DIVERGED, f"{what} {step}", step, TRAIN_LOSS)
-
-
 def _validation_in_training(run: RunSummary) -> Finding | None:
     share = run.val_in_training
     if share is None or not share > VAL_IN_TRAINING_SHARE:
         return None
-    evidence = (
-        f"{share:.0%} of its validation characters lie in lines or passages found verbatim in its training "
-        f"split (above {VAL_IN_TRAINING_SHARE:.0%}): its validation loss measures what it memorised, not "
-        "what it generalises to; the corpus repeats itself"
-    )
+    evidence = f"{share:.0%} of its validation characters lie in lines or passages found verbatim in its "
+    evidence += f"training split (above {VAL_IN_TRAINING_SHARE:.0%}): its validation loss measures what it "
+    evidence += "memorised, not what it generalises to; the corpus repeats itself"
     return Finding(VALIDATION_IN_TRAINING, evidence, tag=VAL_LOSS)
 
 
 def _spike(val: Series) -> tuple[Finding | None, Series]:
     """The highest loss spike of `val`, and `val` without it and its fall back (what a slope reads)."""
-    spikes = list(_spikes(val))
+    spikes, low, index = [], math.inf, 0  # each rise above its lowest before + SPIKE_RISE that came back down
+    while index < len(val):
+        if val[index][1] <= low + SPIKE_RISE:
+            low, index = min(low, val[index][1]), index + 1
+            continue
+        end = next((i for i in range(index, len(val)) if val[i][1] <= low + SPIKE_RISE), len(val))
+        peak, after = max(value for _, value in val[index:end]), val[min(end, len(val) - 1)][1]
+        if end < len(val) or peak - after >= SPIKE_RETURN * (peak - low):
+            spikes.append((peak, low, index, end))
+        index = end
     if not spikes:
         return None, val
     peak, low, index, end = max(spikes)
@@ -145,32 +140,14 @@ def _spike(val: Series) -> tuple[Finding | None, Series]:
         ended = f"and came down to {after:.2f} by the end, still {after - low:.2f} above its lowest before: "
         ended += "not recovered"
     others = f"; {len(spikes) - 1} smaller spike(s) too" if len(spikes) > 1 else ""
-    evidence = (
-        f"the validation loss rose from {low:.2f} (its lowest before) to a peak of {peak:.2f} at step "
-        f"{peak_step}, more than {SPIKE_RISE:g} above it from step {first} to {last}, {ended}{others}"
+    evidence = f"the validation loss rose from {low:.2f} (its lowest before) to a peak of {peak:.2f} at "
+    evidence += (
+        f"step {peak_step}, more than {SPIKE_RISE:g} above it from step {first} to {last}, {ended}{others}"
     )
-    settled = val[_first_below(val, end, low + DESTABILISED_RISE) - 1][0]
+    back = next((i for i in range(end, len(val)) if val[i][1] <= low + DESTABILISED_RISE), len(val))
+    settled = val[back - 1][0]  # the last reading before it was back within DESTABILISED_RISE
     calm = [point for point in val if not first <= point[0] <= settled]
     return Finding(LOSS_SPIKE, evidence, first, VAL_LOSS, last if end < len(val) else None), calm
-
-
-def _spikes(val: Series) -> Iterator[tuple[float, float, int, int]]:
-    """Each rise of `val` more than SPIKE_RISE above its lowest before that came back down: its peak, that
-    lowest, its first index and the index after it."""
-    low, index = math.inf, 0
-    while index < len(val):
-        if val[index][1] <= low + SPIKE_RISE:
-            low, index = min(low, val[index][1]), index + 1
-            continue
-        end = _first_below(val, index, low + SPIKE_RISE)
-        peak, after = max(value for _, value in val[index:end]), val[min(end, len(val) - 1)][1]
-        if end < len(val) or peak - after >= SPIKE_RETURN * (peak - low):
-            yield peak, low, index, end
-        index = end
-
-
-def _first_below(val: Series, start: int, level: float) -> int:
-    return next((index for index in range(start, len(val)) if val[index][1] <= level), len(val))
 
 
 def _rose(run: RunSummary, val: Series) -> Finding | None:
@@ -183,11 +160,11 @@ def _rose(run: RunSummary, val: Series) -> Finding | None:
     rise, then, now = end - low, train_loss_near(run, low_step), train_loss_near(run, end_step)
     trained = then is not None and now is not None
     if trained and then - now >= OVERFITTING_TRAIN_DROP:
-        evidence = (
-            f"the training loss fell {then:.3f} → {now:.3f} while the validation loss rose {rise:.2f} from "
-            f"its minimum {low:.3f}: the train–val gap widened {low - then:.2f} → {end - now:.2f}, too "
-            "little data or regularisation for the steps"
+        evidence = f"the training loss fell {then:.3f} → {now:.3f} while the validation loss rose {rise:.2f} "
+        evidence += (
+            f"from its minimum {low:.3f}: the train–val gap widened {low - then:.2f} → {end - now:.2f}, "
         )
+        evidence += "too little data or regularisation for the steps"
         return Finding(OVERFITTING, evidence, low_step, VAL_LOSS)
     trend = f" (training loss {then:.3f} → {now:.3f})" if trained else ""
     evidence = f"the validation loss rose {rise:.2f} from its minimum {low:.3f}{trend}"
@@ -213,10 +190,8 @@ def _stall(run: RunSummary, reference: Mapping[str, float] | None) -> Finding | 
     if final >= unigram - STALL_MARGIN:
         kind, level = IGNORES_CONTEXT, unigram
         where = "is" if final <= unigram + STALL_MARGIN else "is above"
-        what = (
-            f"{where} the unigram level {unigram:.3f}: it learned at most the characters' frequencies, "
-            "nothing of their context"
-        )
+        what = f"{where} the unigram level {unigram:.3f}: it learned at most the characters' "
+        what += "frequencies, nothing of their context"
     elif abs(final - bigram) <= STALL_MARGIN:
         kind, level = BIGRAM_STALL, bigram
         what = f"is the bigram level {bigram:.3f}: it predicts from the last character alone"
@@ -228,7 +203,6 @@ def _stall(run: RunSummary, reference: Mapping[str, float] | None) -> Finding | 
 
 
 def _collapse(run: RunSummary) -> Finding | None:
-    """The deepest block's token spread below COLLAPSED_SPREAD, in its episode."""
     deepest = _deepest(run, "token_spread")
     found = next(_episodes([deepest] if deepest else [], _collapsed), None)
     if found is None:
@@ -244,10 +218,8 @@ def _collapse(run: RunSummary) -> Finding | None:
     if earlier is not None and earlier[1] is not None:  # a collapse to the end that had recovered before
         after += f"; it had collapsed before, from step {earlier[0]} to {earlier[1]}, and recovered to "
         after += f"{_after(curve.series, earlier[1]):.2g} in between"
-    evidence = (
-        f"the last block's token spread fell to {min(v for _, v in inside):.1e}{_span(start, until)} "
-        f"(below {COLLAPSED_SPREAD:g}; about 1 for independent tokens){after}"
-    )
+    evidence = f"the last block's token spread fell to {min(v for _, v in inside):.1e}{_span(start, until)} "
+    evidence += f"(below {COLLAPSED_SPREAD:g}; about 1 for independent tokens){after}"
     return Finding(COLLAPSED, evidence, start, curve.tag, until)
 
 
@@ -266,16 +238,15 @@ def _dead_units(run: RunSummary) -> Finding | None:
         return None
     _, worst, *_, curve, start, until = max(found)
     after = "" if until is None else f", then {_after(curve.series, until):.0%}"
-    evidence = (
-        f"up to {worst:.0%} of block {curve.block}'s FFN units never fired on the fixed batch"
+    evidence = f"up to {worst:.0%} of block {curve.block}'s FFN units never fired on the fixed batch"
+    evidence += (
         f"{_span(start, until)} (above {DEAD_FRACTION:.0%}; healthy runs under 1%){after}: width the run "
-        "pays for and does not use"
     )
+    evidence += "pays for and does not use"
     return Finding(DEAD_UNITS, evidence, start, curve.tag, until)
 
 
 def _starved(run: RunSummary) -> Finding | None:
-    """The deepest block's W_q and W_k gradients below STARVED_RATIO of W_v's and W_o's, in an episode."""
     grads = [_deepest(run, f"grad_{name}") for name in ("w_q", "w_k", "w_v", "w_o")]
     if None in grads:
         return None
@@ -287,10 +258,8 @@ def _starved(run: RunSummary) -> Finding | None:
         return None
     step, until = found
     last = steps[-1] if until is None else until
-    evidence = (
-        f"the last block's W_q gradient norm is {q[last]:.1e} against W_v's {v[last]:.1e}"
-        f"{_span(step, until)} (below {STARVED_RATIO:g}×): its attention cannot learn where to look"
-    )
+    evidence = f"the last block's W_q gradient norm is {q[last]:.1e} against W_v's {v[last]:.1e}"
+    evidence += f"{_span(step, until)} (below {STARVED_RATIO:g}×): its attention cannot learn where to look"
     return Finding(STARVED, evidence, step, grads[0].tag, until)
 
 
@@ -312,10 +281,8 @@ def _saturated(run: RunSummary) -> Finding | None:
     if not found:
         return None
     _, step, block, entropy, logit, until, tag = min(found)
-    evidence = (
-        f"block {block}'s attention entropy is {entropy:.3f} nats with logits up to {logit:.0f}"
-        f"{_span(step, until)}: each query attends to one key and its softmax passes no gradient"
-    )
+    evidence = f"block {block}'s attention entropy is {entropy:.3f} nats with logits up to {logit:.0f}"
+    evidence += f"{_span(step, until)}: each query attends to one key and its softmax passes no gradient"
     return Finding(SATURATED, evidence, step, tag, until)
 
 
@@ -342,11 +309,9 @@ def _improving_from_training(run: RunSummary, validations: int) -> Finding | Non
     p_value = fit.pvalue / 2 if fit.slope < 0 else 1.0  # one-sided: a fall
     if drop <= IMPROVING_DROP or not p_value <= IMPROVING_TRAIN_ALPHA:
         return None
-    how = (
-        f"over its last {len(last)} logged values ({last[0][1]:.2f} at step {last[0][0]} → {last[-1][1]:.2f} "
-        f"at step {last[-1][0]}; slope p = {p_value:.2g}), read from the training curve: it has "
-        f"{'no validation point' if validations == 0 else 'one validation point'}"
-    )
+    how = f"over its last {len(last)} logged values ({last[0][1]:.2f} at step {last[0][0]} → "
+    how += f"{last[-1][1]:.2f} at step {last[-1][0]}; slope p = {p_value:.2g}), read from the training "
+    how += "curve: it has " + ("no validation point" if validations == 0 else "one validation point")
     return _still_falling("training", drop, how, TRAIN_LOSS)
 
 
@@ -375,10 +340,7 @@ def episode(series: Series, holds: Callable[[float], bool]) -> tuple[int, int | 
     return series[first][0], series[end][0]
 
 
-def _episodes(
-    curves: Iterable[HealthCurve], holds: Callable[[float], bool]
-) -> Iterator[tuple[HealthCurve, tuple[int, int | None], Series]]:
-    """Each curve's `episode` where `holds`, with the readings inside it."""
+def _episodes(curves: Iterable[HealthCurve], holds: Callable[[float], bool]) -> Iterator[Episode]:
     for curve in curves:
         found = episode(curve.series, holds)
         if found is not None:
@@ -404,7 +366,6 @@ def since(series: Series, holds: Callable[[float], bool]) -> int | None:
 
 
 def _by_block(run: RunSummary, quantity: str) -> dict[int, HealthCurve]:
-    """The run's `training_health/<quantity>/block_<k>` curves that have readings, by block."""
     prefix = f"{HEALTH_PREFIX}{quantity}/block_"
     tags = [tag for tag, series in run.health.items() if tag.startswith(prefix) and series]
     curves = [HealthCurve(tag, int(tag.removeprefix(prefix)), run.health[tag]) for tag in tags]
