@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,12 +14,11 @@ from scipy.stats import binomtest
 
 from tinylm.analysis.estimates import Estimate, PairedTests, estimate, paired_tests
 from tinylm.analysis.runs import ReportError, RunSummary, natural_key, shared_reference
-from tinylm.analysis.verdicts import Comparison, Judgement, Outcome, Verdict, judge
+from tinylm.analysis.verdicts import Comparison
 from tinylm.overrides import shown
 
 LR = "optim.lr"
-# How a report tuned rates and counted failures; reports of format 2 and earlier were cross-fitted (each seed
-# at the rate the others chose, only diverged runs failed), and are rendered as they were judged.
+# How a report tuned rates and counted failures; format 2 and earlier: cross-fitted (docs/results.md).
 CROSS_FITTED = "cross-fitted"
 TUNED_THEN_JUDGED = "tuned then judged"
 Chosen = TypeVar("Chosen", RunSummary, "Setting")
@@ -56,7 +55,7 @@ class Setting:
 
     @property
     def fail_interval(self) -> tuple[float, float] | None:
-        """The exact (Clopper-Pearson) 95% interval of its runs' failure rate; None without results."""
+        """The exact (Clopper-Pearson) 95% interval of its runs' failure rate."""
         if not self.results:
             return None
         ci = binomtest(self.fails, len(self.results)).proportion_ci(0.95, method="exact")
@@ -156,15 +155,19 @@ def tuned_settings(
             for seed, v in by_rate.get(rate, {}).items()
             if seed not in tuning and (judged_on is None or seed in judged_on)
         }
-        chosen = next((s for s in group if s.choices[LR] == rate), group[0])
-        tuned.append(
-            Setting(
-                dict(zip(columns, key, strict=True)), [run for s in group for run in s.runs], results,
-                {seed: chosen.windows[seed] for seed in results if seed in chosen.windows},
-                trained(results, confidence), rate=rate, tuned_on=tuple(sorted(tuning, key=natural_key)),
-                rates=dict.fromkeys(results, rate), by_rate=by_rate,
-            )
-        )  # fmt: skip
+        windows = next((s.windows for s in group if s.choices[LR] == rate), group[0].windows)
+        setting = Setting(
+            dict(zip(columns, key, strict=True)),
+            [run for s in group for run in s.runs],
+            results,
+            {seed: windows[seed] for seed in results if seed in windows},
+            trained(results, confidence),
+            rate=rate,
+            tuned_on=tuple(sorted(tuning, key=natural_key)),
+            rates=dict.fromkeys(results, rate),
+            by_rate=by_rate,
+        )
+        tuned.append(setting)
     return sorted(tuned, key=ranking)
 
 
@@ -202,9 +205,8 @@ def pick_baseline(settings: Sequence[Setting], wanted: dict[str, Any], columns: 
     """The one setting `wanted` names."""
     unknown = sorted(set(wanted) - set(columns))
     if unknown:
-        among = ", ".join(columns)
         raise ReportError(
-            f"the baseline names {unknown}, which do not vary in this sweep; choose among {among}"
+            f"the baseline names {unknown}, which do not vary in this sweep; choose among {', '.join(columns)}"
         )
     described = ",".join(f"{k}={shown(v)}" for k, v in wanted.items())
     matching = [s for s in settings if all(s.choices.get(k) == v for k, v in wanted.items())]
@@ -218,45 +220,12 @@ def pick_baseline(settings: Sequence[Setting], wanted: dict[str, Any], columns: 
     return matching[0]
 
 
-def compare_families(
-    families: Sequence[tuple[Sequence[Setting], Setting]], rules: Rules, seeds: Collection[str] | None = None
-) -> list[list[Comparison | None]]:
-    """Every setting of each family against its baseline (on `seeds` only, when given), all one Holm family,
-    None for a baseline; with the rate tuned, the sweep's own seeds chose it and judge nothing."""
-    rows = [(s, base) for settings, base in families for s in settings if s is not base]
-    if rules.lr_varies:
-        compared = iter([not_yet_judged(s, base) for s, base in rows])
-    else:
-        tests = [tests_against(s, base, rules, seeds) for s, base in rows]
-        compared = iter(judge(tests, rules.min_effect, rules.alpha))
-    return [[None if s is base else next(compared) for s in settings] for settings, base in families]
-
-
-def judged(setting: Setting, comparison: Comparison | None, added: Comparison | None = None) -> Setting:
-    """A family's row: `setting` with its comparison and the added seeds' (a baseline: `setting` itself)."""
-    if comparison is None and added is None:
-        return setting
-    # The one rebuild: a row's comparisons are known only once its whole family is judged, after grouping.
-    return replace(setting, comparison=comparison, added=added)
-
-
 def tests_against(
     setting: Setting, base: Setting, rules: Rules, seeds: Collection[str] | None = None
 ) -> PairedTests:
     """The tests of one row, paired over seeds (`seeds` only, when given)."""
-
-    def kept(values: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in values.items() if seeds is None or k in seeds}
-
-    windows = (kept(setting.windows), kept(base.windows))
-    return paired_tests(
-        kept(setting.results), kept(base.results), rules.min_effect, rules.confidence, windows
+    mine, theirs, my_windows, their_windows = (
+        {k: v for k, v in values.items() if seeds is None or k in seeds}
+        for values in (setting.results, base.results, setting.windows, base.windows)
     )
-
-
-def not_yet_judged(setting: Setting, base: Setting) -> Comparison:
-    """A tuned row before any judging seed: its rate, and its baseline's, chosen on the sweep's seeds."""
-    seeds = f"seed{'s' if len(setting.tuned_on) != 1 else ''} {', '.join(setting.tuned_on)}"
-    rates = f"rates {shown(setting.rate)} against {shown(base.rate)}, chosen on {seeds}"
-    verdict = Verdict(f"not yet judged ({rates})", Outcome.NOT_RESOLVED)
-    return Comparison(PairedTests(()), Judgement(verdict=verdict))
+    return paired_tests(mine, theirs, rules.min_effect, rules.confidence, (my_windows, their_windows))

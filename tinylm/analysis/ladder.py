@@ -8,23 +8,16 @@ import itertools
 import math
 import statistics
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from scipy.stats import ttest_ind_from_stats
 
-from tinylm.analysis.grouping import (
-    Rules,
-    Setting,
-    compare_families,
-    groups_of,
-    judged,
-    pick_baseline,
-    varying,
-)
+from tinylm.analysis.estimates import PairedTests
+from tinylm.analysis.grouping import Rules, Setting, groups_of, pick_baseline, tests_against, varying
 from tinylm.analysis.runs import shared_reference
 from tinylm.analysis.sequential_design import Design, judge_added, own_seeds
-from tinylm.analysis.verdicts import Comparison, Outcome, failure_words, holm
+from tinylm.analysis.verdicts import Comparison, Judgement, Outcome, Verdict, failure_words, holm, judge
 from tinylm.overrides import shown
 
 # The choice a scale ladder varies (conf/size/): a sweep over it whose baseline does not name it is a ladder
@@ -34,7 +27,7 @@ SCALE_KEY = "size"
 
 @dataclass(frozen=True)
 class Rung:
-    """One level: its name (the axis's values), its runs' parameters and steps, its baseline, and every
+    """One level: its name (the axis's values), its runs' median parameters and steps, its baseline, and every
     design at it (baseline included), each judged against that baseline."""
 
     level: str
@@ -131,26 +124,36 @@ def judge_family(
     levels = ladder_levels(family, axis) if axis else [("", None, None, list(family))]
     design_columns = [c for c in columns if c not in axis]
     groups = [(group, pick_baseline(group, wanted, design_columns)) for *_, group in levels]
-    compared = compare_families(groups, rules, own_seeds(design))
-    own = {
-        s.key(columns): (c, base.key(columns))
-        for (group, base), found in zip(groups, compared, strict=True)
-        for s, c in zip(group, found, strict=True)
-    }
+    rows = [(s, base) for group, base in groups for s in group if s is not base]
+    if rules.lr_varies:  # the sweep's own seeds chose each rate and judge nothing: each row says so
+        compared = []
+        for s, base in rows:
+            seeds = f"seed{'s' if len(s.tuned_on) != 1 else ''} {', '.join(s.tuned_on)}"
+            rates = f"rates {shown(s.rate)} against {shown(base.rate)}, chosen on {seeds}"
+            verdict = Verdict(f"not yet judged ({rates})", Outcome.NOT_RESOLVED)
+            compared.append(Comparison(PairedTests(()), Judgement(verdict=verdict)))
+    else:
+        tests = [tests_against(s, base, rules, own_seeds(design)) for s, base in rows]
+        compared = judge(tests, rules.min_effect, rules.alpha)
+    own = {s.key(columns): (c, base.key(columns)) for (s, base), c in zip(rows, compared, strict=True)}
     keys = [s.key(columns) for s in family]
-    still = {key: own[key][1] for key in keys if own[key][0] is not None and not own[key][0].resolved}
+    still = {key: own[key][1] for key in keys if key in own and not own[key][0].resolved}
     added = {}
     if design is not None and len(design.looks) >= 2:
         added = judge_added(still, settings, columns, rules, design)
-    rows = {key: judged(s, own[key][0], added.get(key)) for s, key in zip(family, keys, strict=True)}
+    # The one rebuild: a row's comparisons are known only once its whole family is judged, after grouping.
+    judged = {
+        key: replace(s, comparison=own[key][0], added=added.get(key)) if key in own else s
+        for s, key in zip(family, keys, strict=True)
+    }
     if not axis:
-        return list(rows.values()), groups[0][1], None
+        return list(judged.values()), groups[0][1], None
     rungs = [
-        Rung(level, params, steps, base, [rows[s.key(columns)] for s in group])
+        Rung(level, params, steps, base, [judged[s.key(columns)] for s in group])
         for (level, params, steps, group), (_, base) in zip(levels, groups, strict=True)
     ]
     ladder = Ladder(list(axis), design_columns, rungs, trends(rungs, design_columns, rules.alpha, axis))
-    return list(rows.values()), None, ladder
+    return list(judged.values()), None, ladder
 
 
 def ladder_levels(
@@ -204,8 +207,6 @@ def _ends(found: list[tuple[Rung, Setting]]) -> list[Any]:
 
 
 def _change(found: list[tuple[Rung, Setting]]) -> tuple[float | None, float | None]:
-    """The difference at the last level minus that at the first, and Welch's t test of it (scipy): the levels'
-    runs are independent, each difference's sd and seed count as its comparison estimated them."""
     small, large = _ends(found)
     if len(found) < 2 or any(d is None or not math.isfinite(d.mean) for d in (small, large)):
         return None, None
