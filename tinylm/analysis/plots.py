@@ -20,9 +20,8 @@ from matplotlib.transforms import blended_transform_factory
 
 from tinylm.analysis.estimates import Estimate, estimate
 from tinylm.analysis.grouping import LR, Setting
-from tinylm.analysis.metric import Metric
 from tinylm.analysis.report import SweepReport
-from tinylm.analysis.runs import natural_key
+from tinylm.analysis.runs import Metric, natural_key
 from tinylm.analysis.verdicts import Outcome
 from tinylm.analysis.why import judged_runs, quantity, why_figure
 

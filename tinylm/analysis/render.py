@@ -10,10 +10,9 @@ from tinylm.analysis import formats
 from tinylm.analysis.estimates import PairedTests
 from tinylm.analysis.formats import Column, blocks, choice_columns, md_table, plural
 from tinylm.analysis.grouping import CROSS_FITTED, Setting, gain_over_unigram, setting_label, varying
-from tinylm.analysis.metric import STEPS_TO
 from tinylm.analysis.render_sections import added_section, cost_lines, ladder_title, rates_cell
 from tinylm.analysis.report import SweepReport
-from tinylm.analysis.runs import RunSummary
+from tinylm.analysis.runs import STEPS_TO, RunSummary
 from tinylm.analysis.verdicts import Judgement
 from tinylm.overrides import shown
 

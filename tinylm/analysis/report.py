@@ -25,8 +25,18 @@ from tinylm.analysis.grouping import (
     varying,
 )
 from tinylm.analysis.ladder import SCALE_KEY, Ladder, baseline_keys, judge_family
-from tinylm.analysis.metric import FINAL_LOSS, LOSS, STEPS_TO, TIME_TO, Metric
-from tinylm.analysis.runs import DESIGN_CHOICES, ReportError, RunSummary, read_runs, shared_reference
+from tinylm.analysis.runs import (
+    DESIGN_CHOICES,
+    FINAL_LOSS,
+    LOSS,
+    STEPS_TO,
+    TIME_TO,
+    Metric,
+    ReportError,
+    RunSummary,
+    read_runs,
+    shared_reference,
+)
 from tinylm.analysis.sequential_design import Design, own_seeds, read_design
 from tinylm.analysis.verdicts import ALPHA, Comparison, family_size
 from tinylm.analysis.why import (

@@ -1,5 +1,5 @@
 """A sweep's runs as the report reads them: each directory below it with a `.hydra/overrides.yaml`, its
-choices, how it ended (`metrics.json`; none: `unfinished`) and its TensorBoard curves."""
+choices, how it ended (`metrics.json`; none: `unfinished`), its TensorBoard curves and its `--metric`."""
 
 from __future__ import annotations
 
@@ -15,25 +15,74 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from tinylm import layout
-from tinylm.analysis.metric import FINAL_LOSS, Metric
+from tinylm.analysis.estimates import MIN_EFFECT
 from tinylm.errors import ConfigError, UserError
 from tinylm.overrides import choices
 
-# Always shown: the design choices tinylm exists to compare.
-DESIGN_CHOICES = ("norm", "norm_type", "act")
-_THROUGHPUT_TAGS = ("train/device/items_per_sec", "train/items_per_sec")
+DESIGN_CHOICES = ("norm", "norm_type", "act")  # always shown: the design choices tinylm exists to compare
 # A run's last validation, by its key in the record: read there when it logged no validation curve.
-_RECORDED = {
-    "final_val_loss": layout.VAL_LOSS,
-    "best_val_loss": layout.BEST_VAL_LOSS,
-    "final_bpc": layout.VAL_BPC,
-}
+_RECORDED = dict(final_val_loss=layout.VAL_LOSS, best_val_loss=layout.BEST_VAL_LOSS, final_bpc=layout.VAL_BPC)
 HEALTH_PREFIX = "training_health/"
+LOSS, STEPS_TO, TIME_TO = "loss", "steps_to", "time_to"
 Curve = list[tuple[int, float, float]]  # (step, value, seconds since the run's first scalar)
 
 
 class ReportError(UserError, ValueError):
     """The directory cannot be reported on: missing, empty, or not a sweep; or a bad report option."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """What a report compares runs on (`--metric`): the final validation loss (`level` None), or the optimizer
+    steps or training seconds at which the validation loss first reached `level` nats/char."""
+
+    kind: str = LOSS
+    level: float | None = None
+
+    @property
+    def is_loss(self) -> bool:
+        return self.kind == LOSS
+
+    @property
+    def flag(self) -> str:
+        """As `--metric` names it: `loss`, `steps_to=1.88`."""
+        return self.kind if self.level is None else f"{self.kind}={self.level:g}"
+
+    @property
+    def tag(self) -> str | None:
+        """The key of a run's result in its metrics.json (None: the loss, read as ever)."""
+        if self.level is None:
+            return None
+        step, time_s = layout.target_tags(self.level)
+        return step if self.kind == STEPS_TO else time_s
+
+    @property
+    def noun(self) -> str:
+        if self.level is None:
+            return "final validation loss"
+        return f"{'steps' if self.kind == STEPS_TO else 'seconds'} to {self.level:g}"
+
+    @property
+    def units(self) -> str:
+        return {LOSS: "nats/char", STEPS_TO: "steps", TIME_TO: "s"}[self.kind]
+
+    @property
+    def lower(self) -> str:
+        """What a difference below 0 means."""
+        return {LOSS: "a lower loss", STEPS_TO: "fewer steps", TIME_TO: "less time"}[self.kind]
+
+    @property
+    def min_effect(self) -> float:
+        """δ by default, in the metric's units: the smallest difference worth a claim (--min-effect)."""
+        return {LOSS: MIN_EFFECT, STEPS_TO: 50.0, TIME_TO: 10.0}[self.kind]
+
+    @property
+    def digits(self) -> int:
+        """Decimals of a mean or a difference as the report prints it."""
+        return 4 if self.is_loss else 1
+
+
+FINAL_LOSS = Metric()
 
 
 @dataclass
@@ -106,8 +155,8 @@ def find_run_dirs(sweep_dir: str | Path) -> list[Path]:
                 f"`python scripts/report.py {above}`"
             )
         raise ReportError(
-            f"{str(sweep_dir)!r} is a single run, not a sweep: a report compares settings over seeds; its curves "
-            f"are in `tensorboard --logdir {sweep_dir}` and how it ended in its metrics.json"
+            f"{str(sweep_dir)!r} is a single run, not a sweep: a report compares settings over seeds; its "
+            f"curves are in `tensorboard --logdir {sweep_dir}` and how it ended in its metrics.json"
         )
     marked = {p.parent for name in (layout.SWEEP_RECORD, layout.DESIGN_FILE) for p in sweep_dir.rglob(name)}
     # Less those inside another: a sweep's added seeds are launched as sweeps of their own in its added/.
@@ -115,8 +164,8 @@ def find_run_dirs(sweep_dir: str | Path) -> list[Path]:
     if sweeps and sweeps != [sweep_dir]:
         listed = ", ".join(str(s) for s in sweeps)
         raise ReportError(
-            f"{str(sweep_dir)!r} holds {len(sweeps)} sweep{'s' if len(sweeps) > 1 else ''} ({listed}); report "
-            "each by its own directory: pooled, their seeds would be judged as one experiment"
+            f"{str(sweep_dir)!r} holds {len(sweeps)} sweep{'s' if len(sweeps) > 1 else ''} ({listed}); "
+            "report each by its own directory: pooled, their seeds would be judged as one experiment"
         )
     runs = [p.parent.parent for p in sweep_dir.rglob(".hydra/overrides.yaml")]
     if not runs:
@@ -132,48 +181,8 @@ def natural_key(text: str) -> list[Any]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
-def read_overrides(run_dir: Path) -> dict[str, Any]:
-    """The run's command-line choices, key -> value as Hydra types it: two Optuna trials at 0.00125029 and
-    0.00125039 stay two settings, however they are printed."""
-    lines = OmegaConf.to_container(OmegaConf.load(run_dir / layout.HYDRA_DIR / "overrides.yaml")) or []
-    return {choice.key: choice.typed for choice in choices([str(line) for line in lines])}
-
-
-def _buildable_model(config: Any) -> dict[str, Any] | None:
-    """The model section where `ModelConfig` accepts it: a job refused for its model settings has none."""
-    if "model" not in config:
-        return None
-    from tinylm.model.config import ModelConfig  # torch only once a sweep is read
-
-    model = OmegaConf.to_container(config.model, resolve=True)
-    try:
-        ModelConfig.from_dict(dict(model))  # type: ignore[arg-type]
-    except ConfigError:
-        return None
-    return model  # type: ignore[return-value]
-
-
-def read_scalars(sweep_dir: Path, run_dirs: Sequence[Path]) -> dict[Path, Any]:
-    """Every run's TensorBoard scalars (a pandas DataFrame: step, tag, value, wall_time), read in one pass."""
-    import tbparse
-
-    frame = tbparse.SummaryReader(
-        str(sweep_dir), extra_columns={"dir_name", "wall_time"}, event_types={"scalars"}
-    ).scalars
-    if frame.empty:
-        return {}
-    owners = set(run_dirs)
-    parts: dict[Path, list[Any]] = {}
-    for dir_name, rows in frame.groupby("dir_name"):
-        event_dir = sweep_dir / str(dir_name)
-        owner = next((p for p in (event_dir, *event_dir.parents) if p in owners), None)
-        if owner is not None:  # a run may log into more than one TensorBoard directory
-            parts.setdefault(owner, []).append(rows)
-    return {owner: pd.concat(frames, ignore_index=True) for owner, frames in parts.items()}
-
-
 def _series(scalars: Any, tag: str) -> Curve:
-    """`tag` as (step, value, wall time) by step; a step logged twice (a resumed run) keeps its latest value."""
+    """`tag` as (step, value, wall time) by step; a step logged twice (a resumed run) keeps the latest."""
     latest = (
         scalars[scalars.tag == tag].sort_values(["step", "wall_time"]).drop_duplicates("step", keep="last")
     )
@@ -184,9 +193,9 @@ def _series(scalars: Any, tag: str) -> Curve:
 
 
 def _tokens_per_second(scalars: Any) -> float | None:
-    """Median of Lightning's rolling throughput, or, for runs too short to fill its window, the mean rate
-    between the first and last logged step from its cumulative counters."""
-    for tag in _THROUGHPUT_TAGS:
+    """Median of Lightning's rolling throughput; for runs too short to fill its window, the mean rate between
+    the first and last logged step from its cumulative counters."""
+    for tag in ("train/device/items_per_sec", "train/items_per_sec"):
         values = [v for _, v, _ in _series(scalars, tag) if math.isfinite(v)]
         if values:
             return statistics.median(values)
@@ -197,8 +206,7 @@ def _tokens_per_second(scalars: Any) -> float | None:
 
 
 def _logged(scalars: Any | None, curve_tag: str | None) -> dict[str, Any]:
-    """A run's fields its TensorBoard scalars give: its curves (`curve`: `curve_tag`'s, else the validation
-    loss), throughput and, if it logged a validation curve, its last validation."""
+    """A run's fields its TensorBoard scalars give: its curves, throughput and last validation."""
     if scalars is None or scalars.empty:
         return {}
     start = float(scalars.wall_time.min())
@@ -225,58 +233,59 @@ def _logged(scalars: Any | None, curve_tag: str | None) -> dict[str, Any]:
     }
 
 
-def _evaluated(windows: list[float] | None, available: Any, final: float | None, last: float | None) -> str:
-    """Which evaluation the final loss is: `final, 960 of 7,477 validation windows`, `last validation`."""
-    if final is None:
-        return "—" if last is None else "last validation"
-    if not windows:
-        return "final"
-    return (
-        f"final, {layout.evaluated_windows(len(windows), available if isinstance(available, int) else None)}"
-    )
-
-
-def _configured(config: Any) -> dict[str, Any]:
-    """A run's fields its composed config (Hydra's copy) gives."""
+def _configured(run_dir: Path) -> dict[str, Any]:
+    """A run's fields its composed config (Hydra's copy) and its command line give."""
+    config = OmegaConf.load(run_dir / layout.HYDRA_DIR / layout.CONFIG_FILE)
+    # Each choice as Hydra types it: two Optuna trials at 0.00125029 and 0.00125039 stay two settings.
+    overrides = OmegaConf.to_container(OmegaConf.load(run_dir / layout.HYDRA_DIR / "overrides.yaml")) or []
     batch, block = _config_value(config, "data.batch_size"), _config_value(config, "model.block_size")
     accumulate = _config_value(config, "trainer.accumulate_grad_batches") or 1
     levels = _config_value(config, "callbacks.targets.levels")
+    watched = (
+        tuple(float(v) for v in levels if isinstance(v, int | float)) if OmegaConf.is_list(levels) else None
+    )
+    named = {key: _config_value(config, key) for key in ("baseline", "ladder")}
+    # The model section where `ModelConfig` accepts it: a job refused for its model settings has none.
+    model = OmegaConf.to_container(config.model, resolve=True) if "model" in config else None
+    if model is not None:
+        from tinylm.model.config import ModelConfig  # torch only once a sweep is read
+
+        try:
+            ModelConfig.from_dict(dict(model))  # type: ignore[arg-type]
+        except ConfigError:
+            model = None
     return {
+        "choices": {choice.key: choice.typed for choice in choices([str(line) for line in overrides])}
+        | {n: str(_config_value(config, f"model.{n}")) for n in DESIGN_CHOICES},
         "seed": str(_config_value(config, "seed")),
         "max_steps": _integer(_config_value(config, "trainer.max_steps")),
         "chars_per_step": batch * block * accumulate
         if isinstance(batch, int) and isinstance(block, int)
         else None,
-        "baseline": _text(_config_value(config, "baseline")),
-        "ladder": _text(_config_value(config, "ladder")),
-        "model": _buildable_model(config),
-        "watched": tuple(float(v) for v in levels if isinstance(v, int | float))
-        if OmegaConf.is_list(levels)
-        else None,
+        **{key: str(value) if value else None for key, value in named.items()},
+        "model": model,
+        "watched": watched,
     }
 
 
 def summarize_run(
-    run_dir: Path,
-    sweep_dir: Path,
-    scalars: Any | None,
-    curve_tag: str | None = None,
-    metric: Metric = FINAL_LOSS,
+    run_dir: Path, sweep_dir: Path, scalars: Any, curve_tag: str | None = None, metric: Metric = FINAL_LOSS
 ) -> RunSummary:
     """One run from its config, its record (metrics.json; none: `unfinished`) and its TensorBoard `scalars`;
     without TensorBoard its record's last validation stands for the curve's."""
-    config = OmegaConf.load(run_dir / layout.HYDRA_DIR / layout.CONFIG_FILE)
     record = layout.read_run_record(run_dir) or {}
     logged = _logged(scalars, curve_tag)
     if not logged.get("val_curve"):
         logged |= {name: _number(record.get(key)) for name, key in _RECORDED.items()}
-    last = logged["final_val_loss"]
     # Its evaluation after the last step (None: it made none) stands for its last validation.
     final = _number(record.get(layout.FINAL_VAL_LOSS))
-    if final is not None:
-        logged |= {"final_val_loss": final, "final_bpc": final / math.log(2)}
     windows = record.get(layout.FINAL_WINDOW_LOSSES)
     windows = [float(v) for v in windows] if isinstance(windows, list) and final is not None else None
+    evaluated = "—" if logged["final_val_loss"] is None else "last validation"
+    if final is not None:
+        logged |= {"final_val_loss": final, "final_bpc": final / math.log(2)}
+        available = _integer(record.get(layout.FINAL_SPLIT_WINDOWS))
+        evaluated = f"final, {layout.evaluated_windows(len(windows), available)}" if windows else "final"
     steps, train = _integer(record.get("step")), logged.get("train_curve")
     reference = record.get(layout.REFERENCE_LEVELS)
     number = re.match(r"(\d+)_", run_dir.name)  # Hydra prefixes a job's directory with its number
@@ -284,16 +293,12 @@ def summarize_run(
         path=run_dir,
         name=(run_dir.parent / number[1] if number else run_dir).relative_to(sweep_dir).as_posix(),
         status=str(record["status"]) if record else "unfinished",
-        choices={
-            **read_overrides(run_dir),
-            **{n: str(_config_value(config, f"model.{n}")) for n in DESIGN_CHOICES},
-        },
         steps=steps if steps is not None or not train else train[-1][0] + 1,
         params=int(record["params"]) if _number(record.get("params")) is not None else None,
         wall_time_s=_number(record.get("wall_time_s")),
         error=record.get("error"),
         window_losses=windows,
-        evaluated=_evaluated(windows, record.get(layout.FINAL_SPLIT_WINDOWS), final, last),
+        evaluated=evaluated,
         reference={k: float(v) for k, v in reference.items()} if isinstance(reference, dict) else None,
         val_in_training=_number(record.get(layout.VAL_IN_TRAINING)),
         diverged_at=_integer(record.get(layout.DIVERGED_AT)),
@@ -304,7 +309,7 @@ def summarize_run(
         },
         metric=metric,
         **logged,
-        **_configured(config),
+        **_configured(run_dir),
     )
 
 
@@ -320,25 +325,31 @@ def _integer(value: Any) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def _text(value: Any) -> str | None:
-    return str(value) if value else None
-
-
 def read_runs(
     sweep_dir: str | Path, curve_tag: str | None = None, metric: Metric = FINAL_LOSS
 ) -> list[RunSummary]:
     """Every run of the sweep in job order, its `result` by `metric`; `curve_tag` picks each run's `curve`."""
+    import tbparse
+
     sweep_dir = Path(sweep_dir)
     run_dirs = find_run_dirs(sweep_dir)
-    scalars = read_scalars(sweep_dir, run_dirs)
+    frame = tbparse.SummaryReader(
+        str(sweep_dir), extra_columns={"dir_name", "wall_time"}, event_types={"scalars"}
+    ).scalars
+    parts: dict[Path, list[Any]] = {}
+    for dir_name, rows in frame.groupby("dir_name") if not frame.empty else ():
+        event_dir = sweep_dir / str(dir_name)
+        owner = next((p for p in (event_dir, *event_dir.parents) if p in run_dirs), None)
+        if owner is not None:  # a run may log into more than one TensorBoard directory
+            parts.setdefault(owner, []).append(rows)
+    scalars = {owner: pd.concat(frames, ignore_index=True) for owner, frames in parts.items()}
     return [
         summarize_run(run_dir, sweep_dir, scalars.get(run_dir), curve_tag, metric) for run_dir in run_dirs
     ]
 
 
 def shared_reference(runs: Sequence[RunSummary]) -> dict[str, float] | None:
-    """The reference levels every run that recorded them shares; None if none did or they differ (runs on
-    different corpora or splits)."""
+    """The reference levels every run that recorded them shares; None if none did or they differ."""
     levels = [run.reference for run in runs if run.reference]
     if not levels or any(
         set(other) != set(levels[0]) or any(abs(other[k] - levels[0][k]) > 1e-9 for k in other)
