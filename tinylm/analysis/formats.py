@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tinylm.analysis.estimates import Estimate
 from tinylm.overrides import shown
 
 
-def fmt_number(value: float | None, digits: int = 4, signed: bool = False) -> str:
+def fmt_number(value: float | Estimate | None, digits: int = 4, signed: bool = False) -> str:
+    value = value.mean if isinstance(value, Estimate) else value
     if value is None:
         return "—"
     if not math.isfinite(value):
         return "diverged" if value == math.inf else str(value)
     return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
-
-
-def fmt_mean(e: Estimate | None, digits: int = 4, signed: bool = False) -> str:
-    return fmt_number(None if e is None else e.mean, digits, signed)
 
 
 def fmt_interval(e: Estimate | None, signed: bool = False, digits: int = 4) -> str:
@@ -41,32 +37,24 @@ def fmt_p(value: float | None) -> str:
 
 
 def fmt_duration(seconds: float) -> str:
-    hours = seconds / 3600
-    return f"{hours:,.1f} hours" if hours >= 2 else f"{seconds / 60:.0f} minutes"
+    return f"{seconds / 3600:,.1f} hours" if seconds >= 2 * 3600 else f"{seconds / 60:.0f} minutes"
 
 
 def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'s' if count != 1 else ''}"
 
 
-@dataclass(frozen=True)
-class Column:
-    """A column of a report table: its header and its cell for a row."""
-
+class Column(NamedTuple):
     header: str
-    cell: Callable[[Any], Any]
+    cell: Callable[[Any], Any]  # the row's cell
 
 
-def choice_columns(
-    columns: Sequence[str], choices: Callable[[Any], dict] = lambda row: row.choices
-) -> list[Column]:
-    """A column per choice, each row's value as a command line writes it (`—` where it has none)."""
+def choice_columns(columns: Sequence[str], choices: Callable = lambda row: row.choices) -> list[Column]:
     return [Column(c, lambda row, c=c: shown(choices(row).get(c, "—"))) for c in columns]
 
 
 def md_table(columns: Sequence[Column], rows: Iterable[Any]) -> list[str]:
-    """Every table of report.md: a header row, a separator row and a line per row, unpadded (tabulate, and
-    pandas' `to_markdown` through it, pad each cell to its column's width and do not escape `|`)."""
+    """Every table of report.md, unpadded (tabulate and `to_markdown` pad each cell and do not escape `|`)."""
     escaped = {ord("|"): "\\|", ord("\n"): " "}
     return [
         "| " + " | ".join(c.header for c in columns) + " |",
@@ -76,9 +64,7 @@ def md_table(columns: Sequence[Column], rows: Iterable[Any]) -> list[str]:
 
 
 def blocks(*parts: str | Sequence[str]) -> list[str]:
-    """Markdown blocks, each followed by a blank line: a paragraph or heading (a string), or table lines."""
     lines: list[str] = []
     for part in parts:
-        lines += [part] if isinstance(part, str) else part
-        lines.append("")
+        lines += [part, ""] if isinstance(part, str) else [*part, ""]
     return lines

@@ -16,14 +16,12 @@ from tinylm.analysis.runs import STEPS_TO, RunSummary
 from tinylm.analysis.verdicts import Judgement
 from tinylm.overrides import shown
 
-LEVELS = ("uniform", "unigram", "bigram")
-
 
 def answer_section(report: SweepReport) -> list[str]:
     """The Answer: a sentence per comparison, then what is still open and the command that resolves it."""
     if report.ladder is not None:
         return _ladder_answer(report)
-    base, named, apart = report.family_baseline, report.shown_family_columns, report.judged_apart
+    base, apart = report.family_baseline, report.judged_apart
     if base is None or len(report.family) < 2:
         return []
     rows = [s for s in report.family if s is not base and s.answer is not None]
@@ -33,16 +31,13 @@ def answer_section(report: SweepReport) -> list[str]:
         if apart
         else " for the sweep's own seeds and α for the added seeds'"
     )
-    answers = [
-        f"- `{s.label(named)}` against `{base.label(named)}`: " + _answer_words(report, s, base) for s in rows
-    ]
     promise = (
         "Lower is better. Family-wise (Holm): the chance of any false `better`/`worse` among these is at "
         f"most α = {report.alpha:g}"
         + (both if apart or any(s.added is not None for s in rows) else "")
         + ". The tables and the methods are below."
     )
-    lines = ["## Answer", "", *answers, "", promise]
+    lines = ["## Answer", "", *(_answer_line(report, s, base) for s in rows), "", promise]
     still_open = [s for s in rows if not s.answer.resolved]
     spent = [row for row in report.sizing.rows if row.spent] if report.sizing is not None else []
     if spent and len(spent) == len(still_open):
@@ -59,32 +54,29 @@ def answer_section(report: SweepReport) -> list[str]:
             else "seeds to them in rounds until each is resolved (*What resolving … would take*, below, "
             "sizes it)"
         )
-        horizon = (
-            f"; {len(spent)} of them are at the design's horizon, where it adds no more" if spent else ""
-        )
+        horizon = f"; {len(spent)} of them are at the design's horizon, where it adds no more"
         lines.append(
             f"Still open: {len(still_open)} of {len(rows)}. `python scripts/add_seeds.py {report.sweep_dir}` "
-            f"adds {adds}{horizon}."
+            f"adds {adds}{horizon if spent else ''}."
         )
     return [*lines, ""]
 
 
-def _answer_words(report: SweepReport, s: Setting, base: Setting) -> str:
-    """One comparison's answer: verdict, difference, interval, seeds, failures, and any disagreement."""
+def _answer_line(report: SweepReport, s: Setting, base: Setting) -> str:
     c, cross, digits = s.answer, report.rule == CROSS_FITTED, report.metric.digits
-    d, n, verdict = c.tests.difference, len(c.tests.seeds), c.judgement.verdict
+    d, n, named = c.tests.difference, len(c.tests.seeds), report.shown_family_columns
+    head = f"- `{s.label(named)}` against `{base.label(named)}`: **{c.judgement.verdict}**"
     if not n and not cross:
-        return f"**{verdict}**: no seed is judged at a rate it chose"
+        return f"{head}: no seed is judged at a rate it chose"
     numbers = (
-        f"{'difference ' if cross else ''}{formats.fmt_mean(d, digits, signed=True)} "
+        f"{'difference ' if cross else ''}{formats.fmt_number(d, digits, signed=True)} "
         f"{report.metric.units}{'' if cross else ' over the seeds both sides trained'}, "
         f"{report.confidence:.0%} CI {formats.fmt_interval(d, signed=True, digits=digits)}"
         if d is not None
         else "no difference measured"
     )
     kind = "" if cross else "judging " if report.lr_varies else "added " if c is s.added else ""
-    line = f"**{verdict}**; {numbers}, {plural(n, kind + 'seed')}"
-    # Where a side failed, the verdict says how often; else the line says that neither did.
+    line = f"{head}; {numbers}, {plural(n, kind + 'seed')}"
     line += "" if cross or c.tests.failures else f"; fails 0/{n} vs 0/{n}"
     if s.choices in report.still_learning:
         line += (
@@ -122,49 +114,41 @@ def _ladder_answer(report: SweepReport) -> list[str]:
 
 
 def _of(header: str, cell: Callable[[Any], object]) -> Column:
-    """A column of a numbered table (rows: rank, item, ...) with `cell` of the row's item."""
-    return Column(header, lambda row: cell(row[1]))
+    return Column(header, lambda row: cell(row[1]))  # rows of a numbered table: (rank, item, ...)
 
 
 def _settings_columns(report: SweepReport, gains: str | None) -> list[Column]:
-    """`gains`: "nats" adds each setting's gain over the unigram level its runs share; "bits" adds its mean
-    and that gain in bits/char, for settings on different corpora (their nats are not comparable)."""
+    """`gains`: "nats" adds the gain over the unigram level the runs share; "bits", the mean and gain in bits."""
     digits, scale = report.metric.digits, 1.0 if gains == "nats" else 1 / math.log(2)
 
-    def finite(s: Setting) -> bool:
-        return s.estimate is not None and math.isfinite(s.estimate.mean) and s.reference is not None
+    def scaled(s: Setting, gain: bool) -> str:
+        if s.estimate is None or not math.isfinite(s.estimate.mean) or s.reference is None:
+            return "—"
+        value = gain_over_unigram(s.estimate.mean, s.reference["unigram"]) if gain else s.estimate.mean
+        return formats.fmt_number(value * scale, signed=gain)
 
-    def gain(s: Setting) -> str:
-        value = gain_over_unigram(s.estimate.mean, s.reference["unigram"]) * scale if finite(s) else None
-        return formats.fmt_number(value, signed=True)
+    def fails(s: Setting) -> str:
+        ci = s.fail_interval
+        return f"{s.fails}/{len(s.results)}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
-    in_bits = _of("bits/char", lambda s: formats.fmt_number(s.estimate.mean * scale if finite(s) else None))
-    gain_columns = {
-        "bits": [in_bits, _of("gain over unigram (bits/char)", gain)],
-        "nats": [_of("gain over unigram", gain)],
-    }
+    gain = _of("gain over unigram" + (" (bits/char)" if gains == "bits" else ""), lambda s: scaled(s, True))
     return [
         Column("rank", lambda r: r[0] if r[1].estimate is not None else "—"),
         *choice_columns(report.swept_columns, lambda r: r[1].choices),
         _of("seeds", lambda s: len(s.results)),
-        _of("mean", lambda s: formats.fmt_mean(s.estimate, digits)),
+        _of("mean", lambda s: formats.fmt_number(s.estimate, digits)),
         _of("sd", lambda s: formats.fmt_number(s.estimate.sd if s.estimate else None, digits)),
         _of(f"{report.confidence:.0%} CI", lambda s: formats.fmt_interval(s.estimate, digits=digits)),
-        *gain_columns.get(gains, []),
-        _of("diverged", lambda s: s.fails) if report.rule == CROSS_FITTED else _of("fails", _fails_cell),
+        *([_of("bits/char", lambda s: scaled(s, False))] if gains == "bits" else []),
+        *([gain] if gains else []),
+        _of("diverged", lambda s: s.fails) if report.rule == CROSS_FITTED else _of("fails", fails),
         _of("no result", lambda s: s.without_result),
         Column("why", lambda r: "; ".join(f.describe() for f in r[2]) or "—"),
         _of("note", lambda s: "baseline" if s is report.baseline else ""),
     ]
 
 
-def _fails_cell(s: Setting) -> str:
-    interval = s.fail_interval
-    return f"{s.fails}/{len(s.results)}" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
-
-
 def _reference_lines(report: SweepReport) -> list[str]:
-    """The reference levels the gains are measured from: the split every run shares, or a row per corpus."""
     if report.reference is not None:
         levels = report.reference
         return blocks(
@@ -173,10 +157,11 @@ def _reference_lines(report: SweepReport) -> list[str]:
             f"{levels['bigram']:.4f}. A loss at the unigram level has learned the characters' frequencies "
             "and nothing of their context; `gain over unigram` is how far below it a setting got."
         )
+    names = ("uniform", "unigram", "bigram")
     columns = [
         Column("corpus", lambda corpus: corpus[0]),
-        *(Column(f"{k} (ln V)" if k == "uniform" else k, lambda c, k=k: f"{c[1][k]:.4f}") for k in LEVELS),
-        *(Column(f"{k} bits/char", lambda c, k=k: f"{c[1][k] / math.log(2):.3f}") for k in LEVELS),
+        *(Column(f"{k} (ln V)" if k == "uniform" else k, lambda c, k=k: f"{c[1][k]:.4f}") for k in names),
+        *(Column(f"{k} bits/char", lambda c, k=k: f"{c[1][k] / math.log(2):.3f}") for k in names),
     ]
     return blocks(
         f"The settings are on {len(report.corpora)} corpora, each with its own reference levels (validation "
@@ -187,48 +172,39 @@ def _reference_lines(report: SweepReport) -> list[str]:
     )
 
 
-def _seeds_cell(t: PairedTests, _: Judgement) -> str:
-    unpaired = f" (unpaired, not used: seed {', '.join(t.unmatched)})" if t.unmatched else ""
-    return f"{len(t.seeds)}{unpaired}"
-
-
-def _failures_cell(t: PairedTests, _: Judgement) -> str:
-    n = len(t.seeds)
-    return t.failures.describe() if t.failures else f"0/{n} vs 0/{n}" if n else "—"
-
-
 def _family_columns(report: SweepReport) -> list[Column]:
     base, digits, apart = report.family_baseline, report.metric.digits, report.judged_apart
     pct, delta = f"{report.confidence:.0%}", f"{report.min_effect:g}"
 
     def judged(header: str, cell: Callable[..., object], on_base: object = "") -> Column:
-        def of(s: Setting) -> object:  # a cell of a row's tests and judgement; the baseline's own row's
-            c = report.shown_comparison(s)
-            return on_base if s is base else cell(c.tests, c.judgement)
+        tested = report.shown_comparison  # a cell of a row's tests and judgement; the baseline's: `on_base`
+        return Column(header, lambda s: on_base if s is base else cell(tested(s).tests, tested(s).judgement))
 
-        return Column(header, of)
+    def seeds(t: PairedTests, _: Judgement) -> str:
+        unpaired = f" (unpaired, not used: seed {', '.join(t.unmatched)})" if t.unmatched else ""
+        return f"{len(t.seeds)}{unpaired}"
+
+    def failures(t: PairedTests, _: Judgement) -> str:
+        n = len(t.seeds)
+        return t.failures.describe() if t.failures else f"0/{n} vs 0/{n}" if n else "—"
 
     def paired_sd(t: PairedTests, j: Judgement) -> str:
-        return formats.fmt_number(
-            j.power.sd if j.power else t.difference.sd if apart and t.difference else None, digits
-        )
+        sd = j.power.sd if j.power else t.difference.sd if apart and t.difference else None
+        return formats.fmt_number(sd, digits)
 
-    mean = Column("mean", lambda s: formats.fmt_mean(s.estimate, digits))
-    tuned = [
-        Column("rate", lambda s: shown(s.rate)),
-        Column("tuned on", lambda s: ", ".join(s.tuned_on) or "—"),
-    ]
-    rates = [*tuned, mean] if apart else [Column("rates chosen", rates_cell), mean]
     return [
         *choice_columns(report.shown_family_columns),
-        *(rates if report.lr_varies else []),
-        judged("seeds", _seeds_cell, report.baseline_seeds),
-        judged("difference", lambda t, _: formats.fmt_mean(t.difference, digits, signed=True), "baseline"),
+        *([Column("rate", lambda s: shown(s.rate))] if apart else []),
+        *([Column("tuned on", lambda s: ", ".join(s.tuned_on) or "—")] if apart else []),
+        *([Column("rates chosen", rates_cell)] if report.lr_varies and not apart else []),
+        *([Column("mean", lambda s: formats.fmt_number(s.estimate, digits))] if report.lr_varies else []),
+        judged("seeds", seeds, report.baseline_seeds),
+        judged("difference", lambda t, _: formats.fmt_number(t.difference, digits, signed=True), "baseline"),
         judged(f"{pct} CI", lambda t, _: formats.fmt_interval(t.difference, signed=True, digits=digits)),
         judged("p (Holm)", lambda _, j: formats.fmt_p(j.p_adjusted)),
         judged("equivalence p (Holm)", lambda _, j: formats.fmt_p(j.p_equivalence_adjusted)),
         judged("verdict", lambda _, j: j.verdict),
-        judged("diverged" if report.rule == CROSS_FITTED else "fails", _failures_cell),
+        judged("diverged" if report.rule == CROSS_FITTED else "fails", failures),
         judged("paired sd", paired_sd),
         judged("resolves (80%)", lambda _, j: formats.fmt_number(j.power and j.power.resolvable, digits - 1)),
         judged(f"seeds for ±{delta}", lambda _, j: j.power.seeds_for_min_effect if j.power else "—"),
@@ -237,9 +213,9 @@ def _family_columns(report: SweepReport) -> list[Column]:
 
 
 def _family_section(report: SweepReport) -> list[str]:
-    base, named = report.family_baseline, report.shown_family_columns
-    text = (
-        blocks(
+    base, named, text = report.family_baseline, report.shown_family_columns, []
+    if report.judged_apart:
+        text = blocks(
             "## Each setting at the rate its tuning seeds chose",
             "Each setting's rate is chosen on its tuning seeds, the sweep's own: of the rates where the "
             "fewest of them failed, the one with the lowest mean over those that trained (`tuned on`: the "
@@ -247,17 +223,14 @@ def _family_section(report: SweepReport) -> list[str]:
             "no seed both chooses a rate and is judged at it, which would flatter a setting whose optimum is "
             "broad. `mean`: over the judging seeds that trained.",
         )
-        if report.judged_apart
-        else blocks(
+    elif report.lr_varies:
+        text = blocks(
             "## Each setting at a cross-fitted learning rate",
             "Each seed's result is taken at the rate with the lowest mean over the setting's *other* seeds "
             "(leave one seed out), so no seed both chooses the rate and is judged at it: picking the best "
             "rate on the runs it is judged on flatters a setting whose optimum is broad. `rates chosen` "
             "counts the seeds judged at each rate.",
         )
-        if report.lr_varies
-        else []
-    )
     if report.ladder is not None:
         noun, title = report.ladder.noun, ladder_title(report.ladder)
         return text + blocks(f"The baseline is judged at each {noun}: see *{title}* below.")
@@ -283,9 +256,8 @@ def _family_section(report: SweepReport) -> list[str]:
 
 
 def _family_notes(report: SweepReport) -> str:
-    tests = report.family_tests
+    tests, cross_fitted = report.family_tests, report.rule == CROSS_FITTED
     delta, units = f"{report.min_effect:g}", report.metric.units
-    cross_fitted = report.rule == CROSS_FITTED
     # Every stored report judged cross-fitted (report.json format 2) that has this table tuned its rate.
     test = (
         "t on the cross-fitted differences, with the standard error of the jackknife over seeds of the whole "
@@ -307,52 +279,44 @@ def _family_notes(report: SweepReport) -> str:
 
 
 def _method_lines(report: SweepReport, run_columns: list[str]) -> list[str]:
-    """What the settings table compares, how its intervals and failures read, and what every run shares."""
-    pct, metric = f"{report.confidence:.0%}", report.metric
+    pct, metric, loss = f"{report.confidence:.0%}", report.metric, report.metric.is_loss
     most = plural(report.most_seeds, "seed")
     seeds = f"{len(report.runs)} runs in {len(report.settings)} settings, up to {most} each"
     compared = (
         f"Final validation loss (nats/char) of {seeds}: the mean over the final evaluation's windows (every "
         "validation window, or up to 4 per window a short run trained on; the runs table says how many), or "
         "the last validation for a run without one. "
-        if metric.is_loss
+        if loss
         else f"{metric.noun.capitalize()} (lower is better) of {seeds}: the "
         + ("optimizer step" if metric.kind == STEPS_TO else "seconds of training (validations included)")
         + f" at which a run's periodic validation loss first reached {metric.level:g} nats/char "
         f"(`{metric.tag}` in its metrics.json; `--metric`). "
     )
-    failing = (
-        "diverged or collapsed"
-        if metric.is_loss
-        else f"diverged, collapsed or never reached {metric.level:g}"
-    )
+    failing = "diverged or collapsed" if loss else f"diverged, collapsed or never reached {metric.level:g}"
     counted = (
         "a diverged run counts as the worst result, a failed or unfinished one as none."
         if report.rule == CROSS_FITTED
         else f"a run that {failing} fails (docs/sweeps.md): `fails` counts it, with the exact {pct} interval "
-        f"of the rate, and the means are over the runs that {'trained' if metric.is_loss else 'reached it'}; "
+        f"of the rate, and the means are over the runs that {'trained' if loss else 'reached it'}; "
         "a crashed or unfinished run has no result."
     )
-    shared = {c: report.runs[0].choices.get(c, "—") for c in report.columns if c not in run_columns}
-    shared |= report.common
-    shared_line = "Shared by every run: " + " ".join(f"`{k}={shown(v)}`" for k, v in shared.items())
+    choices = {c: report.runs[0].choices.get(c, "—") for c in report.columns if c not in run_columns}
+    shared = " ".join(f"`{k}={shown(v)}`" for k, v in (choices | report.common).items())
     return blocks(
         f"{compared}Intervals are {pct} confidence intervals for the mean (Student t over seeds); {counted}",
-        *([shared_line] if shared else []),
+        *([f"Shared by every run: {shared}"] if shared else []),
     )
 
 
 def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
     """The report as markdown; `sections`: lines from elsewhere (*Why*, the depth probe), before the runs."""
-    # Gains over unigram: in nats where every run shares the reference levels, in bits/char across corpora.
-    metric = report.metric
     levels = "nats" if report.reference is not None else "bits" if report.corpora else None
-    gains = levels if metric.is_loss else None
+    gains = levels if report.metric.is_loss else None
     why = report.setting_why or [()] * len(report.settings)
     run_columns = varying(report.columns, [run.choices for run in report.runs])  # the runs table's choices
     ranked = [(n, s, w) for n, (s, w) in enumerate(zip(report.settings, why, strict=True), start=1)]
     text = [
-        f"# Sweep report: {report.sweep_dir}" + ("" if metric.is_loss else f", {metric.noun}"),
+        f"# Sweep report: {report.sweep_dir}" + ("" if report.metric.is_loss else f", {report.metric.noun}"),
         "",
         *answer_section(report),
         *_method_lines(report, run_columns),
@@ -378,10 +342,9 @@ def _runs_columns(report: SweepReport, run_columns: list[str]) -> list[Column]:
 
     def reached(run: RunSummary) -> str:
         value = run.targets.get(metric.tag)
-        if value is not None:
-            return formats.fmt_number(value, metric.digits)
-        watched = run.status == "completed" and run.watches(metric.level)
-        return "not reached" if watched else "not watched" if run.status == "completed" else "—"
+        if value is not None or run.status != "completed":
+            return formats.fmt_number(value, metric.digits)  # "—" where it has none
+        return "not reached" if run.watches(metric.level) else "not watched"
 
     def steps(run: RunSummary) -> str:
         return "—" if run.steps is None else f"{run.steps}" + (f"/{run.max_steps}" if run.max_steps else "")

@@ -31,7 +31,7 @@ def added_section(report: SweepReport) -> list[str]:
         *choice_columns(report.shown_family_columns),
         Column("sweep's verdict", lambda s: s.comparison.judgement.verdict),
         Column("added seeds", lambda s: len(s.added.tests.seeds)),
-        Column("difference", lambda s: formats.fmt_mean(s.added.tests.difference, signed=True)),
+        Column("difference", lambda s: formats.fmt_number(s.added.tests.difference, signed=True)),
         Column(f"{pct} CI", lambda s: formats.fmt_interval(s.added.tests.difference, signed=True)),
         Column("p", lambda s: formats.fmt_p(s.added.tests.p_value)),
         Column("verdict on added seeds", lambda s: s.added.judgement.verdict),
