@@ -1,8 +1,6 @@
 """The tests of one comparison (docs/sweeps.md): a mean with its Student-t interval, a setting paired seed by
 seed with its baseline, and the power its seeds have. Lower is better; a failed run counts as +inf."""
 
-from __future__ import annotations
-
 import math
 import statistics
 import warnings
@@ -19,20 +17,15 @@ from statsmodels.stats.weightstats import ttost_paired
 MIN_EFFECT = 0.01  # nats/char: δ, the smallest difference worth a claim (report.py --min-effect)
 POWER = 0.8  # the power the "resolves" and "seeds for ±δ" columns are computed at
 IDENTICAL = 1e-6  # differences below this are float32 rounding of a loss, not design (docs/sweeps.md)
-
 Windows = Mapping[Hashable, Sequence[float]]  # per-window losses of the final evaluation, by seed
-WindowLosses = tuple[Windows, Windows]  # each side's
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """The mean of `n` values, their sd and the mean's two-sided Student-t interval (with one value, or a
-    non-finite one, the mean alone)."""
-
     mean: float
     n: int
     sd: float | None = None
-    low: float | None = None
+    low: float | None = None  # the mean's Student-t interval: none for one value or a non-finite one
     high: float | None = None
 
     @property
@@ -41,30 +34,24 @@ class Estimate:
 
 
 def estimate(values: Sequence[float], confidence: float = 0.95) -> Estimate:
-    if not values:
-        raise ValueError("no values to estimate from")
     n = len(values)
     if not all(math.isfinite(v) for v in values):
-        found = math.inf if any(v == math.inf for v in values) else math.nan
-        return Estimate(found, n)
+        return Estimate(math.inf if math.inf in values else math.nan, n)
     mean = statistics.fmean(values)
     if n == 1:
         return Estimate(mean, 1)
     sd = statistics.stdev(values)
-    if sd == 0:  # scipy takes a zero scale for invalid (nan, with a warning): no spread, no width
-        return Estimate(mean, n, sd, mean, mean)
-    low, high = student_t.interval(confidence, n - 1, loc=mean, scale=sd / math.sqrt(n))
+    # scipy takes a zero scale for invalid (nan, with a warning): no spread, no width
+    low, high = (mean, mean) if sd == 0 else student_t.interval(confidence, n - 1, mean, sd / math.sqrt(n))
     return Estimate(mean, n, sd, float(low), float(high))
 
 
 @dataclass(frozen=True)
 class Failures:
-    """How many of the `n` seeds both sides ran failed on each side, and McNemar's exact p-value."""
-
-    mine: int
+    mine: int  # of the `n` seeds both sides ran, how many failed on each side
     theirs: int
     n: int
-    p_value: float
+    p_value: float  # McNemar's exact test
 
     def describe(self) -> str:
         return f"{self.mine}/{self.n} vs {self.theirs}/{self.n} (exact p = {self.p_value:.2g})"
@@ -72,27 +59,24 @@ class Failures:
 
 @dataclass(frozen=True)
 class Power:
-    """The smallest |difference| the seeds find with `POWER` at `level`, and the seeds δ would need."""
-
-    sd: float
-    level: float
-    resolvable: float | None
-    seeds_for_min_effect: int | None
+    sd: float  # of the paired differences
+    level: float  # of the two-sided paired t test
+    resolvable: float | None  # the smallest |difference| the seeds find with `POWER` at `level`
+    seeds_for_min_effect: int | None  # the seeds δ would need
 
 
 @dataclass(frozen=True)
 class PairedTests:
-    """A setting against the baseline over the seeds both have: the mean of (setting - baseline) over those
-    both finished, the paired t test's p-value and the TOST p-value of a difference within ±δ."""
+    """A setting paired by seed with the baseline: the mean difference where both finished, and its tests."""
 
     seeds: tuple[Hashable, ...]
     unmatched: tuple[Hashable, ...] = ()  # seeds only one side has: said, not used
     difference: Estimate | None = None
-    p_value: float | None = None
-    p_equivalence: float | None = None
+    p_value: float | None = None  # the paired t test's
+    p_equivalence: float | None = None  # TOST's, of a difference within ±δ
     constant: bool = False  # the same difference on every seed: no test needed, none possible
     failures: Failures | None = None
-    eval_se: float | None = None  # the evaluation set's standard error of `difference.mean`
+    eval_se: float | None = None  # the finite evaluation set's standard error of `difference.mean`
 
 
 def paired_tests(
@@ -100,14 +84,17 @@ def paired_tests(
     baseline: Mapping[Hashable, float],
     min_effect: float = MIN_EFFECT,
     confidence: float = 0.95,
-    window_losses: WindowLosses | None = None,
+    window_losses: tuple[Windows, Windows] | None = None,
 ) -> PairedTests:
-    """`values` paired with `baseline` by seed (the keys) and tested; `window_losses` adds the eval SE."""
     seeds = tuple(sorted(set(values) & set(baseline), key=str))
     unmatched = tuple(sorted(set(values) ^ set(baseline), key=str))
     finished = [s for s in seeds if math.isfinite(values[s]) and math.isfinite(baseline[s])]
-    failed = [(not math.isfinite(values[s]), not math.isfinite(baseline[s])) for s in seeds]
-    failures = _failures(failed) if len(finished) < len(seeds) else None
+    failures = None
+    if len(finished) < len(seeds):  # McNemar's exact test reads only the seeds where one side failed
+        failed = [(not math.isfinite(values[s]), not math.isfinite(baseline[s])) for s in seeds]
+        only_mine, only_theirs = sum(a and not b for a, b in failed), sum(b and not a for a, b in failed)
+        p_failures = float(mcnemar([[0, only_theirs], [only_mine, 0]], exact=True).pvalue)
+        failures = Failures(sum(a for a, _ in failed), sum(b for _, b in failed), len(seeds), p_failures)
     if not finished:
         return PairedTests(seeds, unmatched, failures=failures)
     mine, theirs = np.array([values[s] for s in finished]), np.array([baseline[s] for s in finished])
@@ -116,32 +103,16 @@ def paired_tests(
     difference = estimate([float(d) for d in mine - theirs], confidence)
     p_value = float(ttest_rel(mine, theirs).pvalue) if tested else None
     p_equivalence = float(ttost_paired(mine, theirs, -min_effect, min_effect)[0]) if tested else None
-    eval_se = evaluation_se(finished, *window_losses) if window_losses is not None else None
+    eval_se = None
+    pairs = [(window_losses[0].get(s), window_losses[1].get(s)) for s in finished] if window_losses else []
+    if pairs and all(a is not None and b is not None and len(a) == len(b) >= 2 for a, b in pairs):
+        # Per seed, the SE of its mean window-by-window difference (both runs saw the same windows).
+        variances = [float(np.var(np.subtract(a, b, dtype=float), ddof=1)) / len(a) for a, b in pairs]
+        eval_se = math.sqrt(sum(variances)) / len(variances)
     return PairedTests(seeds, unmatched, difference, p_value, p_equivalence, constant, failures, eval_se)
 
 
-def _failures(failed: Sequence[tuple[bool, bool]]) -> Failures:
-    """How often each side failed, and McNemar's exact test (it reads only the seeds where one side did)."""
-    only_mine, only_theirs = sum(a and not b for a, b in failed), sum(b and not a for a, b in failed)
-    p_value = float(mcnemar([[0, only_theirs], [only_mine, 0]], exact=True).pvalue)
-    return Failures(sum(a for a, _ in failed), sum(b for _, b in failed), len(failed), p_value)
-
-
-def evaluation_se(seeds: Sequence[Hashable], mine: Windows, theirs: Windows) -> float | None:
-    """The standard error the finite evaluation set adds to a mean paired difference: per seed, that of the
-    mean window-by-window difference (both runs saw the same windows), combined over seeds."""
-    variances = []
-    for seed in seeds:
-        a, b = mine.get(seed), theirs.get(seed)
-        if a is None or b is None or len(a) != len(b) or len(a) < 2:
-            return None
-        d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
-        variances.append(float(np.var(d, ddof=1)) / len(d))
-    return math.sqrt(sum(variances)) / len(variances) if variances else None
-
-
 def power(tests: PairedTests, min_effect: float, level: float) -> Power | None:
-    """The paired sd of the comparison and what its seeds can resolve at `level` (two-sided paired t)."""
     d = tests.difference
     if d is None or d.sd is None or d.n < 2 or d.sd <= IDENTICAL:
         return None
@@ -159,7 +130,6 @@ def seeds_needed(effect_size: float, level: float) -> int | None:
 
 
 def _solved(**known: float) -> float | None:
-    """statsmodels' paired t power equation solved for its one unknown; None where that fails."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # statsmodels warns, then returns nan, when its root finder fails
         try:
