@@ -1,14 +1,10 @@
-"""report.json: the report value through one schema, both ways (`to_json`, `from_json`); `upgrade` reads
-an earlier `format`. cattrs (un)structures the stdlib dataclasses from their own type hints, with no second
-declaration (msgspec would need its own Structs; pydantic, models or TypeAdapters over a compiled core).
-The json follows the types, but: a setting is written once and named elsewhere by its choices (its runs by
-name); curves and per-window losses are left out (only figures read them); non-finite floats are strings."""
+"""report.json: the report value through one schema, both ways (docs/sweeps.md). cattrs, as it (un)structures
+the stdlib dataclasses from their own type hints (msgspec and pydantic need models of their own)."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from dataclasses import fields
-from pathlib import Path
 from typing import Any
 
 from cattrs import Converter
@@ -23,10 +19,7 @@ from tinylm.analysis.verdicts import Outcome, Verdict
 from tinylm.analysis.why import Shared, WhyRow, judged_runs, still_learning
 from tinylm.files import plain
 
-# 6: the report value as its types hold it (cattrs); 5: a settings row's seeds are `seeds` (a tuned row's,
-# `judged_on`); 4: `metric`, each run's `targets`; 3: `rule`, each tuned setting's rate, tuned_on, judged_on;
-# 2: everything report.md shows. A report.json before 2 lacked what report.md shows: it is not read.
-FORMAT = 6
+FORMAT = 6  # what each format holds: docs/sweeps.md
 _LEFT_OUT = {
     RunSummary: ("val_curve", "train_curve", "curve", "health", "window_losses"),
     Setting: ("windows",),
@@ -71,8 +64,7 @@ _TESTS = [f.name for f in fields(PairedTests)]
 
 
 def upgrade(old: dict[str, Any]) -> dict[str, Any]:
-    """A report.json of an earlier format (2 to 5) as this one writes it; what those lack is derived from what
-    they hold, as `build_report` derives it."""
+    """Formats 2 to 5 as this one writes them: what they lack is derived as `build_report` derives it."""
     version = int(old.get("format", 1))
     if version >= FORMAT:
         return old
@@ -82,7 +74,6 @@ def upgrade(old: dict[str, Any]) -> dict[str, Any]:
     metric = plain(parse_metric(old.get("metric")))
     settings, tuned = [[_setting(row) for row in old[rows]] for rows in ("settings", "tuned")]
     family = tuned or settings
-    ladder = old.get("ladder")
     new = old | {
         "format": FORMAT,
         "rule": old.get("rule", CROSS_FITTED),
@@ -92,7 +83,7 @@ def upgrade(old: dict[str, Any]) -> dict[str, Any]:
         "runs": [run | {"metric": metric} for run in old["runs"]],
         "findings": {run["path"]: run.get("diagnosis") or [] for run in old["runs"]},
         "setting_why": [row.get("why") or [] for row in old["settings"]],
-        "ladder": ladder and ladder | {"trends": old["scale"]},
+        "ladder": old.get("ladder") and old["ladder"] | {"trends": old["scale"]},
         "why": [_why(row, family if len(family) > 1 else settings) for row in old["why"]],
     }
     report = _read(new)
@@ -112,10 +103,7 @@ def _renamed(old: Mapping[str, Any]) -> dict[str, Any]:
 
 def _setting(row: Mapping[str, Any]) -> dict[str, Any]:
     named = _renamed(row)
-    return named | {
-        "comparison": _comparison(named.get("comparison")),
-        "added": _comparison(named.get("added")),
-    }
+    return named | {key: _comparison(named.get(key)) for key in ("comparison", "added")}
 
 
 def _comparison(old: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -131,7 +119,6 @@ def _verdict(old: Mapping[str, Any]) -> dict[str, str] | None:
 
 
 def _why(row: Mapping[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """A *Why* row, naming the family row (else the settings row) it stands for by that row's choices."""
     named = next(s for s in rows if all(s["choices"].get(k) == v for k, v in row["design"].items()))
     kept = {key: row[key] for key in ("design", "difference", "baseline")}
     findings = [dict(f) for f in row["findings"]]
@@ -150,53 +137,44 @@ def _seeds(found: Shared, setting: Setting, report: SweepReport) -> list[str]:
     return sorted(showed, key=natural_key) if len(showed) == found.count else []
 
 
-def _key(choices: Mapping[str, Any]) -> frozenset[tuple[str, Any]]:
-    return frozenset(choices.items())
-
-
 def _converter(runs: Mapping[str, RunSummary] | None) -> Converter:
     """The schema: for writing (`runs` None), or for reading a report whose runs are `runs`, by name."""
     c = Converter()
-    read: dict[frozenset[tuple[str, Any]], Setting] = {}
-    c.register_structure_hook(float, lambda v, _: float(v))  # "inf", "nan"
+    read: dict[frozenset[tuple[str, Any]], Setting] = {}  # each setting read, by its choices
     c.register_structure_hook_func(lambda kind: kind is Hashable, lambda v, _: v)  # a seed, as written
-    c.register_structure_hook(Path, lambda v, _: Path(v))
     c.register_unstructure_hook(Verdict, lambda v: {"text": str(v), "outcome": v.outcome.value})
     c.register_structure_hook(Verdict, lambda v, _: Verdict(v["text"], Outcome(v["outcome"])))
 
     def ref(setting: Setting | list[Setting] | None) -> Any:
         return [s.choices for s in setting] if isinstance(setting, list) else setting and setting.choices
 
-    def deref(value: Any, _: Any) -> Any:
-        return [read[_key(v)] for v in value] if isinstance(value, list) else value and read[_key(value)]
+    def deref(v: Any, _: Any) -> Any:
+        return [deref(x, _) for x in v] if isinstance(v, list) else v and read[frozenset(v.items())]
+
+    def remembered(made: Any) -> Any:
+        def structure(value: Any, kind: Any) -> Setting:
+            setting = made(value, kind)
+            read[frozenset(setting.choices.items())] = setting
+            return setting
+
+        return structure
+
+    def row(
+        setting: Setting, seeds: str
+    ) -> dict[str, Any]:  # for readers: its seeds (a tuned row's: judged on)
+        return c.unstructure(setting, Setting) | {seeds: list(setting.seeds), "fails": setting.fails}
 
     for kind in (RunSummary, Setting, Rung, WhyRow, SweepReport):  # each after those it holds
-        hooks = {name: override(omit=True) for name in _LEFT_OUT.get(kind, ())}
-        refs = _REFERENCES.get(kind, ())
-        written = hooks | {name: override(unstruct_hook=ref) for name in refs}
+        omitted = {name: override(omit=True) for name in _LEFT_OUT.get(kind, ())}
+        written = omitted | {name: override(unstruct_hook=ref) for name in _REFERENCES.get(kind, ())}
+        read_as = omitted | {name: override(struct_hook=deref) for name in _REFERENCES.get(kind, ())}
         if kind is Setting:
             written["runs"] = override(unstruct_hook=lambda rs: [r.name for r in rs])
-            hooks["runs"] = override(struct_hook=lambda names, _: [runs[name] for name in names])
+            read_as["runs"] = override(struct_hook=lambda names, _: [runs[name] for name in names])
         if kind is SweepReport:
-            written["tuned"] = override(unstruct_hook=lambda rows: [_row(c, s, "judged_on") for s in rows])
-            written["settings"] = override(unstruct_hook=lambda rows: [_row(c, s, "seeds") for s in rows])
+            written["tuned"] = override(unstruct_hook=lambda rows: [row(s, "judged_on") for s in rows])
+            written["settings"] = override(unstruct_hook=lambda rows: [row(s, "seeds") for s in rows])
         c.register_unstructure_hook(kind, make_dict_unstructure_fn(kind, c, **written))
-        made = make_dict_structure_fn(
-            kind, c, **hooks, **{name: override(struct_hook=deref) for name in refs}
-        )
-        c.register_structure_hook(kind, _remembered(made, read) if kind is Setting else made)
+        made = make_dict_structure_fn(kind, c, **read_as)
+        c.register_structure_hook(kind, remembered(made) if kind is Setting else made)
     return c
-
-
-def _remembered(made: Any, read: dict[frozenset[tuple[str, Any]], Setting]) -> Any:
-    def structure(value: Any, kind: Any) -> Setting:
-        setting = made(value, kind)
-        read[_key(setting.choices)] = setting
-        return setting
-
-    return structure
-
-
-def _row(c: Converter, setting: Setting, seeds: str) -> dict[str, Any]:
-    """A settings row with, for readers, its seeds (a tuned row's: those judged on) and its failures."""
-    return c.unstructure(setting, Setting) | {seeds: list(setting.seeds), "fails": setting.fails}

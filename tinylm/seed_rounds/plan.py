@@ -174,9 +174,8 @@ def start_design(
 def round_settings(report: SweepReport, open_rows: Sequence[Setting]) -> list[Setting]:
     """The settings a round adds seeds to: the open rows and their baselines (on a ladder, the baseline of
     each level with an open row, and no other level's)."""
-    columns = report.family_columns
-    bases = {report.baseline_keys[s.key(columns)] for s in open_rows}
-    return [b for b in report.baselines if b.key(columns) in bases] + list(open_rows)
+    bases = [report.baseline_of(s) for s in open_rows]
+    return [b for b in report.baselines if any(b is base for base in bases)] + list(open_rows)
 
 
 def next_seeds(runs: Sequence[RunSummary], count: int) -> list[str]:
