@@ -11,7 +11,7 @@ from typing import Any
 
 from tinylm.analysis.diagnosis import DATA_FINDINGS, FAILURES, NOT_FAILURES, STILL_IMPROVING, Finding
 from tinylm.analysis.estimates import seeds_needed
-from tinylm.analysis.grouping import LR, Setting
+from tinylm.analysis.grouping import LR, Rules, Setting
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary, natural_key
 from tinylm.analysis.verdicts import Outcome, Verdict
 
@@ -91,8 +91,7 @@ class WhyRow:
 
 
 def judged_runs(setting: Setting) -> list[RunSummary]:
-    """The runs a row's results come from: each seed's at its chosen rate when tuned (before any seed is
-    judged, the tuning seeds' at the rate they chose)."""
+    """The runs a row's results come from: when tuned, each seed's at its chosen rate (or tuning seeds')."""
     if setting.rates:
         return [run for run in setting.runs if setting.rates.get(run.seed) == run.choices.get(LR)]
     if setting.rate is not None:
@@ -103,8 +102,7 @@ def judged_runs(setting: Setting) -> list[RunSummary]:
 def why_rows(
     settings: Sequence[Setting], columns: Sequence[str], findings: Findings, baselines: Sequence[Setting]
 ) -> list[WhyRow]:
-    """The settings that lost, whose judged runs failed, or whose data shows `DATA_FINDINGS`, with what they
-    showed (a budget that ended first left out where something else failed them)."""
+    """The settings that lost, failed or show `DATA_FINDINGS` (`still improving` left out if they failed)."""
     rows = []
     for setting in settings:
         found = shared(judged_runs(setting), findings)
@@ -124,14 +122,12 @@ def why_rows(
 def still_learning(
     family: Sequence[Setting], base: Setting | None, findings: Findings
 ) -> tuple[dict[str, Any], ...]:
-    """The family rows (their choices) whose answer pairs only runs `still improving` at their end, on both
-    sides: a difference at this budget. None on a ladder (`base` None)."""
-    if base is None:
-        return ()
+    """The family rows (their choices) whose answer pairs only runs `still improving` at their end: a
+    difference at this budget. None on a ladder (`base` None)."""
     rows = []
     for setting in family:
         c = setting.answer
-        if setting is base or c is None or c.tests.difference is None:
+        if base is None or setting is base or c is None or c.tests.difference is None:
             continue
         sides = [*judged_runs(setting), *judged_runs(base)]
         paired = [run for run in sides if run.seed in c.tests.seeds and run.result is not None]
@@ -180,12 +176,7 @@ class Sizing:
 
 
 def size_open_rows(
-    family: list[Setting],
-    baseline: Setting | None,
-    columns: list[str],
-    min_effect: float,
-    horizon: int | None,
-    alpha: float,
+    family: list[Setting], baseline: Setting | None, columns: list[str], rules: Rules, horizon: int | None
 ) -> Sizing | None:
     """`horizon`: the most added seeds of the sequential design (None without one); a row judged only on added
     seeds is sized at α / the open rows."""
@@ -205,14 +196,13 @@ def size_open_rows(
         if sd is None or measured is None:
             rows.append(RowSize(design, None, 0, 0, 0, 0.0, added is not None, horizon))
             continue
-        level = power.level if power else alpha / len(open_rows)
-        needed = seeds_needed(max(abs(measured.mean), min_effect) / sd, level)
+        level = power.level if power else rules.alpha / len(open_rows)
+        needed = seeds_needed(max(abs(measured.mean), rules.min_effect) / sd, level)
         if needed is None:
             continue
         has = len((added or c).tests.seeds)
-        more = max(0, needed - has)
-        if added is not None:  # the design stops at its horizon, resolved or not
-            more = min(more, max(0, horizon - has))
+        cap = needed if added is None else min(needed, horizon)  # a design ends at its horizon
+        more = max(0, cap - has)
         rows.append(RowSize(design, needed, has, more, more, _seconds(s, more), added is not None, horizon))
     more = max((row.more for row in rows), default=0)  # the baseline's new seeds, shared by the rows
     runs, seconds = more + sum(r.runs for r in rows), _seconds(baseline, more) + sum(r.seconds for r in rows)
