@@ -15,11 +15,11 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import ttost_paired
 
-from tinylm.analysis.estimates import estimate, paired_tests, seeds_needed
+from tinylm.analysis.estimates import MIN_EFFECT, estimate, paired_tests, seeds_needed
 from tinylm.analysis.grouping import LR, Rules, Setting, tuned_settings
 from tinylm.analysis.grouping import tests_against as row_tests
 from tinylm.analysis.sequential_design import T_PATHS, Look, first_verdicts, sequential_plan, spent, t_levels
-from tinylm.analysis.verdicts import Outcome, judge
+from tinylm.analysis.verdicts import ALPHA, Outcome, judge
 
 # The outcomes a false claim states; counted by outcome, so `better, but by less than δ` and the divergence
 # verdicts count too.
@@ -148,10 +148,10 @@ def test_the_t_boundaries_spend_each_increment_on_independent_paths():
     one the boundaries were calibrated on) stop at each look, and at none before, as often as the spending
     function's increment there, and at some look as often as α; the first look's level is its increment."""
     counts = tuple(range(2, 17, 2))
-    levels = t_levels(counts, 16)
-    increments = np.diff([0.0, *(spent(n / 16) for n in counts)])
+    levels = t_levels(counts, 16, ALPHA)
+    increments = np.diff([0.0, *(spent(n / 16, ALPHA) for n in counts)])
     assert levels[0] == pytest.approx(increments[0], rel=1e-9)
-    assert t_levels((16,), 16) == pytest.approx((0.05,), rel=1e-9)
+    assert t_levels((16,), 16, ALPHA) == pytest.approx((0.05,), rel=1e-9)
     assert list(levels) == sorted(levels) and levels[-1] < 0.05
     paths = 200_000
     x = np.random.default_rng(8).standard_normal((paths, 16))
@@ -171,7 +171,8 @@ def test_a_look_with_too_few_seeds_judges_nothing_and_spends_nothing():
     plan = sequential_plan([1, 1, 4, 4, 8], max_seeds=8)
     assert plan[0] is None and plan[1] is None and plan[3] is None
     assert plan[2] == Look((4,), 8) and plan[4] == Look((4, 8), 8)
-    assert plan[2].level(0.05) == pytest.approx(spent(0.5))  # the first look that judges: its whole share
+    # The first look that judges: its whole share.
+    assert plan[2].level(0.05) == pytest.approx(spent(0.5, 0.05))
 
 
 def sequential_sweeps(rng: np.random.Generator, sweeps: int, shift: float) -> tuple[list, list]:
@@ -186,7 +187,7 @@ def sequential_sweeps(rng: np.random.Generator, sweeps: int, shift: float) -> tu
         sequential.append(
             [
                 found[1].judgement.verdict.outcome if found else Outcome.NOT_RESOLVED
-                for found in first_verdicts(looks, plan)
+                for found in first_verdicts(looks, plan, MIN_EFFECT, ALPHA)
             ]
         )
         fixed.append([c.judgement.verdict.outcome for c in judge(looks[-1], with_power=False)])
@@ -224,7 +225,8 @@ def test_the_sequential_design_stops_early_on_a_large_difference():
     rng = np.random.default_rng(5)
     counts = [3, 5, 7, 9, 11]
     values = sweep_values(rng, settings=2, seeds=11, shift=0.2)  # 4 run-noise sds
-    found = first_verdicts([family(values, seeds=n) for n in counts], sequential_plan(counts, 11))[0]
+    looks = [family(values, seeds=n) for n in counts]
+    found = first_verdicts(looks, sequential_plan(counts, 11), MIN_EFFECT, ALPHA)[0]
     assert (
         found is not None
         and found[1].judgement.verdict.outcome is Outcome.WORSE

@@ -16,18 +16,10 @@ from cattrs import Converter
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
-from tinylm.analysis.estimates import MIN_EFFECT, PairedTests
+from tinylm.analysis.estimates import PairedTests
 from tinylm.analysis.grouping import Rules, Setting, tests_against, tuned_settings
 from tinylm.analysis.runs import ReportError
-from tinylm.analysis.verdicts import (
-    ALPHA,
-    Comparison,
-    Judgement,
-    Outcome,
-    Verdict,
-    judge,
-    tests_of_difference,
-)
+from tinylm.analysis.verdicts import Comparison, Judgement, Outcome, Verdict, judge, tests_of_difference
 from tinylm.files import write_json
 from tinylm.layout import DESIGN_FILE
 from tinylm.overrides import typed_choice
@@ -35,7 +27,7 @@ from tinylm.overrides import typed_choice
 T_PATHS = 400_000  # the null paths the t statistics' boundaries are calibrated on
 
 
-def spent(information: float, alpha: float = ALPHA) -> float:
+def spent(information: float, alpha: float) -> float:
     """Lan & DeMets' O'Brien-Fleming-type spending: the α spent at `information` (seeds / the most)."""
     if information <= 0:
         return 0.0
@@ -117,9 +109,8 @@ def own_seeds(design: Design | None) -> tuple[str, ...] | None:
 def judge_added(
     bases: dict[tuple, tuple], settings: list[Setting], columns: Sequence[str], rules: Rules, design: Design
 ) -> dict[tuple, Comparison]:
-    """The verdicts on the added seeds alone of the rows the sweep's own seeds left open (`bases`: each one's
-    key to its baseline's), regrouped from `settings` at each look; a row keeps the first verdict a look gives
-    it, and one no look resolved says why a Holm p within α did not (the level its rank gets at the last)."""
+    """The verdicts on the added seeds alone of the rows the sweep's own seeds left open (`bases`: key to its
+    baseline's key), regrouped from `settings` at each look; a row keeps the first verdict a look gives it."""
     looks, alpha, number = [], rules.alpha, len(design.looks)
     for look in range(1, number):
         added = set(design.added_seeds(look))
@@ -163,13 +154,10 @@ def judge_added(
 
 
 def first_verdicts(
-    looks: Sequence[Sequence[PairedTests]],
-    plan: Sequence[Look | None],
-    min_effect: float = MIN_EFFECT,
-    alpha: float = ALPHA,
+    looks: Sequence[Sequence[PairedTests]], plan: Sequence[Look | None], min_effect: float, alpha: float
 ) -> list[tuple[int, Comparison] | None]:
-    """Each row's first verdict and its look's index: `looks[k]`, one family's tests at look k (rows in the
-    same order at every look), judged as `plan[k]` says (None: not at all)."""
+    """Each row's first verdict and its look's index: `looks[k]`, the family's tests at look k (rows in one
+    order), judged as `plan[k]` says (None: not at all)."""
     first: list[tuple[int, Comparison] | None] = [None] * (len(looks[0]) if looks else 0)
     for number, (family, look) in enumerate(zip(looks, plan, strict=True)):
         if look is None:
@@ -185,9 +173,8 @@ def first_verdicts(
 
 
 @functools.cache
-def t_levels(counts: tuple[int, ...], horizon: int, alpha: float = ALPHA) -> tuple[float, ...]:
-    """The nominal two-sided level of each look's paired t test (`counts` seeds, of at most `horizon`), from
-    `T_PATHS` seeded null paths (docs/sweeps.md: no library we depend on does this for t statistics)."""
+def t_levels(counts: tuple[int, ...], horizon: int, alpha: float) -> tuple[float, ...]:
+    """Each look's level for its paired t test (`counts` seeds, of at most `horizon`): docs/sweeps.md."""
     differences = np.random.default_rng(20261204).standard_normal((T_PATHS, counts[-1]))
     sums, squares = differences.cumsum(axis=1), (differences**2).cumsum(axis=1)
     running = np.ones(T_PATHS, dtype=bool)
