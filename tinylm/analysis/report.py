@@ -11,41 +11,32 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from tinylm.analysis import grouping, why
 from tinylm.analysis.diagnosis import Finding, diagnose
 from tinylm.analysis.estimates import MIN_EFFECT
-from tinylm.analysis.grouping import (
-    CROSS_FITTED,
-    LR,
-    TUNED_THEN_JUDGED,
-    Rules,
-    Setting,
-    group_settings,
-    setting_label,
-    tuned_settings,
-    varying,
+from tinylm.analysis.grouping import CROSS_FITTED, LR, TUNED_THEN_JUDGED, Rules, Setting
+from tinylm.analysis.ladder import SCALE_KEY, Ladder, judge_family
+from tinylm.analysis.runs import (
+    DESIGN_CHOICES,
+    FINAL_LOSS,
+    LOSS,
+    STEPS_TO,
+    TIME_TO,
+    Metric,
+    ReportError,
+    RunSummary,
+    read_runs,
+    shared_reference,
 )
-from tinylm.analysis.ladder import SCALE_KEY, Ladder, baseline_keys, judge_family
-from tinylm.analysis.metric import FINAL_LOSS, LOSS, STEPS_TO, TIME_TO, Metric
-from tinylm.analysis.runs import DESIGN_CHOICES, ReportError, RunSummary, read_runs, shared_reference
 from tinylm.analysis.sequential_design import Design, own_seeds, read_design
 from tinylm.analysis.verdicts import ALPHA, Comparison, family_size
-from tinylm.analysis.why import (
-    Shared,
-    Sizing,
-    WhyRow,
-    run_failure,
-    shared,
-    size_open_rows,
-    still_learning,
-    why_rows,
-)
+from tinylm.analysis.why import Shared, Sizing, WhyRow
 from tinylm.layout import DESIGN_FILE
 from tinylm.overrides import OverrideError, parse
 from tinylm.probe.sweep_shapes import probe_rows
 
 REPORT_MD = "report.md"
-# Where a report that a new one would read differently from is kept (write_report.keep_previous).
-PREVIOUS_REPORTS = "previous_reports"
+PREVIOUS_REPORTS = "previous_reports"  # where write_report.keep_previous keeps a report a new one rewords
 REPORT_JSON = "report.json"
 REPORT_PNG = "report.png"
 SENSITIVITY_PNG = "lr_sensitivity.png"
@@ -73,22 +64,17 @@ class SweepReport:
     axis: list[str] = field(default_factory=list)  # a ladder's: the family is judged level by level along it
     ladder: Ladder | None = None
     findings: dict[Path, list[Finding]] = field(default_factory=dict)  # each run's diagnosis, by its path
-    # What each setting's runs show (the settings table's `why`), in the order of `settings`.
-    setting_why: list[tuple[Shared, ...]] = field(default_factory=list)
+    setting_why: list[tuple[Shared, ...]] = field(default_factory=list)  # the settings table's why, by row
     why: list[WhyRow] = field(default_factory=list)  # each setting that lost or failed, and what it shows
-    # The family rows (choices) whose answer pairs only runs still improving at their end, both sides.
-    still_learning: tuple[dict[str, Any], ...] = ()
+    still_learning: tuple[dict[str, Any], ...] = ()  # rows (choices) judged on still-improving runs only
     sizing: Sizing | None = None  # what resolving the open rows would take
     probe: list[dict[str, Any]] = field(default_factory=list)  # the depth probe at each of the runs' shapes
     rule: str = TUNED_THEN_JUDGED  # how rates were tuned and failures counted (grouping.CROSS_FITTED: before)
     metric: Metric = FINAL_LOSS  # a run's result: its final loss, or its steps or seconds to a level
-    # The level each look after a sequential design's first judges at (None: it judges nothing); a Monte Carlo.
-    look_levels: tuple[float | None, ...] = ()
-    # Derived from the fields above, each once, on first reading (functools.cached_property): what renderers read.
+    look_levels: tuple[float | None, ...] = ()  # each later look's judging level (None: judges nothing)
 
     @cached_property
     def lr_varies(self) -> bool:
-        """The rate varies and is tuned per setting (not a ladder's axis)."""
         return rate_tuned(self.setting_columns, self.axis)
 
     @cached_property
@@ -98,12 +84,10 @@ class SweepReport:
 
     @cached_property
     def family(self) -> list[Setting]:
-        """What the verdicts are about: the tuned settings when the rate varies."""
         return self.tuned if self.lr_varies else self.settings
 
     @cached_property
     def family_columns(self) -> list[str]:
-        """The columns the family differs in (less a tuned rate)."""
         return family_columns_of(self.setting_columns, self.lr_varies)
 
     @cached_property
@@ -112,13 +96,7 @@ class SweepReport:
 
     @cached_property
     def baselines(self) -> list[Setting]:
-        """One per level on a ladder, else the one (or none)."""
         return baselines_of(self.ladder, self.family_baseline)
-
-    @cached_property
-    def baseline_keys(self) -> dict[tuple[Any, ...], tuple[Any, ...] | None]:
-        """Each family row's baseline, key to key (over the family's columns): its level's on a ladder."""
-        return baseline_keys(self.family, self.family_baseline, self.ladder, self.family_columns)
 
     @cached_property
     def rules(self) -> Rules:
@@ -126,17 +104,15 @@ class SweepReport:
 
     @cached_property
     def shown_family_columns(self) -> list[str]:
-        """The family's columns that vary between its rows."""
-        return varying(self.family_columns, [s.choices for s in self.family])
+        return grouping.varying(self.family_columns, [s.choices for s in self.family])
 
     @cached_property
     def swept_columns(self) -> list[str]:
         """The setting columns whose value differs between settings (a tuned rate is one)."""
-        return varying(self.setting_columns, [s.choices for s in self.settings])
+        return grouping.varying(self.setting_columns, [s.choices for s in self.settings])
 
     @cached_property
     def shown_comparisons(self) -> list[Comparison]:
-        """The family's comparisons as the report shows them."""
         return [c for s in self.family if (c := self.shown_comparison(s)) is not None]
 
     @cached_property
@@ -157,17 +133,27 @@ class SweepReport:
 
     @cached_property
     def run_statuses(self) -> dict[str, int]:
-        """How many runs ended in each status."""
         return dict(Counter(run.status for run in self.runs))
 
     @cached_property
     def most_seeds(self) -> int:
-        """The most seeds any setting has a result for."""
         return max((len(s.results) for s in self.settings), default=0)
 
     @cached_property
     def corpora(self) -> list[tuple[str, dict[str, float]]]:
-        return corpora_of(self.settings, self.swept_columns) if self.reference is None else []
+        """Settings on corpora of their own: each corpus's reference levels, named by the choices that hold
+        within each corpus and differ between them (e.g. `data`); [] for a shared reference or none."""
+        if self.reference is not None or not self.settings or any(s.reference is None for s in self.settings):
+            return []
+        groups: dict[tuple[tuple[str, float], ...], list[Setting]] = {}
+        for s in self.settings:
+            groups.setdefault(tuple(sorted(s.reference.items())), []).append(s)
+        columns = self.swept_columns
+        constant = [
+            c for c in columns if all(len({s.choices.get(c) for s in g}) == 1 for g in groups.values())
+        ]
+        named = grouping.varying(constant, [g[0].choices for g in groups.values()]) or list(columns)
+        return [(grouping.setting_label(g[0].choices, named), g[0].reference) for g in groups.values()]
 
     def shown_comparison(self, setting: Setting) -> Comparison | None:
         """The comparison the report shows for `setting`: the judging seeds' where the rate is tuned apart."""
@@ -177,22 +163,8 @@ class SweepReport:
         """The setting `setting` is judged against: the family's baseline, or on a ladder its level's."""
         if self.ladder is None:
             return self.family_baseline
-        return next(
-            (rung.baseline for rung in self.ladder.rungs if any(s is setting for s in rung.settings)), None
-        )
-
-
-def corpora_of(settings: Sequence[Setting], columns: Sequence[str]) -> list[tuple[str, dict[str, float]]]:
-    """Settings on corpora of their own: each corpus's reference levels, named by the choices that hold within
-    each corpus and differ between them (e.g. `data`); [] where a setting has none."""
-    if not settings or any(s.reference is None for s in settings):
-        return []
-    groups: dict[tuple[tuple[str, float], ...], list[Setting]] = {}
-    for s in settings:
-        groups.setdefault(tuple(sorted(s.reference.items())), []).append(s)
-    constant = [c for c in columns if all(len({s.choices.get(c) for s in g}) == 1 for g in groups.values())]
-    named = varying(constant, [g[0].choices for g in groups.values()]) or list(columns)
-    return [(setting_label(g[0].choices, named), g[0].reference) for g in groups.values()]
+        rungs = [rung for rung in self.ladder.rungs if any(s is setting for s in rung.settings)]
+        return rungs[0].baseline if rungs else None
 
 
 def rate_tuned(setting_columns: Sequence[str], axis: Sequence[str]) -> bool:
@@ -259,11 +231,8 @@ def recorded_metric(metric: Metric, runs: Sequence[RunSummary]) -> Metric:
 
 
 class Scope(NamedTuple):
-    """What a report judges and how, resolved from its options and runs before any verdict."""
-
     setting_columns: list[str]  # the columns that tell settings apart (all but seed)
     wanted: dict[str, Any] | None  # the baseline's choices (None: no verdicts)
-    source: str | None  # who named the baseline
     axis: list[str]  # a ladder's; [] for none
     rules: Rules
     design: Design | None
@@ -280,48 +249,15 @@ def build_report(
     metric: str | None = None,
 ) -> SweepReport:
     """The report of a sweep: its runs, settings, verdicts, findings and what they explain; `probe`: the depth
-    probe at the runs' shapes too (torch, seconds); `metric`: what a run's result is (`--metric`)."""
+    probe at the runs' shapes too (torch, seconds); `metric`: what a run's result is (`--metric`). A
+    ReportError where an option contradicts the sequential design its added seeds were judged under."""
     sweep_dir = Path(sweep_dir)
     measured = parse_metric(metric)
     runs = read_runs(sweep_dir, curve, measured)
     measured = recorded_metric(measured, runs)
-    columns, common = run_columns(runs)
-    scope = resolve(runs, columns, read_design(sweep_dir), baseline, ladder, confidence, min_effect, measured)
-    findings = {run.path: diagnose(run, run.reference) for run in runs}
-    return SweepReport(
-        sweep_dir,
-        sorted(runs, key=lambda r: (r.result is None, r.result or 0.0)),  # diverged (inf) after the finite
-        columns,
-        common,
-        setting_columns=scope.setting_columns,
-        confidence=confidence,
-        alpha=scope.rules.alpha,
-        min_effect=scope.rules.min_effect,
-        baseline_source=scope.source,
-        design=scope.design,
-        reference=shared_reference(runs),
-        axis=scope.axis,
-        findings=findings,
-        metric=measured,
-        probe=probe_rows(run.model for run in runs if run.model) if probe else [],
-        **judge(runs, findings, scope),
-    )
-
-
-def resolve(
-    runs: Sequence[RunSummary],
-    columns: list[str],
-    design: Design | None,
-    baseline: str | None,
-    ladder: str | None,
-    confidence: float,
-    min_effect: float | None,
-    metric: Metric,
-) -> Scope:
-    """The report's scope from its options, the experiment's and a sequential design's; a ReportError where an
-    option contradicts the design its added seeds were judged under."""
-    if design is not None and not metric.is_loss:
-        raise _against_design(f"--metric {metric.flag}", "to resolve its final losses", "for them")
+    design = read_design(sweep_dir)
+    if design is not None and not measured.is_loss:
+        raise _against_design(f"--metric {measured.flag}", "to resolve its final losses", "for them")
     named, source = named_baseline(baseline, runs, design)
     wanted = parse_choices(named) if named is not None else None
     if design is not None and min_effect is not None and min_effect != design.min_effect:
@@ -329,15 +265,34 @@ def resolve(
         raise _against_design(f"--min-effect {min_effect:g}", within, "at that δ")
     if design is not None and baseline is not None and wanted != parse_choices(design.baseline):
         raise _against_design(f"--baseline {baseline}", f"against {design.baseline}", "against that baseline")
+    columns, common = run_columns(runs)
     setting_columns = [c for c in columns if c != "seed"]
     axis = ladder_axis(ladder, runs, setting_columns, wanted, design.ladder if design else None)
     if design is not None and design.ladder is not None and tuple(axis) != design.ladder:
         along = f"along {', '.join(design.ladder)}" if design.ladder else "without a ladder"
         asked = f"--ladder {ladder}" if ladder else f"the experiment's ladder ({', '.join(axis)})"
         raise _against_design(asked, along, "for the families they were judged in")
-    delta = design.min_effect if design else (metric.min_effect if min_effect is None else min_effect)
+    delta = design.min_effect if design else (measured.min_effect if min_effect is None else min_effect)
     rules = Rules(confidence, design.alpha if design else ALPHA, delta, rate_tuned(setting_columns, axis))
-    return Scope(setting_columns, wanted, source, axis, rules, design)
+    findings = {run.path: diagnose(run, run.reference) for run in runs}
+    return SweepReport(
+        sweep_dir,
+        sorted(runs, key=lambda r: (r.result is None, r.result or 0.0)),  # diverged (inf) after the finite
+        columns,
+        common,
+        setting_columns=setting_columns,
+        confidence=confidence,
+        alpha=rules.alpha,
+        min_effect=rules.min_effect,
+        baseline_source=source,
+        design=design,
+        reference=shared_reference(runs),
+        axis=axis,
+        findings=findings,
+        metric=measured,
+        probe=probe_rows(run.model for run in runs if run.model) if probe else [],
+        **judge(runs, findings, Scope(setting_columns, wanted, axis, rules, design)),
+    )
 
 
 def _against_design(asked: str, how: str, holds: str) -> ReportError:
@@ -347,13 +302,15 @@ def _against_design(asked: str, how: str, holds: str) -> ReportError:
 
 
 def judge(runs: Sequence[RunSummary], findings: dict[Path, list[Finding]], scope: Scope) -> dict[str, Any]:
-    """The `SweepReport` fields the verdicts give: the settings, the family (each setting at its tuned rate where
-    the rate is tuned) judged against the baseline (no verdicts without one), and what the findings explain."""
+    """The `SweepReport` fields the verdicts give: the settings, the family (each setting at its tuned rate
+    where it is tuned) judged against the baseline (no verdicts without one), and what findings explain."""
     rules, design, tuned = scope.rules, scope.design, scope.rules.lr_varies
     columns = family_columns_of(scope.setting_columns, tuned)
-    failed = {path for path, found in findings.items() if run_failure(found) is not None}
-    settings = group_settings(runs, scope.setting_columns, rules.confidence, failed)
-    family = tuned_settings(settings, columns, rules.confidence, own_seeds(design)) if tuned else settings
+    failed = {path for path, found in findings.items() if why.run_failure(found) is not None}
+    settings = grouping.group_settings(runs, scope.setting_columns, rules.confidence, failed)
+    family = (
+        grouping.tuned_settings(settings, columns, rules.confidence, own_seeds(design)) if tuned else settings
+    )
     base = ladder = None
     if scope.wanted is not None:
         named = {k: v for k, v in scope.wanted.items() if not (tuned and k == LR)}
@@ -368,10 +325,10 @@ def judge(runs: Sequence[RunSummary], findings: dict[Path, list[Finding]], scope
         "baseline": None if tuned else base,
         "tuned_baseline": base if tuned else None,
         "ladder": ladder,
-        "setting_why": [tuple(shared(s.runs, findings)) for s in shown],
-        "why": why_rows(*explained, findings, baselines_of(ladder, base)),
-        "still_learning": still_learning(family, base, findings),  # none on a ladder (no one baseline)
-        "sizing": size_open_rows(family, base, columns, rules, horizon),
+        "setting_why": [tuple(why.shared(s.runs, findings)) for s in shown],
+        "why": why.why_rows(*explained, findings, baselines_of(ladder, base)),
+        "still_learning": why.still_learning(family, base, findings),  # none on a ladder (no one baseline)
+        "sizing": why.size_open_rows(family, base, columns, rules, horizon),
         "look_levels": tuple(None if look is None else look.level(rules.alpha) for look in plan),
     }
 
@@ -389,7 +346,7 @@ def ladder_axis(
     runs: Sequence[RunSummary],
     columns: Sequence[str],
     wanted: dict[str, Any] | None,
-    design: Sequence[str] | None = None,
+    design: Sequence[str] | None,
 ) -> list[str]:
     """The choices judged level by level: --ladder, a sequential design's, the experiment's `ladder:`, or
     `size` where the sweep varies it and the baseline does not name it (older scale ladders); [] for none."""
@@ -411,8 +368,8 @@ def ladder_axis(
     named_level = sorted(set(axis) & set(wanted or {}))
     if named_level:
         raise ReportError(
-            f"the baseline names {', '.join(named_level)}, the ladder's axis ({where} {text}): name the design "
-            "only, and it is judged at every level"
+            f"the baseline names {', '.join(named_level)}, the ladder's axis ({where} {text}): name the "
+            "design only, and it is judged at every level"
         )
     return axis
 
@@ -430,8 +387,7 @@ def named_baseline(
 
 
 def _named_alike(runs: Sequence[RunSummary], key: str) -> str | None:
-    """The experiment's `baseline:` or `ladder:` (`key`), as every run that names one names it."""
-    named = {getattr(run, key) for run in runs if getattr(run, key)}
+    named = {getattr(run, key) for run in runs if getattr(run, key)}  # every run that names one, alike
     if len(named) > 1:
         raise ReportError(
             f"the runs name different {key}s ({', '.join(sorted(named))}); choose one with --{key}"
