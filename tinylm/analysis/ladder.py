@@ -28,7 +28,7 @@ SCALE_KEY = "size"
 @dataclass(frozen=True)
 class Rung:
     """One level: its name (the axis's values), its runs' median parameters and steps, its baseline, and every
-    design at it (baseline included), each judged against that baseline."""
+    design at it, baseline included."""
 
     level: str
     params: int | None
@@ -164,8 +164,10 @@ def ladder_levels(
     levels = []
     for value, group in groups_of(family, axis).items():
         runs = [run for s in group for run in s.runs]
-        params, steps = _median([r.params for r in runs]), _median([r.max_steps for r in runs])
-        levels.append(("/".join(shown(v) for v in value), params, steps, group))
+        params = [r.params for r in runs if r.params is not None]
+        steps = [r.max_steps for r in runs if r.max_steps is not None]
+        medians = [int(statistics.median(known)) if known else None for known in (params, steps)]
+        levels.append(("/".join(shown(v) for v in value), *medians, group))
     if list(axis) == [SCALE_KEY]:
         levels.sort(key=lambda level: (level[1] is None, level[1] or 0, level[0]))
     elif ordered(axis, [name for name, *_ in levels]):
@@ -217,19 +219,8 @@ def _change(found: list[tuple[Rung, Setting]]) -> tuple[float | None, float | No
     return change, float(test.pvalue)
 
 
-def _direction(c: Comparison) -> int | None:
-    """The losses' verdict: +1 worse, -1 better, 0 equivalent or identical; None unresolved, or resolved by
-    how often each side failed with the losses left open (no sign of the losses: it makes no flip)."""
-    t, j = c.tests, c.judgement
-    if j.fails_differently and not (j.differs or j.within_min_effect or (t.constant and t.difference)):
-        return None
-    outcomes = {Outcome.WORSE: 1, Outcome.BETTER: -1, Outcome.EQUIVALENT: 0, Outcome.IDENTICAL: 0}
-    return outcomes.get(c.judgement.verdict.outcome)
-
-
 def _failures_at(found: list[tuple[Rung, Setting]], stated: Collection[str] = ()) -> str:
-    """`; fails 0/8 vs 2/8 (exact p = 0.5) at post`: how often each side failed at each level where a seed
-    did, less the levels in `stated` (whose whole verdict the word quotes)."""
+    """`; fails 0/8 vs 2/8 (exact p = 0.5) at post`, at each level a seed failed less those in `stated`."""
     clauses = [
         f"{words} at {rung.level}"
         for rung, s in found
@@ -244,7 +235,14 @@ def _verdict(
     found: list[tuple[Rung, Setting]], p: float | None, alpha: float, noun: str, axis: str
 ) -> tuple[str, TrendWord]:
     """The text and word across levels; `p`: the change test's, Holm-adjusted (None on an unordered axis)."""
-    said = [(rung.level, s.answer.judgement.verdict, _direction(s.answer)) for rung, s in found]
+    signs = {Outcome.WORSE: 1, Outcome.BETTER: -1, Outcome.EQUIVALENT: 0, Outcome.IDENTICAL: 0}
+    said = []  # each level's verdict and the losses' sign (None: unresolved)
+    for rung, s in found:
+        t, j = s.answer.tests, s.answer.judgement
+        # Resolved by how often each side failed, the losses left open: no sign of the losses, so no flip.
+        losses_open = not (j.differs or j.within_min_effect or (t.constant and t.difference))
+        sign = None if j.fails_differently and losses_open else signs.get(j.verdict.outcome)
+        said.append((rung.level, j.verdict, sign))
     directed = [level for level in said if level[2]]  # the losses better or worse
     for (level_a, verdict_a, a), (level_b, verdict_b, b) in itertools.pairwise(directed):
         if a != b:
@@ -271,8 +269,3 @@ def _verdict(
         # A change of the difference is shown, not its sign: an end's sign is known only where it is resolved.
         return f"{TrendWord.CHANGES.value} with {axis}: {at_ends}{tested}; {every}", TrendWord.CHANGES
     return f"not resolved across {noun}s: {every}", TrendWord.UNRESOLVED
-
-
-def _median(values: list[int | None]) -> int | None:
-    known = [v for v in values if v is not None]
-    return int(statistics.median(known)) if known else None
