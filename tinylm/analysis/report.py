@@ -141,8 +141,7 @@ class SweepReport:
 
     @cached_property
     def corpora(self) -> list[tuple[str, dict[str, float]]]:
-        """Settings on corpora of their own: each corpus's reference levels, named by the choices that hold
-        within each corpus and differ between them (e.g. `data`); [] for a shared reference or none."""
+        """Each corpus's reference levels where settings have their own, by the choices naming it (`data`)."""
         if self.reference is not None or not self.settings or any(s.reference is None for s in self.settings):
             return []
         groups: dict[tuple[tuple[str, float], ...], list[Setting]] = {}
@@ -173,12 +172,10 @@ def rate_tuned(setting_columns: Sequence[str], axis: Sequence[str]) -> bool:
 
 
 def family_columns_of(setting_columns: Sequence[str], lr_varies: bool) -> list[str]:
-    """The columns the family's settings differ in: all but the rate when it is tuned per setting."""
     return [c for c in setting_columns if c != LR] if lr_varies else list(setting_columns)
 
 
 def baselines_of(ladder: Ladder | None, base: Setting | None) -> list[Setting]:
-    """The family's baselines: one per level on a ladder, else the one (none before it is judged)."""
     return [rung.baseline for rung in ladder.rungs] if ladder else [base] if base else []
 
 
@@ -302,8 +299,7 @@ def _against_design(asked: str, how: str, holds: str) -> ReportError:
 
 
 def judge(runs: Sequence[RunSummary], findings: dict[Path, list[Finding]], scope: Scope) -> dict[str, Any]:
-    """The `SweepReport` fields the verdicts give: the settings, the family (each setting at its tuned rate
-    where it is tuned) judged against the baseline (no verdicts without one), and what findings explain."""
+    """The `SweepReport` fields the verdicts give: the settings, the family judged, what findings explain."""
     rules, design, tuned = scope.rules, scope.design, scope.rules.lr_varies
     columns = family_columns_of(scope.setting_columns, tuned)
     failed = {path for path, found in findings.items() if why.run_failure(found) is not None}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from dataclasses import fields
+from functools import partial
 from typing import Any
 
 from cattrs import Converter
@@ -38,10 +39,7 @@ def to_json(report: SweepReport) -> dict[str, Any]:
 
 def from_json(data: Mapping[str, Any]) -> SweepReport:
     """The report `to_json` wrote, of this format or (`upgrade`) an earlier one."""
-    return _read(upgrade(dict(data)))
-
-
-def _read(data: Mapping[str, Any]) -> SweepReport:
+    data = upgrade(dict(data))
     runs = _converter(None).structure(data["runs"], list[RunSummary])
     return _converter({run.name: run for run in runs}).structure(data, SweepReport)
 
@@ -72,8 +70,9 @@ def upgrade(old: dict[str, Any]) -> dict[str, Any]:
         raise ReportError(f"report.json format {version} lacks what report.md shows: report its sweep again")
     old = _renamed(old)
     metric = plain(parse_metric(old.get("metric")))
-    settings, tuned = [[_setting(row) for row in old[rows]] for rows in ("settings", "tuned")]
-    family = tuned or settings
+    settings, tuned = [[_renamed(row) for row in old[rows]] for rows in ("settings", "tuned")]
+    for row in settings + tuned:
+        row.update({key: _comparison(row.get(key)) for key in ("comparison", "added")})
     new = old | {
         "format": FORMAT,
         "rule": old.get("rule", CROSS_FITTED),
@@ -84,9 +83,9 @@ def upgrade(old: dict[str, Any]) -> dict[str, Any]:
         "findings": {run["path"]: run.get("diagnosis") or [] for run in old["runs"]},
         "setting_why": [row.get("why") or [] for row in old["settings"]],
         "ladder": old.get("ladder") and old["ladder"] | {"trends": old["scale"]},
-        "why": [_why(row, family if len(family) > 1 else settings) for row in old["why"]],
+        "why": [_why(row, tuned if len(tuned) > 1 else settings) for row in old["why"]],
     }
-    report = _read(new)
+    report = from_json(new)
     for row, stored in zip(report.why, new["why"], strict=True):
         for found, written in zip(row.findings, stored["findings"], strict=True):
             written["seeds"] = _seeds(found, row.setting, report)
@@ -99,11 +98,6 @@ def upgrade(old: dict[str, Any]) -> dict[str, Any]:
 
 def _renamed(old: Mapping[str, Any]) -> dict[str, Any]:
     return {_RENAMED.get(key, key): value for key, value in old.items()}
-
-
-def _setting(row: Mapping[str, Any]) -> dict[str, Any]:
-    named = _renamed(row)
-    return named | {key: _comparison(named.get(key)) for key in ("comparison", "added")}
 
 
 def _comparison(old: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -151,17 +145,13 @@ def _converter(runs: Mapping[str, RunSummary] | None) -> Converter:
     def deref(v: Any, _: Any) -> Any:
         return [deref(x, _) for x in v] if isinstance(v, list) else v and read[frozenset(v.items())]
 
-    def remembered(made: Any) -> Any:
-        def structure(value: Any, kind: Any) -> Setting:
-            setting = made(value, kind)
-            read[frozenset(setting.choices.items())] = setting
-            return setting
+    def remembered(value: Any, kind: Any, made: Any) -> Setting:
+        setting = made(value, kind)
+        read[frozenset(setting.choices.items())] = setting
+        return setting
 
-        return structure
-
-    def row(
-        setting: Setting, seeds: str
-    ) -> dict[str, Any]:  # for readers: its seeds (a tuned row's: judged on)
+    def row(setting: Setting, seeds: str) -> dict[str, Any]:
+        """A settings row with, for readers, its seeds (a tuned row's: those judged on) and its failures."""
         return c.unstructure(setting, Setting) | {seeds: list(setting.seeds), "fails": setting.fails}
 
     for kind in (RunSummary, Setting, Rung, WhyRow, SweepReport):  # each after those it holds
@@ -176,5 +166,5 @@ def _converter(runs: Mapping[str, RunSummary] | None) -> Converter:
             written["settings"] = override(unstruct_hook=lambda rows: [row(s, "seeds") for s in rows])
         c.register_unstructure_hook(kind, make_dict_unstructure_fn(kind, c, **written))
         made = make_dict_structure_fn(kind, c, **read_as)
-        c.register_structure_hook(kind, remembered(made) if kind is Setting else made)
+        c.register_structure_hook(kind, partial(remembered, made=made) if kind is Setting else made)
     return c
