@@ -67,9 +67,15 @@ def main() -> None:
             text, written = write_from_json(args.from_json)
         else:
             text, written = write_report(
-                args.sweep_dir, args.baseline, args.x, args.band, args.curve, args.min_effect, args.ladder,
+                args.sweep_dir,
+                args.baseline,
+                args.x,
+                args.band,
+                args.curve,
+                args.min_effect,
+                args.ladder,
                 args.metric,
-            )  # fmt: skip
+            )
     except UserError as error:
         exit_with(str(error), USAGE_EXIT_CODE)
     except OSError as error:
