@@ -20,7 +20,6 @@ from tinylm.errors import ConfigError, UserError
 from tinylm.overrides import choices
 
 DESIGN_CHOICES = ("norm", "norm_type", "act")  # always shown: the design choices tinylm exists to compare
-# A run's last validation, by its key in the record: read there when it logged no validation curve.
 _RECORDED = dict(final_val_loss=layout.VAL_LOSS, best_val_loss=layout.BEST_VAL_LOSS, final_bpc=layout.VAL_BPC)
 HEALTH_PREFIX = "training_health/"
 LOSS, STEPS_TO, TIME_TO = "loss", "steps_to", "time_to"
@@ -53,8 +52,7 @@ class Metric:
         """The key of a run's result in its metrics.json (None: the loss, read as ever)."""
         if self.level is None:
             return None
-        step, time_s = layout.target_tags(self.level)
-        return step if self.kind == STEPS_TO else time_s
+        return dict(zip((STEPS_TO, TIME_TO), layout.target_tags(self.level), strict=True))[self.kind]
 
     @property
     def noun(self) -> str:
@@ -87,8 +85,6 @@ FINAL_LOSS = Metric()
 
 @dataclass
 class RunSummary:
-    """One run of a sweep."""
-
     path: Path
     name: str
     status: str
@@ -124,8 +120,7 @@ class RunSummary:
 
     @property
     def result(self) -> float | None:
-        """What a comparison counts, by `metric`: +inf for a failure (diverged, or a level never reached);
-        None for a run that crashed or never finished."""
+        """By `metric`; +inf: diverged or a level never reached; None: crashed or never finished."""
         if self.status == "diverged":
             return math.inf
         if self.status == "completed" and self.metric.tag is not None:
@@ -181,20 +176,18 @@ def natural_key(text: str) -> list[Any]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
-def _series(scalars: Any, tag: str) -> Curve:
-    """`tag` as (step, value, wall time) by step; a step logged twice (a resumed run) keeps the latest."""
-    latest = (
-        scalars[scalars.tag == tag].sort_values(["step", "wall_time"]).drop_duplicates("step", keep="last")
-    )
+def _series(scalars: Any, tag: str, start: float = 0.0) -> Curve:
+    """`tag` as (step, value, seconds since `start`); a step logged twice (a resumed run) keeps the latest."""
+    rows = scalars[scalars.tag == tag].sort_values(["step", "wall_time"])
+    latest = rows.drop_duplicates("step", keep="last")
     return [
-        (int(s), float(v), float(w))
+        (int(s), float(v), float(w) - start)
         for s, v, w in zip(latest.step, latest.value, latest.wall_time, strict=True)
     ]
 
 
 def _tokens_per_second(scalars: Any) -> float | None:
-    """Median of Lightning's rolling throughput; for runs too short to fill its window, the mean rate between
-    the first and last logged step from its cumulative counters."""
+    """Median of Lightning's rolling throughput; for a run too short for its window, its counters' mean."""
     for tag in ("train/device/items_per_sec", "train/items_per_sec"):
         values = [v for _, v, _ in _series(scalars, tag) if math.isfinite(v)]
         if values:
@@ -206,44 +199,37 @@ def _tokens_per_second(scalars: Any) -> float | None:
 
 
 def _logged(scalars: Any | None, curve_tag: str | None) -> dict[str, Any]:
-    """A run's fields its TensorBoard scalars give: its curves, throughput and last validation."""
     if scalars is None or scalars.empty:
         return {}
     start = float(scalars.wall_time.min())
-
-    def since_start(tag: str) -> Curve:
-        return [(s, v, w - start) for s, v, w in _series(scalars, tag)]
-
-    val, bpc = since_start(layout.VAL_LOSS), _series(scalars, layout.VAL_BPC)
+    val, bpc = _series(scalars, layout.VAL_LOSS, start), _series(scalars, layout.VAL_BPC)
     health = [str(tag) for tag in scalars.tag.unique() if str(tag).startswith(HEALTH_PREFIX)]
     logged = {
         "val_curve": val,
-        "curve": since_start(curve_tag) if curve_tag else val,
+        "curve": _series(scalars, curve_tag, start) if curve_tag else val,
         "train_curve": [(step, value) for step, value, _ in _series(scalars, layout.TRAIN_LOSS)],
         "health": {tag: [(step, value) for step, value, _ in _series(scalars, tag)] for tag in health},
         "tokens_per_s": _tokens_per_second(scalars),
     }
-    if not val:
-        return logged
-    best = min((v for _, v, _ in val if math.isfinite(v)), default=None)
-    return logged | {
-        "final_val_loss": val[-1][1],
-        "best_val_loss": best,
-        "final_bpc": bpc[-1][1] if bpc else None,
-    }
+    if val:
+        best = min((v for _, v, _ in val if math.isfinite(v)), default=None)
+        logged |= {
+            "final_val_loss": val[-1][1],
+            "best_val_loss": best,
+            "final_bpc": bpc[-1][1] if bpc else None,
+        }
+    return logged
 
 
 def _configured(run_dir: Path) -> dict[str, Any]:
-    """A run's fields its composed config (Hydra's copy) and its command line give."""
     config = OmegaConf.load(run_dir / layout.HYDRA_DIR / layout.CONFIG_FILE)
     # Each choice as Hydra types it: two Optuna trials at 0.00125029 and 0.00125039 stay two settings.
     overrides = OmegaConf.to_container(OmegaConf.load(run_dir / layout.HYDRA_DIR / "overrides.yaml")) or []
     batch, block = _config_value(config, "data.batch_size"), _config_value(config, "model.block_size")
     accumulate = _config_value(config, "trainer.accumulate_grad_batches") or 1
+    chars = batch * block * accumulate if isinstance(batch, int) and isinstance(block, int) else None
     levels = _config_value(config, "callbacks.targets.levels")
-    watched = (
-        tuple(float(v) for v in levels if isinstance(v, int | float)) if OmegaConf.is_list(levels) else None
-    )
+    watched = tuple(v for v in map(_number, levels) if v is not None) if OmegaConf.is_list(levels) else None
     named = {key: _config_value(config, key) for key in ("baseline", "ladder")}
     # The model section where `ModelConfig` accepts it: a job refused for its model settings has none.
     model = OmegaConf.to_container(config.model, resolve=True) if "model" in config else None
@@ -259,9 +245,7 @@ def _configured(run_dir: Path) -> dict[str, Any]:
         | {n: str(_config_value(config, f"model.{n}")) for n in DESIGN_CHOICES},
         "seed": str(_config_value(config, "seed")),
         "max_steps": _integer(_config_value(config, "trainer.max_steps")),
-        "chars_per_step": batch * block * accumulate
-        if isinstance(batch, int) and isinstance(block, int)
-        else None,
+        "chars_per_step": chars,
         **{key: str(value) if value else None for key, value in named.items()},
         "model": model,
         "watched": watched,
@@ -271,11 +255,10 @@ def _configured(run_dir: Path) -> dict[str, Any]:
 def summarize_run(
     run_dir: Path, sweep_dir: Path, scalars: Any, curve_tag: str | None = None, metric: Metric = FINAL_LOSS
 ) -> RunSummary:
-    """One run from its config, its record (metrics.json; none: `unfinished`) and its TensorBoard `scalars`;
-    without TensorBoard its record's last validation stands for the curve's."""
+    """One run from its config, its record (metrics.json; none: `unfinished`) and TensorBoard `scalars`."""
     record = layout.read_run_record(run_dir) or {}
     logged = _logged(scalars, curve_tag)
-    if not logged.get("val_curve"):
+    if not logged.get("val_curve"):  # its record's last validation stands for the curve's
         logged |= {name: _number(record.get(key)) for name, key in _RECORDED.items()}
     # Its evaluation after the last step (None: it made none) stands for its last validation.
     final = _number(record.get(layout.FINAL_VAL_LOSS))
@@ -351,9 +334,6 @@ def read_runs(
 def shared_reference(runs: Sequence[RunSummary]) -> dict[str, float] | None:
     """The reference levels every run that recorded them shares; None if none did or they differ."""
     levels = [run.reference for run in runs if run.reference]
-    if not levels or any(
-        set(other) != set(levels[0]) or any(abs(other[k] - levels[0][k]) > 1e-9 for k in other)
-        for other in levels
-    ):
-        return None
-    return levels[0]
+    first = levels[0] if levels else {}
+    differ = any(set(o) != set(first) or any(abs(o[k] - first[k]) > 1e-9 for k in o) for o in levels)
+    return first if first and not differ else None
