@@ -33,6 +33,9 @@ from tinylm.analysis.report import (
 from tinylm.analysis.schema import from_json, to_json
 from tinylm.files import write_json
 
+# The figures drawn from the report value alone, with no run's curves: what `--from-json` can draw again.
+CURVELESS_FIGURES = (SENSITIVITY_PNG, SCALE_PNG, LADDER_PNG)
+
 
 def write_report(
     sweep_dir: str | Path,
@@ -58,27 +61,10 @@ def write_report(
     figure = directory / (f"report_{curve.replace('/', '_')}.png" if curve else REPORT_PNG)
     # Before anything is written: the old report goes aside with every figure it was written with.
     drawn = [p for name in (*CURVELESS_FIGURES, "why_*.png", "report*.png") for p in directory.glob(name)]
-    text = _write_markdown(report, directory, [directory / REPORT_JSON, figure, *drawn])
+    text, curveless = _write(report, directory, [directory / REPORT_JSON, figure, *drawn])
     write_json(directory / REPORT_JSON, to_json(report))
     plot_report(report, figure, x_axis, band, curve)
-    written = [directory / REPORT_MD, directory / REPORT_JSON, figure]
-    return text, [*written, *draw_curveless(report, directory), *draw_why(report)]
-
-
-# The figures drawn from the report value alone, with no run's curves: what `--from-json` can draw again.
-CURVELESS_FIGURES = (SENSITIVITY_PNG, SCALE_PNG, LADDER_PNG)
-
-
-def draw_curveless(report: SweepReport, directory: Path) -> list[Path]:
-    """lr_sensitivity.png when the rate is tuned, ladder.png on a ladder, scale.png on the scale ladder."""
-    drawn = []
-    if report.lr_varies:
-        drawn.append(plot_lr_sensitivity(report, directory / SENSITIVITY_PNG))
-    if report.ladder:
-        drawn.append(draw_ladder_verdicts(report, report.ladder, directory / LADDER_PNG))
-    if report.ladder and report.ladder.noun == "size":
-        drawn.append(draw_ladder(report, report.ladder, directory / SCALE_PNG))
-    return drawn
+    return text, [directory / REPORT_MD, directory / REPORT_JSON, figure, *curveless, *draw_why(report)]
 
 
 def report_markdown(report: SweepReport) -> str:
@@ -98,17 +84,21 @@ def write_from_json(path: str | Path) -> tuple[str, list[Path]]:
         report = from_json(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, TypeError, StopIteration, BaseValidationError) as err:
         raise ReportError(f"{path} is not a report.json that scripts/report.py wrote: {err!r}") from None
-    directory = path.parent
-    text = _write_markdown(report, directory, [directory / name for name in CURVELESS_FIGURES])
-    return text, [directory / REPORT_MD, *draw_curveless(report, directory)]
+    text, drawn = _write(report, path.parent, [path.parent / name for name in CURVELESS_FIGURES])
+    return text, [path.parent / REPORT_MD, *drawn]
 
 
-def _write_markdown(report: SweepReport, directory: Path, files: list[Path]) -> str:
-    """report.md into `directory`; one there that reads differently first moves aside with `files`."""
+def _write(report: SweepReport, directory: Path, aside: list[Path]) -> tuple[str, list[Path]]:
+    """report.md (one that reads differently first moves aside, with `aside`), then the figures of the value."""
     text = report_markdown(report)
-    keep_previous(directory, text, [directory / REPORT_MD, *files])
+    keep_previous(directory, text, [directory / REPORT_MD, *aside])
     (directory / REPORT_MD).write_text(text, encoding="utf-8")
-    return text
+    drawn = [plot_lr_sensitivity(report, directory / SENSITIVITY_PNG)] if report.lr_varies else []
+    if report.ladder:
+        drawn.append(draw_ladder_verdicts(report, report.ladder, directory / LADDER_PNG))
+    if report.ladder and report.ladder.noun == "size":
+        drawn.append(draw_ladder(report, report.ladder, directory / SCALE_PNG))
+    return text, drawn
 
 
 def keep_previous(sweep_dir: Path, text: str, files: list[Path]) -> Path | None:
@@ -123,7 +113,6 @@ def keep_previous(sweep_dir: Path, text: str, files: list[Path]) -> Path | None:
         attempt += 1
         target = sweep_dir / PREVIOUS_REPORTS / f"{stamp}_{attempt}"
     target.mkdir(parents=True)
-    for path in files:
-        if path.is_file():
-            path.rename(target / path.name)  # a new folder: nothing there to replace
+    for path in filter(Path.is_file, files):
+        path.rename(target / path.name)  # a new folder: nothing there to replace
     return target
