@@ -122,9 +122,7 @@ def group_settings(
         finished = [run for run in members if run.result is not None]
         results = {run.seed: math.inf if run.path in failed else run.result for run in finished}
         # The final evaluation's windows, what a loss is the mean of: the steps to a level have none.
-        windows = {
-            run.seed: run.window_losses for run in finished if run.window_losses and run.metric.is_loss
-        }
+        windows = {r.seed: r.window_losses for r in finished if r.window_losses and r.metric.is_loss}
         choices = dict(zip(columns, key, strict=True))
         settings.append(Setting(choices, members, results, windows, trained(results, confidence)))
     return sorted(settings, key=ranking)
@@ -202,7 +200,6 @@ def groups_of(items: Sequence[Chosen], columns: Sequence[str]) -> dict[tuple[Any
 
 
 def pick_baseline(settings: Sequence[Setting], wanted: dict[str, Any], columns: Sequence[str]) -> Setting:
-    """The one setting `wanted` names."""
     unknown = sorted(set(wanted) - set(columns))
     if unknown:
         raise ReportError(
