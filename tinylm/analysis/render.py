@@ -118,7 +118,7 @@ def _of(header: str, cell: Callable[[Any], object]) -> Column:
 
 
 def _settings_columns(report: SweepReport, gains: str | None) -> list[Column]:
-    """`gains`: "nats" adds the gain over the unigram level the runs share; "bits", the mean and gain in bits."""
+    """`gains`: "nats" adds the gain over the runs' shared unigram level; "bits", mean and gain in bits."""
     digits, scale = report.metric.digits, 1.0 if gains == "nats" else 1 / math.log(2)
 
     def scaled(s: Setting, gain: bool) -> str:
