@@ -94,11 +94,8 @@ def _cost_line(row: Any) -> str:
     label, seeds = f"- `{setting_label(row.design)}`:", "added seeds" if row.added else "seeds"
     if row.needed is None:
         return f"{label} too few finished seeds to size it"
-    beyond = (
-        f"; more than the {row.horizon} added seeds this design allows, where it stops"
-        if row.added and row.horizon is not None and row.needed > row.horizon
-        else ""
-    )
+    stops = row.added and row.horizon is not None and row.needed > row.horizon
+    beyond = f"; more than the {row.horizon} added seeds this design allows, where it stops" if stops else ""
     if row.more:
         return f"{label} {row.needed} {seeds} ({row.more} more, {plural(row.runs, 'run')} of its own){beyond}"
     if beyond:
@@ -145,7 +142,6 @@ def _explained(report: SweepReport, row: WhyRow) -> str:
 
 
 def _sentence(f: Shared) -> str:
-    """A finding in words: how many runs showed it (their seeds where known), an example, where to see it."""
     seeds, name = "", quantity(f.example.tag)
     if len(f.seeds) == f.count:
         seeds = f"seed {f.seeds[0]}" if f.count == 1 else f"seeds {', '.join(f.seeds[:-1])} and {f.seeds[-1]}"
@@ -161,7 +157,7 @@ def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
     """The depth probe's section: one line per shape the runs trained."""
     if not rows:
         return []
-    from tinylm.probe.depth import label
+    from tinylm.probe.depth import label  # torch: only where a sweep has probe rows
 
     names = {"norm": "norm", "act": "act", "n_layer": "blocks", "d_model": "d_model"}
     columns = [
@@ -188,10 +184,8 @@ def ladder_title(ladder: Ladder) -> str:
 
 
 def rates_cell(s: Setting) -> str:
-    return (
-        ", ".join(f"{overrides.shown(rate)} ×{n}" for rate, n in sorted(Counter(s.rates.values()).items()))
-        or "—"
-    )
+    counts = sorted(Counter(s.rates.values()).items())
+    return ", ".join(f"{overrides.shown(rate)} ×{n}" for rate, n in counts) or "—"
 
 
 def _level_label(ladder: Ladder, rung: Rung) -> str:
@@ -204,7 +198,6 @@ def _level_label(ladder: Ladder, rung: Rung) -> str:
 def _level_table(
     report: SweepReport, rows: list, design: Callable[[Any], dict], cell: Callable[..., str], *last: Column
 ) -> list[str]:
-    """A row per design (its choices: `design(row)`), a column per level with `cell` of the design there."""
     ladder, columns = report.ladder, report.ladder.columns
     bits = ladder.in_bits and report.metric.is_loss
 
@@ -219,7 +212,6 @@ def _level_table(
 
 
 def _mean_at(report: SweepReport, s: Setting, _: Rung, unigram: float | None) -> str:
-    """A mean in nats; across corpora, in bits/char with its gain over the level's unigram."""
     if s.estimate is None:
         return "—"
     mean, bits = s.estimate.mean, 1 / math.log(2)
@@ -231,7 +223,6 @@ def _mean_at(report: SweepReport, s: Setting, _: Rung, unigram: float | None) ->
 
 
 def _difference_at(report: SweepReport, s: Setting, rung: Rung, unigram: float | None) -> str:
-    """A difference, its interval, p and verdict; across corpora, also as a share of the baseline's gain."""
     c, added, digits = report.shown_comparison(s), s.added, report.metric.digits
     if c is None or c.tests.difference is None:
         return "—"
@@ -270,30 +261,27 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
             f"parameters: {SCALE_PNG}."
         )
     else:
+        holds = "`holds at every level`: the same resolved verdict at every level"
         ends = (
             f"`grows / shrinks with {axis}`: resolved in the same direction at the first and last levels, "
             "and Welch's t test of the difference at the last level against that at the first, Holm over "
             f"the designs, finds a change; `changes with {axis}`: that test finds a change, but the ends' "
-            "verdicts show neither its direction nor a sign change; "
+            f"verdicts show neither its direction nor a sign change; {holds} and no change shown"
             if ladder.ordered
-            else "The levels have no order, so no word compares the ends; "
+            else f"The levels have no order, so no word compares the ends; {holds}"
         )
-        holds = "`holds at every level`: the same resolved verdict at every level" + (
-            " and no change shown" if ladder.ordered else ""
-        )
-        words = f"{ends}{holds}; `flips`: {flips}."
+        words = f"{ends}; `flips`: {flips}."
     lower, units = ("lower loss", "") if metric.is_loss else (metric.lower, f" {metric.units}")
-    gain = (
-        " and its share of the baseline's gain over unigram (which compares across corpora)" if bits else ""
-    )
+    share = " and its share of the baseline's gain over unigram (which compares across corpora)"
     designs = {s.key(ladder.columns): s for rung in ladder.rungs for s in rung.settings}
     return blocks(
         f"## {ladder_title(ladder)}",
         f"Each design against the baseline `{ladder.rungs[0].baseline.label(ladder.shown_columns)}` of its "
         f"own {along}{rates}",
         _level_table(report, list(designs.values()), lambda s: s.choices, _mean_at),
-        f"Difference from the baseline in {metric.units} (< 0: {lower}), its {pct} interval{gain}, p (Holm) "
-        f"and verdict at each {noun}, and the verdict {across} ({LADDER_PNG} draws it):",
+        f"Difference from the baseline in {metric.units} (< 0: {lower}), its {pct} interval"
+        f"{share if bits else ''}, p (Holm) and verdict at each {noun}, and the verdict {across} "
+        f"({LADDER_PNG} draws it):",
         _level_table(
             report, ladder.trends, lambda t: t.design, _difference_at, Column(across, lambda t: t.verdict)
         ),
@@ -319,15 +307,12 @@ def draw_ladder_verdicts(report: SweepReport, ladder: Ladder, path: Path) -> Pat
     order = [tuple(t.design[c] for c in ladder.columns) for t in ladder.trends]  # the same rows in each panel
     panels = []
     for rung in ladder.rungs:
-        designs = {
+        drawn = {
             s.key(ladder.columns): ForestRow.of(s.label(shown), c.tests.difference, c.judgement.verdict)
             for s in rung.settings
             if s is not rung.baseline and (c := report.shown_comparison(s)) is not None
         }
-        rows = [
-            ForestRow.of_baseline(rung.baseline.label(shown)),
-            *(designs[k] for k in order if k in designs),
-        ]
+        rows = [ForestRow.of_baseline(rung.baseline.label(shown)), *(drawn[k] for k in order if k in drawn)]
         panels.append((f"{named} = {_level_label(ladder, rung)}", rows))
     across = [f"{setting_label(t.design, shown)}: {t.verdict}" for t in ladder.trends]
     base = ladder.rungs[0].baseline.label(shown)
