@@ -245,9 +245,8 @@ def build_report(
     probe: bool = False,
     metric: str | None = None,
 ) -> SweepReport:
-    """The report of a sweep: its runs, settings, verdicts, findings and what they explain; `probe`: the depth
-    probe at the runs' shapes too (torch, seconds); `metric`: what a run's result is (`--metric`). A
-    ReportError where an option contradicts the sequential design its added seeds were judged under."""
+    """The report of a sweep; `probe`: the depth probe at the runs' shapes too (torch, seconds); `metric`:
+    a run's result (`--metric`). A ReportError where an option contradicts the sweep's sequential design."""
     sweep_dir = Path(sweep_dir)
     measured = parse_metric(metric)
     runs = read_runs(sweep_dir, curve, measured)
@@ -262,7 +261,11 @@ def build_report(
         raise _against_design(f"--min-effect {min_effect:g}", within, "at that δ")
     if design is not None and baseline is not None and wanted != parse_choices(design.baseline):
         raise _against_design(f"--baseline {baseline}", f"against {design.baseline}", "against that baseline")
-    columns, common = run_columns(runs)
+    # The choices shown per run: the design choices, then every override that varies; and those all share.
+    others = sorted({k for r in runs for k in r.choices} - set(DESIGN_CHOICES))
+    varied = [k for k in others if len({r.choices.get(k) for r in runs}) > 1]
+    common = {k: runs[0].choices[k] for k in others if k not in varied and k in runs[0].choices}
+    columns = list(DESIGN_CHOICES) + varied
     setting_columns = [c for c in columns if c != "seed"]
     axis = ladder_axis(ladder, runs, setting_columns, wanted, design.ladder if design else None)
     if design is not None and design.ladder is not None and tuple(axis) != design.ladder:
@@ -327,14 +330,6 @@ def judge(runs: Sequence[RunSummary], findings: dict[Path, list[Finding]], scope
         "sizing": why.size_open_rows(family, base, columns, rules, horizon),
         "look_levels": tuple(None if look is None else look.level(rules.alpha) for look in plan),
     }
-
-
-def run_columns(runs: Sequence[RunSummary]) -> tuple[list[str], dict[str, Any]]:
-    """The choices shown per run (the design choices, then every override that varies); those all share."""
-    others = sorted({k for r in runs for k in r.choices} - set(DESIGN_CHOICES))
-    varied = [k for k in others if len({r.choices.get(k) for r in runs}) > 1]
-    common = {k: runs[0].choices[k] for k in others if k not in varied and k in runs[0].choices}
-    return list(DESIGN_CHOICES) + varied, common
 
 
 def ladder_axis(
