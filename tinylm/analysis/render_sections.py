@@ -1,5 +1,4 @@
-"""report.md's later sections (added seeds, what open rows would take, *Why*, the depth probe, a ladder's)
-and a ladder's figures, scale.png and ladder.png (docs/sweeps.md says what each word needs)."""
+"""report.md's sections after the family table, and a ladder's figures; docs/sweeps.md explains them."""
 
 from __future__ import annotations
 
@@ -154,15 +153,17 @@ def _sentence(f: Shared) -> str:
 
 
 def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """The depth probe's section: one line per shape the runs trained."""
     if not rows:
         return []
     from tinylm.probe.depth import label  # torch: only where a sweep has probe rows
 
+    def value(v: float) -> str:  # nan and inf print as such
+        return f"{v:.3f}" if 0.01 <= abs(v) < 1000 else f"{v:.2e}"
+
     names = {"norm": "norm", "act": "act", "n_layer": "blocks", "d_model": "d_model"}
     columns = [
         *(Column(header, lambda row, key=key: row[key]) for key, header in names.items()),
-        *(Column(f"{label(key)}, block n", lambda row, key=key: _probe_value(row[key])) for key in SHOWN),
+        *(Column(f"{label(key)}, block n", lambda row, key=key: value(row[key])) for key in SHOWN),
     ]
     return blocks(
         "## At initialisation: the depth probe at this sweep's shapes",
@@ -175,10 +176,6 @@ def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
     )
 
 
-def _probe_value(value: float) -> str:
-    return f"{value:.3f}" if 0.01 <= abs(value) < 1000 else f"{value:.2e}"  # nan and inf print as such
-
-
 def ladder_title(ladder: Ladder) -> str:
     return "Across sizes" if ladder.noun == "size" else f"Across levels of {', '.join(ladder.axis)}"
 
@@ -189,10 +186,8 @@ def rates_cell(s: Setting) -> str:
 
 
 def _level_label(ladder: Ladder, rung: Rung) -> str:
-    if ladder.noun != "size":
-        return rung.level
     params = f"{rung.params / 1e6:.2f}M" if rung.params is not None else "?"
-    return f"{rung.level} ({params}, {rung.steps} steps)"
+    return f"{rung.level} ({params}, {rung.steps} steps)" if ladder.noun == "size" else rung.level
 
 
 def _level_table(
@@ -240,9 +235,8 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
     """*Across sizes* (or *Across levels of …*): each design's mean and difference at each level."""
     pct, noun, metric, axis = f"{report.confidence:.0%}", ladder.noun, report.metric, ", ".join(ladder.axis)
     bits, across = ladder.in_bits and metric.is_loss, f"across {noun}s"
-    loss = ("Mean final loss" if metric.is_loss else f"Mean {metric.noun}") + (
-        " in bits/char (gain over its corpus's unigram level)" if bits else ""
-    )
+    loss = "Mean final loss" if metric.is_loss else f"Mean {metric.noun}"
+    loss += " in bits/char (gain over its corpus's unigram level)" if bits else ""
     chosen = "cross-fitted rate" if report.rule == CROSS_FITTED else "rate its tuning seeds chose"
     rates = (
         f", each at its own {chosen} per {noun}. {loss} (rates chosen):"
