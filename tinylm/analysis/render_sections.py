@@ -108,7 +108,6 @@ def _cost_line(row: Any) -> str:
 def why_section(report: SweepReport) -> list[str]:
     """The *Why* section: a sentence or two per row of `report.why`, naming the figure of each health tag."""
     explained = [_explained(report, row) for row in report.why if row.lost_or_failed]
-    # A finding about the data, not the run: never among the settings that lost or failed.
     about_data = [
         f"- **{setting_label(row.design)}**: " + "; ".join(map(_sentence, row.about_data)) + "."
         for row in report.why
