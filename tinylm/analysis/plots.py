@@ -21,7 +21,7 @@ from matplotlib.transforms import blended_transform_factory
 from tinylm.analysis.estimates import Estimate, estimate
 from tinylm.analysis.grouping import LR, Setting
 from tinylm.analysis.report import SweepReport
-from tinylm.analysis.runs import Metric, natural_key
+from tinylm.analysis.runs import natural_key
 from tinylm.analysis.verdicts import Outcome
 from tinylm.analysis.why import judged_runs, quantity, why_figure
 
@@ -45,20 +45,15 @@ def _legend_columns(labels: Sequence[str]) -> int:
     return 1 if max(map(len, labels), default=0) > 45 else 2
 
 
-def _new_figure(width: float, heights: Sequence[float]) -> tuple[Figure, Any]:
-    """A panel per height, stacked (one: its axes)."""
-    figure = Figure(figsize=(width, sum(heights)), layout="constrained")
+def _figure(labels: Sequence[str], panels: Sequence[float] = (), bottom: float = 5) -> tuple[Figure, Any]:
+    """Forest plots `panels` high above axes `bottom` high, then a legend of `labels` (alone: the axes)."""
+    heights = [*panels, bottom + 0.2 * math.ceil(len(labels) / _legend_columns(labels))]
+    figure = Figure(figsize=(11 if panels else 10, sum(heights)), layout="constrained")
     return figure, figure.subplots(len(heights), height_ratios=heights)
 
 
-def _figure(labels: Sequence[str]) -> tuple[Figure, Axes]:
-    """One axes, tall enough for a legend below it of an entry per label."""
-    return _new_figure(10, [5 + 0.2 * math.ceil(len(labels) / _legend_columns(labels))])
-
-
-def _finish(figure: Figure, axes: Axes, title: str, labels: Sequence[str]) -> Figure:
-    """The title, a grid, and the legend of `labels` below the axes."""
-    axes.set_title(title)
+def _finish(figure: Figure, axes: Axes, title: str, labels: Sequence[str], **title_style: Any) -> Figure:
+    axes.set_title(title, **title_style)
     axes.grid(alpha=0.3, which="both")
     figure.legend(fontsize="small", loc="outside lower center", ncols=_legend_columns(labels), frameon=False)
     return figure
@@ -69,12 +64,11 @@ def _colours(count: int) -> list[Any]:
     return [colours(index % colours.N) for index in range(count)]
 
 
-def _y_label(metric: Metric) -> str:
-    return f"{metric.noun} ({'nats / char' if metric.is_loss else metric.units})"
+def _y_label(report: SweepReport) -> str:
+    return f"{report.metric.noun} ({'nats / char' if report.metric.is_loss else report.metric.units})"
 
 
 def _reference_lines(axes: Axes, report: SweepReport, levels: Sequence[str]) -> None:
-    """The validation split's reference levels as dashed grey lines, labelled at the right edge."""
     for name in levels if report.reference is not None else ():
         value = report.reference[name]
         axes.axhline(value, color="grey", linestyle="--", linewidth=0.8)
@@ -87,8 +81,7 @@ def _reference_lines(axes: Axes, report: SweepReport, levels: Sequence[str]) -> 
 
 @dataclass(frozen=True)
 class ForestRow:
-    """One row of a forest plot: a setting's difference from the baseline (its mean over paired seeds and
-    interval) and its verdict; the baseline's row is 0. Without a baseline, each setting's own mean."""
+    """A forest plot's row: a setting's difference from the baseline (0 for itself), or with none its mean."""
 
     label: str
     mean: float | None  # None: no finite difference (no result, or every seed diverged)
@@ -140,8 +133,7 @@ def forest_rows(report: SweepReport) -> list[ForestRow]:
 
 
 def report_title(report: SweepReport) -> str:
-    """What the sweep compares and against what, e.g. `experiment=norm_act_sweep: norm × act, final
-    validation loss against norm=pre act=gelu`: the axes it varies, nothing every run shares."""
+    """What the sweep compares (the axes it varies, nothing every run shares) and against what."""
     compared = " × ".join(report.swept_columns) or "one setting"
     if report.ladder is not None:
         against = f"(judged level by level along {' × '.join(report.axis)}: ladder.png)"
@@ -164,14 +156,10 @@ def plot_report(
 def report_figure(
     report: SweepReport, x_axis: str = "step", band: str = "minmax", curve: str | None = None
 ) -> Figure:
-    """The forest plot above each setting's curve (`curve`, else the validation loss): its seeds' mean and
-    band, in a colour of its own, dashed and faded without a result."""
+    """The forest plot above each setting's curve (`curve`, else validation loss), dashed without a result."""
     rows = forest_rows(report)
     labels = [s.label(report.swept_columns or report.setting_columns) for s in report.settings]
-    legend_columns = _legend_columns(labels)
-    legend_rows = math.ceil(len(labels) / legend_columns)
-    heights = [1.4 + 0.3 * sum(row.lines() for row in rows), 4.5 + 0.2 * legend_rows]
-    figure, (verdicts, axes) = _new_figure(11, heights)
+    figure, (verdicts, axes) = _figure(labels, [1.4 + 0.3 * sum(row.lines() for row in rows)], 4.5)
     plot_verdicts(verdicts, report, rows, differences=report.family_baseline is not None)
     for setting, label, colour in zip(report.settings, labels, _colours(len(labels)), strict=True):
         points = setting_curve(setting, x_axis, band, report.confidence)
@@ -190,18 +178,13 @@ def report_figure(
         axes.axhline(report.metric.level, color="black", linestyle=":", linewidth=1)
     band_name = "min-max over seeds" if band == "minmax" else f"{report.confidence:.0%} CI over seeds"
     axes.set(xlabel=X_AXES[x_axis], ylabel=curve or "validation loss (nats / char)")
-    axes.set_title(f"{curve or 'validation loss'} during training: mean over seeds, band {band_name}",
-                   fontsize="medium")  # fmt: skip
-    axes.grid(alpha=0.3)
     figure.suptitle(textwrap.fill(report_title(report), TITLE_WIDTH), fontsize="large")
-    figure.legend(*axes.get_legend_handles_labels(), fontsize="small", loc="outside lower center",
-                  ncols=legend_columns, frameon=False)  # fmt: skip
-    return figure
+    title = f"{curve or 'validation loss'} during training: mean over seeds, band {band_name}"
+    return _finish(figure, axes, title, labels, fontsize="medium")
 
 
 def plot_verdicts(axes: Axes, report: SweepReport, rows: Sequence[ForestRow], differences: bool) -> None:
-    """The forest plot: a row per setting, its mean (a dot), interval (a bar) and verdict (at the right); when
-    the rows are `differences` from a baseline, the ±δ band within which no difference is worth a claim."""
+    """A row's mean (a dot), interval (a bar) and verdict (at the right); with `differences`, the ±δ band."""
     metric = report.metric
     ys = list(range(len(rows)))[::-1]  # the first row at the top
     for y, row in zip(ys, rows, strict=True):
@@ -242,8 +225,7 @@ class _RoomyTicks(MaxNLocator):
 
 
 def setting_curve(setting: Setting, x_axis: str, band: str, confidence: float) -> list[CurvePoint]:
-    """The setting's curve where its runs logged finite values, on the figure's own axis and band (`--x`,
-    `--band`): the one statistic not in the report value."""
+    """Its runs' finite values on the figure's axis and band: the one statistic not in the report value."""
     by_step: dict[int, list[tuple[float, float]]] = {}
     for run in setting.runs:
         for step, value, seconds in run.curve:
@@ -268,6 +250,7 @@ def plot_lr_sensitivity(report: SweepReport, path: Path) -> Path:
     failed = "failed" if report.judged_apart or not report.metric.is_loss else "diverged"
     legend = [*labels, f"a seed {failed} (drawn at the top)"]
     figure, axes = _figure(legend)
+    crosses = {"linestyle": "none", "marker": "x", "markersize": 9}
     results = [v for s in report.tuned for by_seed in s.by_rate.values() for v in by_seed.values()]
     finite = [v for v in results if math.isfinite(v)]
     top = max(finite) + 0.05 * (max(finite) - min(finite) + 1e-9) if finite else 1.0
@@ -281,10 +264,9 @@ def plot_lr_sensitivity(report: SweepReport, path: Path) -> Path:
             axes.plot(xs, list(map(statistics.fmean, values)), marker="o", color=colour, label=label)
             axes.fill_between(xs, list(map(min, values)), list(map(max, values)), color=colour, alpha=0.15)
         if dead:
-            axes.plot(dead, [top] * len(dead), linestyle="none", marker="x", markersize=9, color=colour,
-                      label=None if alive else label)  # fmt: skip
+            axes.plot(dead, [top] * len(dead), color=colour, label=None if alive else label, **crosses)
     axes.plot([], [], linestyle="none", marker="x", color="black", label=legend[-1])
-    axes.set(xscale="log", xlabel="peak learning rate (optim.lr)", ylabel=_y_label(report.metric))
+    axes.set(xscale="log", xlabel="peak learning rate (optim.lr)", ylabel=_y_label(report))
     axes.set_ylim(top=top * 1.01)  # before the reference lines, which stay out of the limits
     _reference_lines(axes, report, ("unigram", "bigram") if report.metric.is_loss else ())
     title = f"{report.sweep_dir.name}: learning-rate sensitivity, mean and min-max over seeds"
@@ -335,7 +317,7 @@ def plot_scale(
             above = [e.high - e.mean if e.has_interval else 0.0 for _, e in finite]
             params, means = [n for n, _ in finite], [e.mean for _, e in finite]
             axes.errorbar(params, means, [below, above], marker="o", capsize=3, color=colour, label=label)
-    axes.set(xscale="log", xlabel="parameters (without position embeddings)", ylabel=_y_label(report.metric))
+    axes.set(xscale="log", xlabel="parameters (without position embeddings)", ylabel=_y_label(report))
     _reference_lines(axes, report, ("bigram",) if report.metric.is_loss else ())
     return _written(_finish(figure, axes, title, list(points)), path)
 
@@ -345,8 +327,8 @@ def plot_ladder(
 ) -> Path:
     """ladder.png: a forest plot per level on one axis; below, the verdicts `across` levels."""
     heights = [1.2 + 0.35 * sum(row.lines() for row in rows) for _, rows in panels]
-    heights.append(0.3 + 0.25 * sum(len(textwrap.wrap(line, ACROSS_WIDTH)) for line in across))
-    figure, axes = _new_figure(11, heights)
+    below = 0.3 + 0.25 * sum(len(textwrap.wrap(line, ACROSS_WIDTH)) for line in across)
+    figure, axes = _figure((), heights, below)  # no legend: the verdicts across levels below the panels
     for panel, (level, rows) in zip(axes, panels, strict=False):
         plot_verdicts(panel, report, rows, differences=True)
         panel.set_title(level, loc="left", fontsize="medium", pad=14)  # above the ±δ note
@@ -362,33 +344,28 @@ def plot_ladder(
     return _written(figure, path)
 
 
-def why_figures(report: SweepReport) -> dict[str, dict[str, list[RunCurve]]]:
-    """The curves of `why_<quantity>.png` for every health quantity a *Why* row's finding names, by quantity
-    and then setting: the tag in each explained setting's judged runs and in its baseline's."""
-    wanted: dict[str, dict[str, list[RunCurve]]] = {}
+def draw_why(report: SweepReport) -> list[Path]:
+    """why_<quantity>.png in the sweep directory for every health quantity a *Why* row's finding names: its
+    tag in each explained setting's judged runs and in its baseline's."""
+    wanted: dict[str, dict[str, tuple[Setting, str]]] = {}  # by quantity, then the setting's label
     for row in report.why:
         columns = [c for c in row.design if c in report.swept_columns] or list(row.design)
         label, base = row.setting.label(columns), report.baseline_of(row.setting)
         for tag in (f.example.tag for f in row.findings if quantity(f.example.tag)):
-            curves = wanted.setdefault(quantity(tag), {})
-            curves.pop(f"{label} (baseline)", None)  # a baseline explained in its own right: drawn once
-            curves[label] = _run_curves(row.setting, tag)
-            if base is not None and base is not row.setting and base.label(columns) not in curves:
-                curves.setdefault(f"{base.label(columns)} (baseline)", _run_curves(base, tag))
-    return wanted
-
-
-def _run_curves(setting: Setting, tag: str) -> list[RunCurve]:
-    return [
-        RunCurve(run.seed, tag, [(x, y) for x, y in run.health.get(tag, []) if math.isfinite(y)])
-        for run in judged_runs(setting)
-    ]
-
-
-def draw_why(report: SweepReport) -> list[Path]:
-    """Draws each of `why_figures` into the sweep directory."""
+            settings = wanted.setdefault(quantity(tag), {})
+            settings.pop(f"{label} (baseline)", None)  # a baseline explained in its own right: drawn once
+            settings[label] = (row.setting, tag)
+            if base is not None and base is not row.setting and base.label(columns) not in settings:
+                settings.setdefault(f"{base.label(columns)} (baseline)", (base, tag))
     drawn = []
-    for name, curves in why_figures(report).items():
+    for name, settings in wanted.items():
+        curves = {
+            label: [
+                RunCurve(run.seed, tag, [p for p in run.health.get(tag, []) if math.isfinite(p[1])])
+                for run in judged_runs(setting)
+            ]
+            for label, (setting, tag) in settings.items()
+        }
         title = f"{report.sweep_dir.name}: {name}, the runs diagnosed and their baselines"
         drawn.append(_written(health_figure(curves, title), report.sweep_dir / why_figure(name)))
     return drawn
