@@ -25,19 +25,8 @@ def fmt_interval(e: Estimate | None, signed: bool = False, digits: int = 4) -> s
     return f"[{fmt_number(e.low, digits, signed)}, {fmt_number(e.high, digits, signed)}]"
 
 
-def fmt_wall_time(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    minutes, secs = divmod(round(seconds), 60)
-    return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
-
-
 def fmt_p(value: float | None) -> str:
     return "—" if value is None else f"{value:.2g}"
-
-
-def fmt_duration(seconds: float) -> str:
-    return f"{seconds / 3600:,.1f} hours" if seconds >= 2 * 3600 else f"{seconds / 60:.0f} minutes"
 
 
 def plural(count: int, noun: str) -> str:

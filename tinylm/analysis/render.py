@@ -353,6 +353,10 @@ def _runs_columns(report: SweepReport, run_columns: list[str]) -> list[Column]:
         text = run.status if not run.error else f"{run.status}: {run.error}"
         return text if len(text) <= 120 else text[:117] + "..."
 
+    def wall_time(seconds: float | None) -> str:
+        minutes, secs = divmod(round(seconds or 0), 60)
+        return "—" if seconds is None else f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
+
     return [
         Column("rank", lambda r: r[0] if r[1].result is not None else "—"),
         _of("run", lambda run: run.name),
@@ -364,7 +368,7 @@ def _runs_columns(report: SweepReport, run_columns: list[str]) -> list[Column]:
         _of("best val loss", lambda run: formats.fmt_number(run.best_val_loss)),
         _of("bits/char", lambda run: formats.fmt_number(run.final_bpc, 3)),
         _of("tokens/s", lambda run: "—" if run.tokens_per_s is None else f"{run.tokens_per_s:,.0f}"),
-        _of("wall time", lambda run: formats.fmt_wall_time(run.wall_time_s)),
+        _of("wall time", lambda run: wall_time(run.wall_time_s)),
         _of("steps", steps),
         _of("status", status),
     ]

@@ -16,7 +16,7 @@ from tinylm.analysis.grouping import CROSS_FITTED, Setting, gain_over_unigram, s
 from tinylm.analysis.ladder import Ladder, Rung
 from tinylm.analysis.plots import ForestRow, plot_ladder, plot_scale
 from tinylm.analysis.report import DESIGN_FILE, REPORT_PNG, SweepReport
-from tinylm.analysis.why import Shared, WhyRow, quantity, why_figure
+from tinylm.analysis.why import Shared, quantity, why_figure
 from tinylm.probe.sweep_shapes import SHOWN
 
 SCALE_PNG = "scale.png"
@@ -70,7 +70,6 @@ def added_section(report: SweepReport) -> list[str]:
 
 
 def cost_lines(report: SweepReport) -> list[str]:
-    """What resolving the open rows would take (`report.sizing`)."""
     sizing = report.sizing
     if sizing is None or not (sizing.rows or sizing.runs):
         return []
@@ -80,9 +79,11 @@ def cost_lines(report: SweepReport) -> list[str]:
     )
     if sizing.runs:  # else every open row is at its design's horizon: nothing more to run under it
         every = ", every rate of a setting at each new seed (cross-fitting needs them)"
+        seconds = sizing.seconds
+        time = f"{seconds / 3600:,.1f} hours" if seconds >= 2 * 3600 else f"{seconds / 60:.0f} minutes"
         head += (
             f" {sizing.runs:,} more runs, the rows' own below and the baseline's at the same "
-            f"seeds{every if sizing.every_rate else ''}, {formats.fmt_duration(sizing.seconds)} of run time "
+            f"seeds{every if sizing.every_rate else ''}, {time} of run time "
             "at these runs' median wall times; `python scripts/add_seeds.py <sweep dir>` adds them in rounds "
             "until each is resolved."
         )
@@ -107,7 +108,13 @@ def _cost_line(row: Any) -> str:
 
 def why_section(report: SweepReport) -> list[str]:
     """The *Why* section: a sentence or two per row of `report.why`, naming the figure of each health tag."""
-    explained = [_explained(report, row) for row in report.why if row.lost_or_failed]
+    explained, digits = [], report.metric.digits - 1
+    for row in [row for row in report.why if row.lost_or_failed]:
+        outcome = "baseline" if row.baseline else "no difference measured"  # a ladder: one per level
+        if row.verdict is not None and row.difference is not None:
+            outcome = f"{row.verdict}, {row.difference:+.{digits}f}"
+        found = "; ".join(map(_sentence, row.about_runs)) or "nothing in its curves names a cause"
+        explained.append(f"- **{setting_label(row.design)}** ({outcome}): {found}.")
     about_data = [
         f"- **{setting_label(row.design)}**: " + "; ".join(map(_sentence, row.about_data)) + "."
         for row in report.why
@@ -128,15 +135,6 @@ def why_section(report: SweepReport) -> list[str]:
             *about_data,
         )
     return text
-
-
-def _explained(report: SweepReport, row: WhyRow) -> str:
-    if row.verdict is not None and row.difference is not None:
-        outcome = f"{row.verdict}, {row.difference:+.{report.metric.digits - 1}f}"
-    else:  # a baseline (a ladder has one per level) is named as one, not as a failure
-        outcome = "baseline" if row.baseline else "no difference measured"
-    found = "; ".join(map(_sentence, row.about_runs)) or "nothing in its curves names a cause"
-    return f"- **{setting_label(row.design)}** ({outcome}): {found}."
 
 
 def _sentence(f: Shared) -> str:
