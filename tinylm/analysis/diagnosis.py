@@ -7,6 +7,7 @@ import math
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from scipy.stats import linregress
 
@@ -54,31 +55,26 @@ DATA_FINDINGS = (VALIDATION_IN_TRAINING,)  # about the data a run was measured o
 STILL_LEARNING = "its budget ended before it stopped learning"  # what `still improving` concludes, no more
 
 Series = Sequence[tuple[int, float]]
+Episode = tuple["HealthCurve", tuple[int, int | None], Series]  # a curve, its episode's span, readings in it
 
 
 @dataclass(frozen=True)
-class Finding:
-    """One thing a run showed; `until`: the last step it held if it ended before the run did."""
-
+class Finding:  # one thing a run showed
     kind: str
     evidence: str
     step: int | None = None
     tag: str | None = None
-    until: int | None = None
+    until: int | None = None  # the last step it held, if it ended before the run did
 
     @property
     def recovered(self) -> bool:
         return self.until is not None
 
 
-@dataclass(frozen=True)
-class HealthCurve:  # one `training_health/<quantity>/block_<block>` curve
+class HealthCurve(NamedTuple):  # one `training_health/<quantity>/block_<block>` curve
     tag: str
     block: int
     series: Series
-
-
-Episode = tuple[HealthCurve, tuple[int, int | None], Series]  # a curve, its episode's span and readings in it
 
 
 def diagnose(run: RunSummary, reference: Mapping[str, float] | None = None) -> list[Finding]:
@@ -97,7 +93,7 @@ def diagnose(run: RunSummary, reference: Mapping[str, float] | None = None) -> l
     val = [(step, value) for step, value, _ in run.val_curve if math.isfinite(value)]
     spike, calm = _spike(val)
     rose = _rose(run, val)
-    improving = _improving_by(run, calm) if len(val) >= 2 else _improving_from_training(run, len(val))
+    improving = _improving(run, calm, len(val))
     # A stall only on a flattened curve (one point cannot show that), and not after a rise: that is the cause.
     stall = _stall(run, reference) if improving is None and rose is None and len(val) >= 2 else None
     # One token of context has no spread and no key to choose: its health curves say nothing.
@@ -140,10 +136,9 @@ def _spike(val: Series) -> tuple[Finding | None, Series]:
         ended = f"and came down to {after:.2f} by the end, still {after - low:.2f} above its lowest before: "
         ended += "not recovered"
     others = f"; {len(spikes) - 1} smaller spike(s) too" if len(spikes) > 1 else ""
-    evidence = f"the validation loss rose from {low:.2f} (its lowest before) to a peak of {peak:.2f} at "
-    evidence += (
-        f"step {peak_step}, more than {SPIKE_RISE:g} above it from step {first} to {last}, {ended}{others}"
-    )
+    evidence = f"the validation loss rose from {low:.2f} (its lowest before) to a peak of {peak:.2f} "
+    evidence += f"at step {peak_step}, more than {SPIKE_RISE:g} above it from step {first} to {last}, "
+    evidence += ended + others
     back = next((i for i in range(end, len(val)) if val[i][1] <= low + DESTABILISED_RISE), len(val))
     settled = val[back - 1][0]  # the last reading before it was back within DESTABILISED_RISE
     calm = [point for point in val if not first <= point[0] <= settled]
@@ -160,11 +155,9 @@ def _rose(run: RunSummary, val: Series) -> Finding | None:
     rise, then, now = end - low, train_loss_near(run, low_step), train_loss_near(run, end_step)
     trained = then is not None and now is not None
     if trained and then - now >= OVERFITTING_TRAIN_DROP:
-        evidence = f"the training loss fell {then:.3f} → {now:.3f} while the validation loss rose {rise:.2f} "
-        evidence += (
-            f"from its minimum {low:.3f}: the train–val gap widened {low - then:.2f} → {end - now:.2f}, "
-        )
-        evidence += "too little data or regularisation for the steps"
+        evidence = f"the training loss fell {then:.3f} → {now:.3f} while the validation loss rose "
+        evidence += f"{rise:.2f} from its minimum {low:.3f}: the train–val gap widened {low - then:.2f} → "
+        evidence += f"{end - now:.2f}, too little data or regularisation for the steps"
         return Finding(OVERFITTING, evidence, low_step, VAL_LOSS)
     trend = f" (training loss {then:.3f} → {now:.3f})" if trained else ""
     evidence = f"the validation loss rose {rise:.2f} from its minimum {low:.3f}{trend}"
@@ -197,18 +190,20 @@ def _stall(run: RunSummary, reference: Mapping[str, float] | None) -> Finding | 
         what = f"is the bigram level {bigram:.3f}: it predicts from the last character alone"
     else:
         return None
-    # From the validation that reached it, and got no further.
     step = since([(step, value) for step, value, _ in run.val_curve], lambda v: v <= level + STALL_MARGIN)
     return Finding(kind, f"its final loss {final:.3f} {what}", step, VAL_LOSS)
 
 
 def _collapse(run: RunSummary) -> Finding | None:
+    def _collapsed(spread: float) -> bool:
+        return spread < COLLAPSED_SPREAD
+
     deepest = _deepest(run, "token_spread")
     found = next(_episodes([deepest] if deepest else [], _collapsed), None)
     if found is None:
         return None
     curve, (start, until), inside = found
-    after = "" if until is None else f", then recovered to {_after(curve.series, until):.2g}"
+    after = "" if until is None else f", then recovered to {_recovered_to(curve.series, until):.2g}"
     breaks = [f"{value:.2g} at step {step}" for step, value in inside if not _collapsed(value)]
     if breaks:  # named, so that a reader of the curve sees why they are not a recovery
         readings = f"{plural(len(breaks), 'reading')} ({', '.join(breaks)})"
@@ -217,14 +212,10 @@ def _collapse(run: RunSummary) -> Finding | None:
     earlier = episode([(s, v) for s, v in curve.series if s < start], _collapsed) if until is None else None
     if earlier is not None and earlier[1] is not None:  # a collapse to the end that had recovered before
         after += f"; it had collapsed before, from step {earlier[0]} to {earlier[1]}, and recovered to "
-        after += f"{_after(curve.series, earlier[1]):.2g} in between"
+        after += f"{_recovered_to(curve.series, earlier[1]):.2g} in between"
     evidence = f"the last block's token spread fell to {min(v for _, v in inside):.1e}{_span(start, until)} "
     evidence += f"(below {COLLAPSED_SPREAD:g}; about 1 for independent tokens){after}"
     return Finding(COLLAPSED, evidence, start, curve.tag, until)
-
-
-def _collapsed(spread: float) -> bool:
-    return spread < COLLAPSED_SPREAD
 
 
 def _dead_units(run: RunSummary) -> Finding | None:
@@ -237,12 +228,10 @@ def _dead_units(run: RunSummary) -> Finding | None:
     if not found:
         return None
     _, worst, *_, curve, start, until = max(found)
-    after = "" if until is None else f", then {_after(curve.series, until):.0%}"
+    after = "" if until is None else f", then {_recovered_to(curve.series, until):.0%}"
     evidence = f"up to {worst:.0%} of block {curve.block}'s FFN units never fired on the fixed batch"
-    evidence += (
-        f"{_span(start, until)} (above {DEAD_FRACTION:.0%}; healthy runs under 1%){after}: width the run "
-    )
-    evidence += "pays for and does not use"
+    evidence += f"{_span(start, until)} (above {DEAD_FRACTION:.0%}; healthy runs under 1%){after}: width the "
+    evidence += "run pays for and does not use"
     return Finding(DEAD_UNITS, evidence, start, curve.tag, until)
 
 
@@ -286,36 +275,35 @@ def _saturated(run: RunSummary) -> Finding | None:
     return Finding(SATURATED, evidence, step, tag, until)
 
 
-def _improving_by(run: RunSummary, val: Series) -> Finding | None:
-    """Still improving: the last validations fell more than IMPROVING_DROP per IMPROVING_TAIL of the steps."""
-    if len(val) < 2 or not run.max_steps:
+def _improving(run: RunSummary, calm: Series, validations: int) -> Finding | None:
+    """Still improving: the last validations fell more than IMPROVING_DROP per IMPROVING_TAIL of the steps;
+    under two, the training loss did, by its least-squares slope over its last IMPROVING_TRAIN_SPAN."""
+    if not run.max_steps:
         return None
-    end_step, end = val[-1]
-    tail = IMPROVING_TAIL * run.max_steps
-    start_step, start = ([point for point in val[:-1] if point[0] <= end_step - tail] or [val[-2]])[-1]
-    drop = (start - end) * tail / (end_step - start_step)
-    return None if drop <= IMPROVING_DROP else _still_falling("validation", drop, "at the end", VAL_LOSS)
-
-
-def _improving_from_training(run: RunSummary, validations: int) -> Finding | None:
-    """Still improving by the training loss's least-squares slope over its last IMPROVING_TRAIN_SPAN."""
-    curve = [(step, value) for step, value in run.train_curve if math.isfinite(value)]
-    if len(curve) < IMPROVING_TRAIN_POINTS or not run.max_steps:
+    if validations >= 2:
+        if len(calm) < 2:
+            return None
+        end_step, end = calm[-1]
+        tail = IMPROVING_TAIL * run.max_steps
+        start_step, start = ([point for point in calm[:-1] if point[0] <= end_step - tail] or [calm[-2]])[-1]
+        drop = (start - end) * tail / (end_step - start_step)
+        loss, how, tag = "validation", "at the end", VAL_LOSS
+    else:
+        curve = [(step, value) for step, value in run.train_curve if math.isfinite(value)]
+        if len(curve) < IMPROVING_TRAIN_POINTS:
+            return None
+        last = [point for point in curve if point[0] >= curve[-1][0] - IMPROVING_TRAIN_SPAN * run.max_steps]
+        last = last if len(last) >= IMPROVING_TRAIN_POINTS else curve[-IMPROVING_TRAIN_POINTS:]
+        fit = linregress([step for step, _ in last], [value for _, value in last])
+        p_value = fit.pvalue / 2 if fit.slope < 0 else 1.0  # one-sided: a fall
+        if not p_value <= IMPROVING_TRAIN_ALPHA:
+            return None
+        drop, loss, tag = -fit.slope * IMPROVING_TAIL * run.max_steps, "training", TRAIN_LOSS
+        how = f"over its last {len(last)} logged values ({last[0][1]:.2f} at step {last[0][0]} → "
+        how += f"{last[-1][1]:.2f} at step {last[-1][0]}; slope p = {p_value:.2g}), read from the training "
+        how += "curve: it has " + ("no validation point" if validations == 0 else "one validation point")
+    if drop <= IMPROVING_DROP:
         return None
-    last = [point for point in curve if point[0] >= curve[-1][0] - IMPROVING_TRAIN_SPAN * run.max_steps]
-    last = last if len(last) >= IMPROVING_TRAIN_POINTS else curve[-IMPROVING_TRAIN_POINTS:]
-    fit = linregress([step for step, _ in last], [value for _, value in last])
-    drop = -fit.slope * IMPROVING_TAIL * run.max_steps
-    p_value = fit.pvalue / 2 if fit.slope < 0 else 1.0  # one-sided: a fall
-    if drop <= IMPROVING_DROP or not p_value <= IMPROVING_TRAIN_ALPHA:
-        return None
-    how = f"over its last {len(last)} logged values ({last[0][1]:.2f} at step {last[0][0]} → "
-    how += f"{last[-1][1]:.2f} at step {last[-1][0]}; slope p = {p_value:.2g}), read from the training "
-    how += "curve: it has " + ("no validation point" if validations == 0 else "one validation point")
-    return _still_falling("training", drop, how, TRAIN_LOSS)
-
-
-def _still_falling(loss: str, drop: float, how: str, tag: str) -> Finding:
     what = f"its {loss} loss was still falling {drop:.3f} per {IMPROVING_TAIL:.0%} of its steps {how}"
     return Finding(STILL_IMPROVING, f"{what}: {STILL_LEARNING}", None, tag)
 
@@ -348,8 +336,7 @@ def _episodes(curves: Iterable[HealthCurve], holds: Callable[[float], bool]) -> 
             yield curve, found, [(step, value) for step, value in curve.series if found[0] <= step <= end]
 
 
-def _after(series: Series, until: int) -> float:
-    """What an episode recovered to: the value of `series` at the first step after `until`."""
+def _recovered_to(series: Series, until: int) -> float:
     return next(value for step, value in series if step > until)
 
 
