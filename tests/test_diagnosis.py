@@ -48,11 +48,11 @@ from tinylm.analysis.diagnosis import (
     diagnose,
     since,
 )
-from tinylm.analysis.report import REPORT_MD, shared_reference
+from tinylm.analysis.report import shared_reference
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary, read_runs, summarize_run
 from tinylm.analysis.why import failed, run_failure, shared
 from tinylm.analysis.write_report import write_report
-from tinylm.layout import DIVERGED_AT, VAL_IN_TRAINING, write_run_record
+from tinylm.layout import DIVERGED_AT, REPORT_MD, VAL_IN_TRAINING, write_run_record
 
 # Every case logs its health curves and validates every 20 steps; each overrides the shrunk config's budget.
 # The final evaluation on every window of the small corpus's validation split, not SHRINK's 16: the thresholds

@@ -20,18 +20,19 @@ from conftest import REPO, run_script, run_sweep
 from omegaconf import OmegaConf
 
 from tinylm.analysis.plots import plot_report
-from tinylm.analysis.report import (
+from tinylm.analysis.report import SweepReport, build_report
+from tinylm.analysis.runs import ReportError
+from tinylm.analysis.schema import from_json
+from tinylm.analysis.write_report import write_report
+from tinylm.layout import (
+    RECORD_FILE,
     REPORT_JSON,
     REPORT_MD,
     REPORT_PNG,
     SENSITIVITY_PNG,
-    SweepReport,
-    build_report,
+    read_run_record,
+    write_run_record,
 )
-from tinylm.analysis.runs import ReportError
-from tinylm.analysis.schema import from_json
-from tinylm.analysis.write_report import write_report
-from tinylm.layout import RECORD_FILE, read_run_record, write_run_record
 from tinylm.model import ModelConfig
 from tinylm.probe.depth import depth_probe
 

@@ -16,11 +16,11 @@ from tinylm.analysis.estimates import Estimate, Failures, PairedTests
 from tinylm.analysis.grouping import Setting
 from tinylm.analysis.grouping import tests_against as comparison_against
 from tinylm.analysis.ladder import SCALE_KEY, Rung, TrendWord, trends
-from tinylm.analysis.render_sections import LADDER_PNG, SCALE_PNG
-from tinylm.analysis.report import REPORT_JSON, build_report
+from tinylm.analysis.report import build_report
 from tinylm.analysis.verdicts import Comparison, Judgement, Outcome, Verdict
 from tinylm.analysis.verdicts import verdict as judged_verdict
 from tinylm.analysis.write_report import write_report
+from tinylm.layout import LADDER_PNG, REPORT_JSON, SCALE_PNG
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from tinylm.analysis.ladder import TrendWord
 from tinylm.analysis.plots import forest_rows
 from tinylm.analysis.render import markdown
 from tinylm.analysis.render_sections import ladder_section
-from tinylm.analysis.report import PREVIOUS_REPORTS, REPORT_MD, build_report
+from tinylm.analysis.report import build_report
 from tinylm.analysis.runs import ReportError, RunSummary
 from tinylm.analysis.schema import from_json, to_json
 from tinylm.analysis.sequential_design import read_design, write_design
@@ -36,7 +36,14 @@ from tinylm.analysis.verdicts import (
     judge,
 )
 from tinylm.analysis.write_report import keep_previous, write_report
-from tinylm.layout import REFERENCE_LEVELS, SWEEP_RECORD, target_tags, write_run_record
+from tinylm.layout import (
+    PREVIOUS_REPORTS,
+    REFERENCE_LEVELS,
+    REPORT_MD,
+    SWEEP_RECORD,
+    target_tags,
+    write_run_record,
+)
 from tinylm.seed_rounds.plan import ADDED_DIR, Budget, round_settings, start_design
 
 # --- estimate -----------------------------------------------------------------------------------------------

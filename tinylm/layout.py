@@ -1,5 +1,5 @@
 """What a run leaves on disk and where: its directory's files, the metric tags it logs, `metrics.json` (how it
-ended) and its checkpoints (read without Lightning). Training writes this layout; analysis and inference
+ended) and its checkpoints (read without Lightning); a sweep's own files. Training writes this layout; analysis and inference
 read it through this module alone, so none of them needs the others' code.
 """
 
@@ -70,6 +70,14 @@ HYDRA_DIR = ".hydra"
 SWEEP_RECORD = "sweep.yaml"
 # Written by scripts/add_seeds.py beside it: the sequential design its added seeds are judged under.
 DESIGN_FILE = "sequential.json"
+# What scripts/report.py writes there: the report, its figures, and where a report a new one rewords is kept.
+REPORT_MD = "report.md"
+REPORT_JSON = "report.json"
+REPORT_PNG = "report.png"
+SENSITIVITY_PNG = "lr_sensitivity.png"
+SCALE_PNG = "scale.png"
+LADDER_PNG = "ladder.png"  # each design's difference from its level's baseline, a panel per level
+PREVIOUS_REPORTS = "previous_reports"
 # What a run writes into its directory; a directory holding any of them holds a run.
 RUN_FILES = (CONFIG_FILE, "checkpoints", RECORD_FILE, HYDRA_DIR, TENSORBOARD_DIR)
 STATUSES = ("completed", "failed", "diverged", "interrupted")

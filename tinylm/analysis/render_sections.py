@@ -15,12 +15,10 @@ from tinylm.analysis.formats import Column, blocks, choice_columns, md_table, pl
 from tinylm.analysis.grouping import CROSS_FITTED, Setting, gain_over_unigram, setting_label
 from tinylm.analysis.ladder import Ladder, Rung
 from tinylm.analysis.plots import ForestRow, plot_ladder, plot_scale
-from tinylm.analysis.report import DESIGN_FILE, REPORT_PNG, SweepReport
+from tinylm.analysis.report import SweepReport
 from tinylm.analysis.why import Shared, quantity, why_figure
+from tinylm.layout import DESIGN_FILE, LADDER_PNG, REPORT_PNG, SCALE_PNG
 from tinylm.probe.sweep_shapes import SHOWN
-
-SCALE_PNG = "scale.png"
-LADDER_PNG = "ladder.png"  # each design's difference from its level's baseline, a panel per level
 
 
 def added_section(report: SweepReport) -> list[str]:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,12 +18,10 @@ from tinylm.analysis.ladder import SCALE_KEY, Ladder, judge_family
 from tinylm.analysis.runs import (
     DESIGN_CHOICES,
     FINAL_LOSS,
-    LOSS,
-    STEPS_TO,
-    TIME_TO,
     Metric,
     ReportError,
     RunSummary,
+    parse_metric,
     read_runs,
     shared_reference,
 )
@@ -34,12 +31,6 @@ from tinylm.analysis.why import Shared, Sizing, WhyRow
 from tinylm.layout import DESIGN_FILE
 from tinylm.overrides import OverrideError, parse
 from tinylm.probe.sweep_shapes import probe_rows
-
-REPORT_MD = "report.md"
-PREVIOUS_REPORTS = "previous_reports"  # where write_report.keep_previous keeps a report a new one rewords
-REPORT_JSON = "report.json"
-REPORT_PNG = "report.png"
-SENSITIVITY_PNG = "lr_sensitivity.png"
 
 
 @dataclass(frozen=True)
@@ -193,40 +184,6 @@ def parse_choices(text: str) -> dict[str, Any]:
     return {choice.key: choice.typed for choice in parsed}
 
 
-def parse_metric(text: str | None) -> Metric:
-    """`--metric`: `loss` (None: the default), `steps_to=1.88` or `time_to=1.88`."""
-    if text is None or text.strip() == LOSS:
-        return FINAL_LOSS
-    kind, equals, level = (part.strip() for part in text.partition("="))
-    forms = (
-        f"{LOSS} (the default), {STEPS_TO}=LEVEL or {TIME_TO}=LEVEL, LEVEL in nats/char, e.g. {STEPS_TO}=1.88"
-    )
-    if kind not in (STEPS_TO, TIME_TO) or not equals:
-        raise ReportError(f"--metric {text!r}: write {forms}")
-    try:
-        value = float(level)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise ReportError(f"--metric {text!r}: the level {level!r} is not a positive number; write {forms}")
-    return Metric(kind, value)
-
-
-def recorded_metric(metric: Metric, runs: Sequence[RunSummary]) -> Metric:
-    """`metric`, once some run of the sweep recorded its level (a level never reached is not recorded)."""
-    if metric.tag is None or any(metric.tag in run.targets for run in runs):
-        return metric
-    levels = {
-        level for run in runs for level in run.watched or () if Metric(metric.kind, level).tag in run.targets
-    }
-    recorded = (
-        f"the runs recorded {', '.join(f'{level:g}' for level in sorted(levels, reverse=True))}"
-        if levels
-        else "no run recorded any level (callbacks.targets.levels, in metrics.json as target/<level>/step)"
-    )
-    raise ReportError(f"--metric {metric.flag!r}: no run of this sweep reached {metric.level:g}; {recorded}")
-
-
 class Scope(NamedTuple):
     setting_columns: list[str]  # the columns that tell settings apart (all but seed)
     wanted: dict[str, Any] | None  # the baseline's choices (None: no verdicts)
@@ -250,7 +207,6 @@ def build_report(
     sweep_dir = Path(sweep_dir)
     measured = parse_metric(metric)
     runs = read_runs(sweep_dir, curve, measured)
-    measured = recorded_metric(measured, runs)
     design = read_design(sweep_dir)
     if design is not None and not measured.is_loss:
         raise _against_design(f"--metric {measured.flag}", "to resolve its final losses", "for them")

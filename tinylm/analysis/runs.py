@@ -83,6 +83,25 @@ class Metric:
 FINAL_LOSS = Metric()
 
 
+def parse_metric(text: str | None) -> Metric:
+    """`--metric`: `loss` (None: the default), `steps_to=1.88` or `time_to=1.88`."""
+    if text is None or text.strip() == LOSS:
+        return FINAL_LOSS
+    kind, equals, level = (part.strip() for part in text.partition("="))
+    forms = (
+        f"{LOSS} (the default), {STEPS_TO}=LEVEL or {TIME_TO}=LEVEL, LEVEL in nats/char, e.g. {STEPS_TO}=1.88"
+    )
+    if kind not in (STEPS_TO, TIME_TO) or not equals:
+        raise ReportError(f"--metric {text!r}: write {forms}")
+    try:
+        value = float(level)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ReportError(f"--metric {text!r}: the level {level!r} is not a positive number; write {forms}")
+    return Metric(kind, value)
+
+
 @dataclass
 class RunSummary:
     path: Path
@@ -311,7 +330,8 @@ def _integer(value: Any) -> int | None:
 def read_runs(
     sweep_dir: str | Path, curve_tag: str | None = None, metric: Metric = FINAL_LOSS
 ) -> list[RunSummary]:
-    """Every run of the sweep in job order, its `result` by `metric`; `curve_tag` picks each run's `curve`."""
+    """Every run of the sweep in job order, its `result` by `metric` (a ReportError where no run recorded its
+    level: a level never reached is not recorded); `curve_tag` picks each run's `curve`."""
     import tbparse
 
     sweep_dir = Path(sweep_dir)
@@ -326,9 +346,20 @@ def read_runs(
         if owner is not None:  # a run may log into more than one TensorBoard directory
             parts.setdefault(owner, []).append(rows)
     scalars = {owner: pd.concat(frames, ignore_index=True) for owner, frames in parts.items()}
-    return [
+    runs = [
         summarize_run(run_dir, sweep_dir, scalars.get(run_dir), curve_tag, metric) for run_dir in run_dirs
     ]
+    if metric.tag is None or any(metric.tag in run.targets for run in runs):
+        return runs
+    levels = {
+        level for run in runs for level in run.watched or () if Metric(metric.kind, level).tag in run.targets
+    }
+    recorded = (
+        f"the runs recorded {', '.join(f'{level:g}' for level in sorted(levels, reverse=True))}"
+        if levels
+        else "no run recorded any level (callbacks.targets.levels, in metrics.json as target/<level>/step)"
+    )
+    raise ReportError(f"--metric {metric.flag!r}: no run of this sweep reached {metric.level:g}; {recorded}")
 
 
 def shared_reference(runs: Sequence[RunSummary]) -> dict[str, float] | None:

@@ -14,8 +14,8 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from tinylm.analysis.estimates import PairedTests
 from tinylm.analysis.grouping import CROSS_FITTED, Setting
 from tinylm.analysis.ladder import Rung
-from tinylm.analysis.report import SweepReport, parse_metric
-from tinylm.analysis.runs import ReportError, RunSummary, natural_key
+from tinylm.analysis.report import SweepReport
+from tinylm.analysis.runs import ReportError, RunSummary, natural_key, parse_metric
 from tinylm.analysis.verdicts import Outcome, Verdict
 from tinylm.analysis.why import Shared, WhyRow, judged_runs, still_learning
 from tinylm.files import plain

@@ -9,32 +9,22 @@ from pathlib import Path
 
 from cattrs import BaseValidationError
 
+from tinylm import layout
 from tinylm.analysis.plots import draw_why, plot_lr_sensitivity, plot_report
 from tinylm.analysis.render import markdown
 from tinylm.analysis.render_sections import (
-    LADDER_PNG,
-    SCALE_PNG,
     draw_ladder,
     draw_ladder_verdicts,
     ladder_section,
     probe_section,
     why_section,
 )
-from tinylm.analysis.report import (
-    PREVIOUS_REPORTS,
-    REPORT_JSON,
-    REPORT_MD,
-    REPORT_PNG,
-    SENSITIVITY_PNG,
-    ReportError,
-    SweepReport,
-    build_report,
-)
+from tinylm.analysis.report import ReportError, SweepReport, build_report
 from tinylm.analysis.schema import from_json, to_json
 from tinylm.files import write_json
 
 # The figures drawn from the report value alone, with no run's curves: what `--from-json` can draw again.
-CURVELESS_FIGURES = (SENSITIVITY_PNG, SCALE_PNG, LADDER_PNG)
+CURVELESS_FIGURES = (layout.SENSITIVITY_PNG, layout.SCALE_PNG, layout.LADDER_PNG)
 
 
 def write_report(
@@ -58,13 +48,14 @@ def write_report(
             "training_health/<quantity>/block_<k> (docs/probe.md lists them)"
         )
     directory = report.sweep_dir
-    figure = directory / (f"report_{curve.replace('/', '_')}.png" if curve else REPORT_PNG)
+    record = directory / layout.REPORT_JSON
+    figure = directory / (f"report_{curve.replace('/', '_')}.png" if curve else layout.REPORT_PNG)
     # Before anything is written: the old report goes aside with every figure it was written with.
     drawn = [p for name in (*CURVELESS_FIGURES, "why_*.png", "report*.png") for p in directory.glob(name)]
-    text, curveless = _write(report, directory, [directory / REPORT_JSON, figure, *drawn])
-    write_json(directory / REPORT_JSON, to_json(report))
+    text, curveless = _write(report, directory, [record, figure, *drawn])
+    write_json(record, to_json(report))
     plot_report(report, figure, x_axis, band, curve)
-    return text, [directory / REPORT_MD, directory / REPORT_JSON, figure, *curveless, *draw_why(report)]
+    return text, [directory / layout.REPORT_MD, record, figure, *curveless, *draw_why(report)]
 
 
 def report_markdown(report: SweepReport) -> str:
@@ -85,33 +76,33 @@ def write_from_json(path: str | Path) -> tuple[str, list[Path]]:
     except (OSError, ValueError, KeyError, TypeError, StopIteration, BaseValidationError) as err:
         raise ReportError(f"{path} is not a report.json that scripts/report.py wrote: {err!r}") from None
     text, drawn = _write(report, path.parent, [path.parent / name for name in CURVELESS_FIGURES])
-    return text, [path.parent / REPORT_MD, *drawn]
+    return text, [path.parent / layout.REPORT_MD, *drawn]
 
 
 def _write(report: SweepReport, directory: Path, aside: list[Path]) -> tuple[str, list[Path]]:
     """report.md (one that reads differently first moves aside, with `aside`), then the figures of the value."""
     text = report_markdown(report)
-    keep_previous(directory, text, [directory / REPORT_MD, *aside])
-    (directory / REPORT_MD).write_text(text, encoding="utf-8")
-    drawn = [plot_lr_sensitivity(report, directory / SENSITIVITY_PNG)] if report.lr_varies else []
+    keep_previous(directory, text, [directory / layout.REPORT_MD, *aside])
+    (directory / layout.REPORT_MD).write_text(text, encoding="utf-8")
+    drawn = [plot_lr_sensitivity(report, directory / layout.SENSITIVITY_PNG)] if report.lr_varies else []
     if report.ladder:
-        drawn.append(draw_ladder_verdicts(report, report.ladder, directory / LADDER_PNG))
+        drawn.append(draw_ladder_verdicts(report, report.ladder, directory / layout.LADDER_PNG))
     if report.ladder and report.ladder.noun == "size":
-        drawn.append(draw_ladder(report, report.ladder, directory / SCALE_PNG))
+        drawn.append(draw_ladder(report, report.ladder, directory / layout.SCALE_PNG))
     return text, drawn
 
 
 def keep_previous(sweep_dir: Path, text: str, files: list[Path]) -> Path | None:
     """Move a report that a new one reads differently from, with `files`, to previous_reports/<its time>/: a
     user's verdicts are never rewritten without a copy. Returns that folder."""
-    current = sweep_dir / REPORT_MD
+    current = sweep_dir / layout.REPORT_MD
     if not current.is_file() or current.read_text(encoding="utf-8") == text:
         return None
     stamp = datetime.fromtimestamp(current.stat().st_mtime).strftime("%Y-%m-%d_%H-%M-%S")
-    target, attempt = sweep_dir / PREVIOUS_REPORTS / stamp, 1
+    target, attempt = sweep_dir / layout.PREVIOUS_REPORTS / stamp, 1
     while target.exists():
         attempt += 1
-        target = sweep_dir / PREVIOUS_REPORTS / f"{stamp}_{attempt}"
+        target = sweep_dir / layout.PREVIOUS_REPORTS / f"{stamp}_{attempt}"
     target.mkdir(parents=True)
     for path in filter(Path.is_file, files):
         path.rename(target / path.name)  # a new folder: nothing there to replace

@@ -26,17 +26,10 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from tinylm.analysis.grouping import LR, Setting, setting_label
-from tinylm.analysis.report import (
-    DESIGN_FILE,
-    ReportError,
-    SweepReport,
-    build_report,
-    named_baseline,
-    parse_choices,
-)
+from tinylm.analysis.report import ReportError, SweepReport, build_report, named_baseline, parse_choices
 from tinylm.analysis.runs import RunSummary, natural_key, read_runs
 from tinylm.analysis.sequential_design import Design, Round, read_design, write_design
-from tinylm.layout import HYDRA_DIR
+from tinylm.layout import DESIGN_FILE, HYDRA_DIR
 
 ADDED_DIR = "added"  # below the sweep: where its rounds run, and the report finds them
 
