@@ -80,10 +80,9 @@ def cost_lines(report: SweepReport) -> list[str]:
         seconds = sizing.seconds
         time = f"{seconds / 3600:,.1f} hours" if seconds >= 2 * 3600 else f"{seconds / 60:.0f} minutes"
         head += (
-            f" {sizing.runs:,} more runs, the rows' own below and the baseline's at the same "
-            f"seeds{every if sizing.every_rate else ''}, {time} of run time "
-            "at these runs' median wall times; `python scripts/add_seeds.py <sweep dir>` adds them in rounds "
-            "until each is resolved."
+            f" {sizing.runs:,} more runs, the rows' own below and the baseline's at the same seeds"
+            f"{every if sizing.every_rate else ''}, {time} of run time at these runs' median wall times; "
+            "`python scripts/add_seeds.py <sweep dir>` adds them in rounds until each is resolved."
         )
     return ["", head, *map(_cost_line, sizing.rows)]
 
@@ -105,7 +104,6 @@ def _cost_line(row: Any) -> str:
 
 
 def why_section(report: SweepReport) -> list[str]:
-    """The *Why* section: a sentence or two per row of `report.why`, naming the figure of each health tag."""
     explained, digits = [], report.metric.digits - 1
     for row in [row for row in report.why if row.lost_or_failed]:
         outcome = "baseline" if row.baseline else "no difference measured"  # a ladder: one per level
@@ -196,9 +194,8 @@ def _level_table(
         s = next((s for s in rung.settings if s.key(columns) == key), None)
         return "—" if s is None else cell(report, s, rung, rung.reference["unigram"] if bits else None)
 
-    leading = [Column(c, lambda row, c=c: design(row).get(c, "—")) for c in ladder.shown_columns]
     levels = [Column(_level_label(ladder, r), lambda row, r=r: at(row, r)) for r in ladder.rungs]
-    return md_table([*leading, *levels, *last], rows)
+    return md_table([*choice_columns(ladder.shown_columns, design), *levels, *last], rows)
 
 
 def _mean_at(report: SweepReport, s: Setting, _: Rung, unigram: float | None) -> str:
