@@ -150,12 +150,11 @@ def _settings_columns(report: SweepReport, gains: str | None) -> list[Column]:
 
 def _reference_lines(report: SweepReport) -> list[str]:
     if report.reference is not None:
-        levels = report.reference
         return blocks(
             "Reference levels of the validation split, estimated on the training split (nats/char): uniform "
-            f"(ln V) {levels['uniform']:.4f}, unigram {levels['unigram']:.4f}, bigram "
-            f"{levels['bigram']:.4f}. A loss at the unigram level has learned the characters' frequencies "
-            "and nothing of their context; `gain over unigram` is how far below it a setting got."
+            f"(ln V) {report.reference['uniform']:.4f}, unigram {report.reference['unigram']:.4f}, bigram "
+            f"{report.reference['bigram']:.4f}. A loss at the unigram level has learned the characters' "
+            "frequencies and nothing of their context; `gain over unigram` is how far below it a setting got."
         )
     names = ("uniform", "unigram", "bigram")
     columns = [

@@ -183,44 +183,42 @@ def _level_label(ladder: Ladder, rung: Rung) -> str:
     return f"{rung.level} ({params}, {rung.steps} steps)" if ladder.noun == "size" else rung.level
 
 
-def _level_table(
-    report: SweepReport, rows: list, design: Callable[[Any], dict], cell: Callable[..., str], *last: Column
-) -> list[str]:
-    ladder, columns = report.ladder, report.ladder.columns
+def _level_table(report: SweepReport, rows: list, design: Callable, differences: bool) -> list[str]:
+    ladder, columns, digits = report.ladder, report.ladder.columns, report.metric.digits
     bits = ladder.in_bits and report.metric.is_loss
+
+    def mean_at(s: Setting, unigram: float | None) -> str:
+        if s.estimate is None:
+            return "—"
+        mean, per_bit = s.estimate.mean, 1 / math.log(2)
+        text = formats.fmt_number(mean, digits)
+        if unigram is not None and math.isfinite(mean):
+            gain = formats.fmt_number(gain_over_unigram(mean, unigram) * per_bit, signed=True)
+            text = f"{formats.fmt_number(mean * per_bit)} ({gain})"
+        return text + (f" ({rates_cell(s)})" if report.lr_varies else "")
+
+    def difference_at(s: Setting, rung: Rung, unigram: float | None) -> str:
+        c, added = report.shown_comparison(s), s.added
+        if c is None or c.tests.difference is None:
+            return "—"
+        d, e = c.tests.difference, rung.baseline.estimate
+        interval = formats.fmt_interval(d, signed=True, digits=digits)
+        text = f"{formats.fmt_number(d.mean, digits, signed=True)} {interval}"
+        gain = gain_over_unigram(e.mean, unigram) if unigram is not None and e is not None else math.nan
+        if gain > 0 and math.isfinite(d.mean):
+            text += f" ({d.mean / gain:+.1%} of the baseline's gain)"
+        also = f"; added seeds: {added.judgement.verdict}" if added is not None and added is not c else ""
+        return f"{text}, p {formats.fmt_p(c.judgement.p_adjusted)}: {c.judgement.verdict}{also}"
 
     def at(row: Any, rung: Rung) -> str:
         key = tuple(design(row).get(c, "—") for c in columns)
         s = next((s for s in rung.settings if s.key(columns) == key), None)
-        return "—" if s is None else cell(report, s, rung, rung.reference["unigram"] if bits else None)
+        unigram = rung.reference["unigram"] if bits else None
+        return "—" if s is None else difference_at(s, rung, unigram) if differences else mean_at(s, unigram)
 
     levels = [Column(_level_label(ladder, r), lambda row, r=r: at(row, r)) for r in ladder.rungs]
-    return md_table([*choice_columns(ladder.shown_columns, design), *levels, *last], rows)
-
-
-def _mean_at(report: SweepReport, s: Setting, _: Rung, unigram: float | None) -> str:
-    if s.estimate is None:
-        return "—"
-    mean, bits = s.estimate.mean, 1 / math.log(2)
-    text = formats.fmt_number(mean, report.metric.digits)
-    if unigram is not None and math.isfinite(mean):
-        gain = formats.fmt_number(gain_over_unigram(mean, unigram) * bits, signed=True)
-        text = f"{formats.fmt_number(mean * bits)} ({gain})"
-    return text + (f" ({rates_cell(s)})" if report.lr_varies else "")
-
-
-def _difference_at(report: SweepReport, s: Setting, rung: Rung, unigram: float | None) -> str:
-    c, added, digits = report.shown_comparison(s), s.added, report.metric.digits
-    if c is None or c.tests.difference is None:
-        return "—"
-    d, e = c.tests.difference, rung.baseline.estimate
-    interval = formats.fmt_interval(d, signed=True, digits=digits)
-    text = f"{formats.fmt_number(d.mean, digits, signed=True)} {interval}"
-    gain = gain_over_unigram(e.mean, unigram) if unigram is not None and e is not None else math.nan
-    if gain > 0 and math.isfinite(d.mean):
-        text += f" ({d.mean / gain:+.1%} of the baseline's gain)"
-    also = f"; added seeds: {added.judgement.verdict}" if added is not None and added is not c else ""
-    return f"{text}, p {formats.fmt_p(c.judgement.p_adjusted)}: {c.judgement.verdict}{also}"
+    across = [Column(f"across {ladder.noun}s", lambda t: t.verdict)] if differences else []
+    return md_table([*choice_columns(ladder.shown_columns, design), *levels, *across], rows)
 
 
 def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
@@ -264,13 +262,11 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
         f"## {ladder_title(ladder)}",
         f"Each design against the baseline `{ladder.rungs[0].baseline.label(ladder.shown_columns)}` of its "
         f"own {along}{rates}",
-        _level_table(report, list(designs.values()), lambda s: s.choices, _mean_at),
+        _level_table(report, list(designs.values()), lambda s: s.choices, differences=False),
         f"Difference from the baseline in {metric.units} (< 0: {lower}), its {pct} interval"
         f"{share if bits else ''}, p (Holm) and verdict at each {noun}, and the verdict {across} "
         f"({LADDER_PNG} draws it):",
-        _level_table(
-            report, ladder.trends, lambda t: t.design, _difference_at, Column(across, lambda t: t.verdict)
-        ),
+        _level_table(report, ladder.trends, lambda t: t.design, differences=True),
         f"Every {noun}'s comparisons are one family ({report.family_tests} tests, Holm, "
         f"α = {report.alpha:g}, δ = {report.min_effect:g}{units}). {words}",
     )
