@@ -1,5 +1,4 @@
-"""What happened in a run, named from its final loss, its loss curves and its `training_health/` curves, each
-finding with its evidence, the steps it held and the tag that shows it (docs/diagnosis.md)."""
+"""What a run showed, each finding with its evidence, from its final loss and its loss and health curves."""
 
 from __future__ import annotations
 
@@ -64,11 +63,7 @@ class Finding:  # one thing a run showed
     evidence: str
     step: int | None = None
     tag: str | None = None
-    until: int | None = None  # the last step it held, if it ended before the run did
-
-    @property
-    def recovered(self) -> bool:
-        return self.until is not None
+    until: int | None = None  # the last step it held, if it ended before the run did (it recovered)
 
 
 class HealthCurve(NamedTuple):  # one `training_health/<quantity>/block_<block>` curve
@@ -90,6 +85,12 @@ def diagnose(run: RunSummary, reference: Mapping[str, float] | None = None) -> l
         return [Finding(DIVERGED, f"{what} {step}", step, TRAIN_LOSS)]
     if run.status != "completed":
         return []
+    share, data = run.val_in_training, None  # about the data, not the run: named first
+    if share is not None and share > VAL_IN_TRAINING_SHARE:
+        evidence = f"{share:.0%} of its validation characters lie in lines or passages found verbatim in its "
+        evidence += f"training split (above {VAL_IN_TRAINING_SHARE:.0%}): its validation loss measures what "
+        evidence += "it memorised, not what it generalises to; the corpus repeats itself"
+        data = Finding(VALIDATION_IN_TRAINING, evidence, tag=VAL_LOSS)
     val = [(step, value) for step, value, _ in run.val_curve if math.isfinite(value)]
     spike, calm = _spike(val)
     rose = _rose(run, val)
@@ -99,19 +100,8 @@ def diagnose(run: RunSummary, reference: Mapping[str, float] | None = None) -> l
     # One token of context has no spread and no key to choose: its health curves say nothing.
     one_token = (run.model or {}).get("block_size") == 1
     health = [] if one_token else [check(run) for check in (_collapse, _starved, _saturated, _dead_units)]
-    # What the curve shows, no more: whether budget or design limits the result is the comparison's to say.
-    found = [_validation_in_training(run), rose, spike, stall, *health, None if rose else improving]
+    found = [data, rose, spike, stall, *health, None if rose else improving]
     return [finding for finding in found if finding is not None]
-
-
-def _validation_in_training(run: RunSummary) -> Finding | None:
-    share = run.val_in_training
-    if share is None or not share > VAL_IN_TRAINING_SHARE:
-        return None
-    evidence = f"{share:.0%} of its validation characters lie in lines or passages found verbatim in its "
-    evidence += f"training split (above {VAL_IN_TRAINING_SHARE:.0%}): its validation loss measures what it "
-    evidence += "memorised, not what it generalises to; the corpus repeats itself"
-    return Finding(VALIDATION_IN_TRAINING, evidence, tag=VAL_LOSS)
 
 
 def _spike(val: Series) -> tuple[Finding | None, Series]:

@@ -23,7 +23,7 @@ from tinylm.analysis.grouping import LR, Setting
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.runs import natural_key
 from tinylm.analysis.verdicts import Outcome
-from tinylm.analysis.why import judged_runs, quantity, why_figure
+from tinylm.analysis.why import WHY_PNG, judged_runs, quantity
 
 X_AXES = {"step": "optimizer step", "chars": "training characters", "time": "wall time (s)"}
 # Characters per line: a figure's title, a forest row's name and verdict, the ladder's verdicts across levels.
@@ -367,5 +367,5 @@ def draw_why(report: SweepReport) -> list[Path]:
             for label, (setting, tag) in settings.items()
         }
         title = f"{report.sweep_dir.name}: {name}, the runs diagnosed and their baselines"
-        drawn.append(_written(health_figure(curves, title), report.sweep_dir / why_figure(name)))
+        drawn.append(_written(health_figure(curves, title), report.sweep_dir / WHY_PNG.format(name)))
     return drawn

@@ -16,7 +16,7 @@ from tinylm.analysis.grouping import CROSS_FITTED, Setting, gain_over_unigram, s
 from tinylm.analysis.ladder import Ladder, Rung
 from tinylm.analysis.plots import ForestRow, plot_ladder, plot_scale
 from tinylm.analysis.report import SweepReport
-from tinylm.analysis.why import Shared, quantity, why_figure
+from tinylm.analysis.why import WHY_PNG, Shared, quantity
 from tinylm.layout import DESIGN_FILE, LADDER_PNG, REPORT_PNG, SCALE_PNG
 from tinylm.probe.sweep_shapes import SHOWN
 
@@ -140,7 +140,7 @@ def _sentence(f: Shared) -> str:
     example = "" if f.count == 1 and seeds else f"seed {f.seed}" if f.count == 1 else f"e.g. seed {f.seed}"
     began = f"from step {f.example.step}" if f.example.step is not None else ""
     head = ", ".join(part for part in (example, began) if part)
-    where = f"`{f.example.tag}`" + (f", {why_figure(name)}" if name else "")
+    where = f"`{f.example.tag}`" + (f", {WHY_PNG.format(name)}" if name else "")
     seen = f"{f.kind} in {f.count}/{f.of} runs" + (f", {seeds}" if seeds else "")
     return f"{seen} ({head + ': ' if head else ''}{f.example.evidence}; {where})"
 

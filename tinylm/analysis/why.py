@@ -1,5 +1,4 @@
-"""What a setting's runs show over the setting (the `why` column and the *Why* rows), and what resolving the
-open rows would take: the seeds that find each difference (or δ) with 80% power, and their run time."""
+"""What a setting's runs show (the `why` column, *Why* rows) and what resolving its open rows would take."""
 
 from __future__ import annotations
 
@@ -16,14 +15,14 @@ from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary, natural_key
 from tinylm.analysis.verdicts import Outcome, Verdict
 
 Findings = Mapping[Path, Sequence[Finding]]  # each run's findings, by its path
+Settings = Sequence[Setting]
+WHY_PNG = "why_{}.png"  # the figure of each health quantity a *Why* row names
 
 
 @dataclass(frozen=True)
-class Shared:
-    """A finding over a setting's runs: `count` of the `of` runs with a result showed it, from `steps`."""
-
+class Shared:  # a finding over a setting's runs
     kind: str
-    count: int
+    count: int  # how many of the `of` runs with a result showed it, from `steps`
     of: int
     steps: tuple[int, ...]
     example: Finding
@@ -49,14 +48,14 @@ def shared(runs: Sequence[RunSummary], findings: Findings) -> list[Shared]:
     for kind in dict.fromkeys(finding.kind for _, finding in pairs):
         seeds, shown = zip(*((seed, finding) for seed, finding in pairs if finding.kind == kind), strict=True)
         steps = tuple(finding.step for finding in shown if finding.step is not None)
-        recovered, ordered = all(f.recovered for f in shown), tuple(sorted(seeds, key=natural_key))
+        recovered, ordered = all(f.until is not None for f in shown), tuple(sorted(seeds, key=natural_key))
         rows.append(Shared(kind, len(shown), len(judged), steps, shown[0], seeds[0], recovered, ordered))
     return rows
 
 
 def run_failure(findings: Sequence[Finding]) -> Finding | None:
     """The finding that makes one run fail (`FAILURES`, lasting to its end), or None: what `fails` counts."""
-    return next((f for f in findings if f.kind in FAILURES and not f.recovered), None)
+    return next((f for f in findings if f.kind in FAILURES and f.until is None), None)
 
 
 def failed(findings: Sequence[Shared]) -> bool:
@@ -65,12 +64,10 @@ def failed(findings: Sequence[Shared]) -> bool:
 
 
 @dataclass(frozen=True)
-class WhyRow:
-    """One setting explained: its design, verdict and difference (None without a comparison) and findings."""
-
+class WhyRow:  # one setting explained
     setting: Setting
     design: dict[str, Any]
-    verdict: Verdict | None
+    verdict: Verdict | None  # and its difference: None without a comparison
     difference: float | None
     baseline: bool
     findings: tuple[Shared, ...]
@@ -99,9 +96,7 @@ def judged_runs(setting: Setting) -> list[RunSummary]:
     return setting.runs
 
 
-def why_rows(
-    settings: Sequence[Setting], columns: Sequence[str], findings: Findings, baselines: Sequence[Setting]
-) -> list[WhyRow]:
+def why_rows(settings: Settings, columns: list[str], findings: Findings, baselines: Settings) -> list[WhyRow]:
     """The settings that lost, failed or show `DATA_FINDINGS` (`still improving` left out if they failed)."""
     rows = []
     for setting in settings:
@@ -119,11 +114,8 @@ def why_rows(
     return rows
 
 
-def still_learning(
-    family: Sequence[Setting], base: Setting | None, findings: Findings
-) -> tuple[dict[str, Any], ...]:
-    """The family rows (their choices) whose answer pairs only runs `still improving` at their end: a
-    difference at this budget. None on a ladder (`base` None)."""
+def still_learning(family: Settings, base: Setting | None, findings: Findings) -> tuple[dict[str, Any], ...]:
+    """The family rows (their choices) whose answer pairs only runs `still improving` at their end."""
     rows = []
     for setting in family:
         c = setting.answer
@@ -136,27 +128,19 @@ def still_learning(
     return tuple(rows)
 
 
-def quantity(tag: str | None) -> str | None:
-    """`training_health/token_spread/block_12` -> `token_spread`; None for any other tag."""
+def quantity(tag: str | None) -> str | None:  # training_health/token_spread/block_12 -> token_spread
     return tag.split("/")[1] if tag and tag.startswith(HEALTH_PREFIX) else None
 
 
-def why_figure(name: str) -> str:
-    return f"why_{name}.png"
-
-
 @dataclass(frozen=True)
-class RowSize:
-    """One open row: `needed` seeds (None: too few finished to size it), of which it `has` some, and the
-    `more` that adds as `runs` and `seconds`; `added`: counted in the sequential design's, up to `horizon`."""
-
+class RowSize:  # one open row
     design: dict[str, Any]
-    needed: int | None
+    needed: int | None  # the seeds it needs (None: too few finished to size it), of which it `has` some
     has: int
-    more: int
+    more: int  # the seeds to add, as `runs` and `seconds`
     runs: int
     seconds: float
-    added: bool = False
+    added: bool = False  # counted in the sequential design's added seeds, up to `horizon`
     horizon: int | None = None
 
     @property
@@ -165,11 +149,9 @@ class RowSize:
 
 
 @dataclass(frozen=True)
-class Sizing:
-    """Every open row's size, and the runs and run time of all of them (the baseline's counted once)."""
-
+class Sizing:  # every open row's size
     rows: tuple[RowSize, ...]
-    runs: int
+    runs: int  # the runs (and `seconds` the run time) of all rows, the baseline's counted once
     seconds: float
     every_rate: bool  # each new seed run at every rate, as reports of the cross-fitted rule sized them
     open: int  # the open rows, sized or not
