@@ -43,7 +43,6 @@ class Setting:
 
     @property
     def answer(self) -> Comparison | None:
-        """The comparison that answers: the sweep's own when it resolved, else the added seeds'."""
         if self.comparison is not None and not self.comparison.resolved and self.added is not None:
             return self.added
         return self.comparison
@@ -55,7 +54,6 @@ class Setting:
 
     @property
     def fail_interval(self) -> tuple[float, float] | None:
-        """The exact (Clopper-Pearson) 95% interval of its runs' failure rate."""
         if not self.results:
             return None
         ci = binomtest(self.fails, len(self.results)).proportion_ci(0.95, method="exact")
@@ -87,11 +85,6 @@ class Setting:
         return tuple(self.choices.get(c, "—") for c in columns)
 
 
-def gain_over_unigram(mean: float, unigram: float) -> float:
-    """How far below its corpus's unigram level a loss got: what a loss is read against across corpora."""
-    return unigram - mean
-
-
 def setting_label(choices: dict[str, Any], columns: Sequence[str] | None = None) -> str:
     """`norm=pre act=gelu`: a setting's name in tables and figures (by `columns`; default all its choices)."""
     named = choices if columns is None else columns
@@ -99,7 +92,6 @@ def setting_label(choices: dict[str, Any], columns: Sequence[str] | None = None)
 
 
 def varying(columns: Sequence[str], choices: Sequence[dict[str, Any]]) -> list[str]:
-    """The columns whose value differs between `choices`: the others are stated once, not in every row."""
     return [c for c in columns if len({row.get(c, "—") for row in choices}) > 1]
 
 
@@ -220,7 +212,6 @@ def pick_baseline(settings: Sequence[Setting], wanted: dict[str, Any], columns: 
 def tests_against(
     setting: Setting, base: Setting, rules: Rules, seeds: Collection[str] | None = None
 ) -> PairedTests:
-    """The tests of one row, paired over seeds (`seeds` only, when given)."""
     mine, theirs, my_windows, their_windows = (
         {k: v for k, v in values.items() if seeds is None or k in seeds}
         for values in (setting.results, base.results, setting.windows, base.windows)

@@ -1,5 +1,5 @@
-"""A ladder: a sweep judged level by level along one or more of its choices (the axis), each design against
-its level's baseline, all levels one Holm family, and each design's `TrendWord` across levels (docs/sweeps.md)."""
+"""A ladder: a sweep judged level by level along some of its choices (the axis), each design against its
+level's baseline, all levels one Holm family, and each design's `TrendWord` across levels (docs/sweeps.md)."""
 
 from __future__ import annotations
 
@@ -20,15 +20,13 @@ from tinylm.analysis.sequential_design import Design, judge_added, own_seeds
 from tinylm.analysis.verdicts import Comparison, Judgement, Outcome, Verdict, failure_words, holm, judge
 from tinylm.overrides import shown
 
-# The choice a scale ladder varies (conf/size/): a sweep over it whose baseline does not name it is a ladder
-# even without `ladder:` (the scale ladder's runs predate it); its levels are ordered by parameters.
+# The choice a scale ladder varies (conf/size/): a sweep over it is a ladder unless its baseline names it.
 SCALE_KEY = "size"
 
 
 @dataclass(frozen=True)
 class Rung:
-    """One level: its name (the axis's values), its runs' median parameters and steps, its baseline, and every
-    design at it, baseline included."""
+    """One level: its name (the axis's values), its runs' median parameters and steps, and its designs."""
 
     level: str
     params: int | None
@@ -52,8 +50,7 @@ class TrendWord(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Trend:
-    """One design across levels: the change of its difference from the first level to the last, that
-    change's test (raw and Holm over the designs), the verdict's text and its word."""
+    """One design across levels: its difference's change from first level to last, and that change's test."""
 
     design: dict[str, Any]
     change: float | None
@@ -86,7 +83,6 @@ class Ladder:
 
     @property
     def shown_columns(self) -> list[str]:
-        """The design columns that tell the designs apart; the others are stated once."""
         designs = [s.choices for rung in self.rungs for s in rung.settings]
         return varying(self.columns, designs) or self.columns
 
@@ -97,16 +93,11 @@ def noun(axis: Sequence[str]) -> str:
 
 def ordered(axis: Sequence[str], levels: Sequence[str]) -> bool:
     """Whether `grows` and `shrinks` mean something: the levels are sizes, or values of one numeric choice."""
-    return list(axis) == [SCALE_KEY] or (
-        len(axis) == 1 and all(_number(level) is not None for level in levels)
-    )
-
-
-def _number(text: str) -> float | None:
     try:
-        return float(text)
+        numbers = [float(level) for level in levels]
     except ValueError:
-        return None
+        numbers = None
+    return list(axis) == [SCALE_KEY] or (len(axis) == 1 and numbers is not None)
 
 
 def judge_family(
@@ -118,9 +109,8 @@ def judge_family(
     design: Design | None,
     settings: list[Setting],
 ) -> tuple[list[Setting], Setting | None, Ladder | None]:
-    """The family (over `columns`) judged against the baseline `wanted` names, or level by level along `axis`,
-    on a sequential design's first look; the rows left open judged again on the seeds it added since
-    (`judge_added`, regrouping `settings`). Returns the rows, the baseline (none on a ladder), the ladder."""
+    """The family judged against the baseline `wanted` names, level by level along `axis`, on a design's first
+    look; rows left open, on the seeds added since. Returns its rows, its baseline (or None), its ladder."""
     levels = ladder_levels(family, axis) if axis else [("", None, None, list(family))]
     design_columns = [c for c in columns if c not in axis]
     groups = [(group, pick_baseline(group, wanted, design_columns)) for *_, group in levels]
@@ -138,9 +128,7 @@ def judge_family(
     own = {s.key(columns): (c, base.key(columns)) for (s, base), c in zip(rows, compared, strict=True)}
     keys = [s.key(columns) for s in family]
     still = {key: own[key][1] for key in keys if key in own and not own[key][0].resolved}
-    added = {}
-    if design is not None and len(design.looks) >= 2:
-        added = judge_added(still, settings, columns, rules, design)
+    added = judge_added(still, settings, columns, rules, design) if design and len(design.looks) > 1 else {}
     # The one rebuild: a row's comparisons are known only once its whole family is judged, after grouping.
     judged = {
         key: replace(s, comparison=own[key][0], added=added.get(key)) if key in own else s
@@ -159,8 +147,7 @@ def judge_family(
 def ladder_levels(
     family: Sequence[Setting], axis: Sequence[str]
 ) -> list[tuple[str, int | None, int | None, list[Setting]]]:
-    """Each level of `axis`: its name (its values, `/`-joined), its runs' median parameters and steps, and its
-    settings; in the axis's order (by parameters for sizes, by value for one numeric choice)."""
+    """Each level of `axis` as a `Rung` has it; by parameters for sizes, by value for one numeric choice."""
     levels = []
     for value, group in groups_of(family, axis).items():
         runs = [run for s in group for run in s.runs]
@@ -173,15 +160,6 @@ def ladder_levels(
     elif ordered(axis, [name for name, *_ in levels]):
         levels.sort(key=lambda level: float(level[3][0].choices[axis[0]]))
     return levels
-
-
-def baseline_keys(
-    family: list[Setting], base: Setting | None, ladder: Ladder | None, columns: list[str]
-) -> dict[tuple[Any, ...], tuple[Any, ...] | None]:
-    """Each family row's baseline, key to key (over the family's columns): its level's on a ladder."""
-    if ladder is not None:
-        return {s.key(columns): rung.baseline.key(columns) for rung in ladder.rungs for s in rung.settings}
-    return {s.key(columns): base.key(columns) if base is not None else None for s in family}
 
 
 def trends(
@@ -204,12 +182,8 @@ def trends(
     return said
 
 
-def _ends(found: list[tuple[Rung, Setting]]) -> list[Any]:
-    return [s.answer.tests.difference for _, s in (found[0], found[-1])]
-
-
 def _change(found: list[tuple[Rung, Setting]]) -> tuple[float | None, float | None]:
-    small, large = _ends(found)
+    small, large = (s.answer.tests.difference for _, s in (found[0], found[-1]))
     if len(found) < 2 or any(d is None or not math.isfinite(d.mean) for d in (small, large)):
         return None, None
     change = large.mean - small.mean
@@ -249,7 +223,8 @@ def _verdict(
             flip = f"flips at {level_b}: {verdict_a} at {level_a}, {verdict_b} at {level_b}"
             return flip + _failures_at(found, (level_a, level_b)), TrendWord.FLIPS
     every = ", ".join(f"{verdict} at {level}" for level, verdict, _ in said)
-    small, large = (d.mean if d is not None else math.nan for d in _ends(found))
+    ends = [s.answer.tests.difference for _, s in (found[0], found[-1])]
+    small, large = (d.mean if d is not None else math.nan for d in ends)
     at_ends = f"{small:+.3f} at {found[0][0].level}, {large:+.3f} at {found[-1][0].level}"
     tested = f" (change p (Holm) = {p:.2g})" if p is not None else ""
     changed = p is not None and p <= alpha

@@ -9,7 +9,7 @@ from typing import Any
 from tinylm.analysis import formats
 from tinylm.analysis.estimates import PairedTests
 from tinylm.analysis.formats import Column, blocks, choice_columns, md_table, plural
-from tinylm.analysis.grouping import CROSS_FITTED, Setting, gain_over_unigram, setting_label, varying
+from tinylm.analysis.grouping import CROSS_FITTED, Setting, setting_label, varying
 from tinylm.analysis.render_sections import added_section, cost_lines, ladder_title, rates_cell
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.runs import STEPS_TO, RunSummary
@@ -124,7 +124,7 @@ def _settings_columns(report: SweepReport, gains: str | None) -> list[Column]:
     def scaled(s: Setting, gain: bool) -> str:
         if s.estimate is None or not math.isfinite(s.estimate.mean) or s.reference is None:
             return "—"
-        value = gain_over_unigram(s.estimate.mean, s.reference["unigram"]) if gain else s.estimate.mean
+        value = s.reference["unigram"] - s.estimate.mean if gain else s.estimate.mean
         return formats.fmt_number(value * scale, signed=gain)
 
     def fails(s: Setting) -> str:

@@ -12,7 +12,7 @@ from tinylm import overrides
 from tinylm.analysis import formats
 from tinylm.analysis.estimates import Estimate
 from tinylm.analysis.formats import Column, blocks, choice_columns, md_table, plural
-from tinylm.analysis.grouping import CROSS_FITTED, Setting, gain_over_unigram, setting_label
+from tinylm.analysis.grouping import CROSS_FITTED, Setting, setting_label
 from tinylm.analysis.ladder import Ladder, Rung
 from tinylm.analysis.plots import ForestRow, plot_ladder, plot_scale
 from tinylm.analysis.report import SweepReport
@@ -193,7 +193,7 @@ def _level_table(report: SweepReport, rows: list, design: Callable, differences:
         mean, per_bit = s.estimate.mean, 1 / math.log(2)
         text = formats.fmt_number(mean, digits)
         if unigram is not None and math.isfinite(mean):
-            gain = formats.fmt_number(gain_over_unigram(mean, unigram) * per_bit, signed=True)
+            gain = formats.fmt_number((unigram - mean) * per_bit, signed=True)
             text = f"{formats.fmt_number(mean * per_bit)} ({gain})"
         return text + (f" ({rates_cell(s)})" if report.lr_varies else "")
 
@@ -204,7 +204,7 @@ def _level_table(report: SweepReport, rows: list, design: Callable, differences:
         d, e = c.tests.difference, rung.baseline.estimate
         interval = formats.fmt_interval(d, signed=True, digits=digits)
         text = f"{formats.fmt_number(d.mean, digits, signed=True)} {interval}"
-        gain = gain_over_unigram(e.mean, unigram) if unigram is not None and e is not None else math.nan
+        gain = unigram - e.mean if unigram is not None and e is not None else math.nan
         if gain > 0 and math.isfinite(d.mean):
             text += f" ({d.mean / gain:+.1%} of the baseline's gain)"
         also = f"; added seeds: {added.judgement.verdict}" if added is not None and added is not c else ""

@@ -42,7 +42,6 @@ class Look:
     horizon: int
 
     def level(self, alpha: float) -> float:
-        """The level a paired t test's p-value is compared with at this look, of a design at α."""
         return t_levels(self.counts, self.horizon, alpha)[-1]
 
 
@@ -80,8 +79,7 @@ class Design:
     round: Round | None = None  # add_seeds' progress: the round it started, and rounds since a look
     rounds_since_look: int = 0
     spending: str = "Lan-DeMets O'Brien-Fleming-type, group-sequential boundaries over the added seeds"
-    # The axis its rounds judged level by level (() for none; None: written before it was recorded).
-    ladder: tuple[str, ...] | None = None
+    ladder: tuple[str, ...] | None = None  # the axis its rounds judged along (): none; None: not recorded
 
     @property
     def first_seeds(self) -> tuple[str, ...]:
@@ -96,7 +94,6 @@ class Design:
         return self.max_seeds - len(self.first_seeds)
 
     def added_plan(self) -> list[Look | None]:
-        """How each look after the first is judged (None: too few added seeds to judge anything)."""
         counts = [len(self.added_seeds(look)) for look in range(1, len(self.looks))]
         return sequential_plan(counts, self.horizon) if self.horizon >= 2 else [None] * len(counts)
 
@@ -156,8 +153,7 @@ def judge_added(
 def first_verdicts(
     looks: Sequence[Sequence[PairedTests]], plan: Sequence[Look | None], min_effect: float, alpha: float
 ) -> list[tuple[int, Comparison] | None]:
-    """Each row's first verdict and its look's index: `looks[k]`, the family's tests at look k (rows in one
-    order), judged as `plan[k]` says (None: not at all)."""
+    """Each row's first verdict and its look's index; `looks[k]`: the tests at look k, judged as `plan[k]`."""
     first: list[tuple[int, Comparison] | None] = [None] * (len(looks[0]) if looks else 0)
     for number, (family, look) in enumerate(zip(looks, plan, strict=True)):
         if look is None:
