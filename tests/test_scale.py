@@ -13,7 +13,7 @@ from conftest import SHRINK, rate_not_above, run_script, simulated_words, small_
 from hydra import compose, initialize_config_module
 
 from tinylm.analysis.estimates import Estimate, Failures, PairedTests
-from tinylm.analysis.grouping import Setting
+from tinylm.analysis.grouping import Rules, Setting
 from tinylm.analysis.grouping import tests_against as comparison_against
 from tinylm.analysis.ladder import SCALE_KEY, Rung, TrendWord, trends
 from tinylm.analysis.report import build_report
@@ -73,6 +73,7 @@ def test_a_scaled_down_ladder_is_judged_size_by_size(ladder_sweep):
     ladder = report.ladder
     assert [rung.level for rung in ladder.rungs] == ["d64_l2", "d128_l4"]
     assert ladder.rungs[0].params < ladder.rungs[1].params
+    rules = Rules(report.confidence, report.alpha, report.min_effect, report.lr_varies)
     for rung in ladder.rungs:
         (post_setting,) = [s for s in rung.settings if s.choices["norm"] == "post"]
         assert rung.baseline.choices == {
@@ -81,7 +82,7 @@ def test_a_scaled_down_ladder_is_judged_size_by_size(ladder_sweep):
             "act": "gelu",
             SCALE_KEY: rung.level,
         }
-        alone = comparison_against(post_setting, rung.baseline, report.rules)
+        alone = comparison_against(post_setting, rung.baseline, rules)
         assert post_setting.comparison.tests.difference == alone.difference
         assert post_setting.comparison.tests.p_value == alone.p_value
     (trend,) = ladder.trends

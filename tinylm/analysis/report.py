@@ -90,10 +90,6 @@ class SweepReport:
         return baselines_of(self.ladder, self.family_baseline)
 
     @cached_property
-    def rules(self) -> Rules:
-        return Rules(self.confidence, self.alpha, self.min_effect, self.lr_varies)
-
-    @cached_property
     def shown_family_columns(self) -> list[str]:
         return grouping.varying(self.family_columns, [s.choices for s in self.family])
 
@@ -146,7 +142,6 @@ class SweepReport:
         return [(grouping.setting_label(g[0].choices, named), g[0].reference) for g in groups.values()]
 
     def shown_comparison(self, setting: Setting) -> Comparison | None:
-        """The comparison the report shows for `setting`: the judging seeds' where the rate is tuned apart."""
         return setting.answer if self.judged_apart else setting.comparison
 
     def baseline_of(self, setting: Setting) -> Setting | None:
@@ -258,7 +253,6 @@ def _against_design(asked: str, how: str, holds: str) -> ReportError:
 
 
 def judge(runs: Sequence[RunSummary], findings: dict[Path, list[Finding]], scope: Scope) -> dict[str, Any]:
-    """The `SweepReport` fields the verdicts give: the settings, the family judged, what findings explain."""
     rules, design, tuned = scope.rules, scope.design, scope.rules.lr_varies
     columns = family_columns_of(scope.setting_columns, tuned)
     failed = {path for path, found in findings.items() if why.run_failure(found) is not None}
@@ -297,14 +291,11 @@ def ladder_axis(
 ) -> list[str]:
     """The choices judged level by level: --ladder, a sequential design's, the experiment's `ladder:`, or
     `size` where the sweep varies it and the baseline does not name it (older scale ladders); [] for none."""
-    experiment = None if flag or design else _named_alike(runs, "ladder")
-    if flag or experiment:
-        where = "--ladder" if flag else "the experiment's `ladder:`"
-        axis = [key.strip() for key in (flag or experiment).split(",") if key.strip()]
-    elif design:
-        where, axis = f"the ladder of {DESIGN_FILE}", list(design)
-    else:
+    named = flag or ",".join(design or ()) or _named_alike(runs, "ladder")
+    if not named:
         return [SCALE_KEY] if SCALE_KEY in columns and wanted is not None and SCALE_KEY not in wanted else []
+    where = "--ladder" if flag else f"the ladder of {DESIGN_FILE}" if design else "the experiment's `ladder:`"
+    axis = [key.strip() for key in named.split(",") if key.strip()]
     text = ",".join(axis) if flag is None else flag
     still = [key for key in axis if key not in columns]
     if not axis or still:

@@ -8,6 +8,7 @@ import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -154,9 +155,8 @@ class RunSummary:
         return self.watched is not None and any(math.isclose(level or 0.0, w) for w in self.watched)
 
 
-def find_run_dirs(sweep_dir: str | Path) -> list[Path]:
+def find_run_dirs(sweep_dir: Path) -> list[Path]:
     """Every run directory below `sweep_dir`, in job order; a clear ReportError if there is none."""
-    sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise ReportError(
             f"{str(sweep_dir)!r} is not a directory; pass a sweep directory (runs/multirun/...)"
@@ -242,14 +242,15 @@ def _logged(scalars: Any | None, curve_tag: str | None) -> dict[str, Any]:
 
 def _configured(run_dir: Path) -> dict[str, Any]:
     config = OmegaConf.load(run_dir / layout.HYDRA_DIR / layout.CONFIG_FILE)
+    select = partial(OmegaConf.select, config, default=None, throw_on_resolution_failure=False)
     # Each choice as Hydra types it: two Optuna trials at 0.00125029 and 0.00125039 stay two settings.
     overrides = OmegaConf.to_container(OmegaConf.load(run_dir / layout.HYDRA_DIR / "overrides.yaml")) or []
-    batch, block = _config_value(config, "data.batch_size"), _config_value(config, "model.block_size")
-    accumulate = _config_value(config, "trainer.accumulate_grad_batches") or 1
+    batch, block = select("data.batch_size"), select("model.block_size")
+    accumulate = select("trainer.accumulate_grad_batches") or 1
     chars = batch * block * accumulate if isinstance(batch, int) and isinstance(block, int) else None
-    levels = _config_value(config, "callbacks.targets.levels")
+    levels = select("callbacks.targets.levels")
     watched = tuple(v for v in map(_number, levels) if v is not None) if OmegaConf.is_list(levels) else None
-    named = {key: _config_value(config, key) for key in ("baseline", "ladder")}
+    named = {key: select(key) for key in ("baseline", "ladder")}
     # The model section where `ModelConfig` accepts it: a job refused for its model settings has none.
     model = OmegaConf.to_container(config.model, resolve=True) if "model" in config else None
     if model is not None:
@@ -261,9 +262,9 @@ def _configured(run_dir: Path) -> dict[str, Any]:
             model = None
     return {
         "choices": {choice.key: choice.typed for choice in choices([str(line) for line in overrides])}
-        | {n: str(_config_value(config, f"model.{n}")) for n in DESIGN_CHOICES},
-        "seed": str(_config_value(config, "seed")),
-        "max_steps": _integer(_config_value(config, "trainer.max_steps")),
+        | {n: str(select(f"model.{n}")) for n in DESIGN_CHOICES},
+        "seed": str(select("seed")),
+        "max_steps": _integer(select("trainer.max_steps")),
         "chars_per_step": chars,
         **{key: str(value) if value else None for key, value in named.items()},
         "model": model,
@@ -313,10 +314,6 @@ def summarize_run(
         **logged,
         **_configured(run_dir),
     )
-
-
-def _config_value(config: Any, key: str) -> Any:
-    return OmegaConf.select(config, key, default=None, throw_on_resolution_failure=False)
 
 
 def _number(value: Any) -> float | None:

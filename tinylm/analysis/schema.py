@@ -17,7 +17,7 @@ from tinylm.analysis.ladder import Rung
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.runs import ReportError, RunSummary, natural_key, parse_metric
 from tinylm.analysis.verdicts import Outcome, Verdict
-from tinylm.analysis.why import Shared, WhyRow, judged_runs, still_learning
+from tinylm.analysis.why import WhyRow, judged_runs, still_learning
 from tinylm.files import plain
 
 FORMAT = 6  # what each format holds: docs/sweeps.md
@@ -86,9 +86,17 @@ def upgrade(old: dict[str, Any]) -> dict[str, Any]:
         "why": [_why(row, tuned if len(tuned) > 1 else settings) for row in old["why"]],
     }
     report = from_json(new)
+    # An older *Why* finding's seeds: its row's judged runs whose findings show it, if as many as counted.
     for row, stored in zip(report.why, new["why"], strict=True):
         for found, written in zip(row.findings, stored["findings"], strict=True):
-            written["seeds"] = _seeds(found, row.setting, report)
+            showed = [
+                run.seed
+                for run in judged_runs(row.setting)
+                if run.result is not None
+                and any(f.kind == found.kind for f in report.findings.get(run.path, ()))
+            ]
+            counted = sorted(showed, key=natural_key) if len(showed) == found.count else []
+            written["seeds"] = list(found.seeds) or counted
     plan = report.design.added_plan() if report.design else []
     return new | {
         "still_learning": list(still_learning(report.family, report.family_baseline, report.findings)),
@@ -117,18 +125,6 @@ def _why(row: Mapping[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
     kept = {key: row[key] for key in ("design", "difference", "baseline")}
     findings = [dict(f) for f in row["findings"]]
     return kept | {"setting": named["choices"], "verdict": _verdict(row), "findings": findings}
-
-
-def _seeds(found: Shared, setting: Setting, report: SweepReport) -> list[str]:
-    """An older *Why* finding's seeds: its row's judged runs whose findings show it, if as many as counted."""
-    if found.seeds:
-        return list(found.seeds)
-    showed = [
-        run.seed
-        for run in judged_runs(setting)
-        if run.result is not None and any(f.kind == found.kind for f in report.findings.get(run.path, ()))
-    ]
-    return sorted(showed, key=natural_key) if len(showed) == found.count else []
 
 
 def _converter(runs: Mapping[str, RunSummary] | None) -> Converter:
