@@ -95,7 +95,6 @@ class SweepReport:
 
     @cached_property
     def swept_columns(self) -> list[str]:
-        """The setting columns whose value differs between settings (a tuned rate is one)."""
         return grouping.varying(self.setting_columns, [s.choices for s in self.settings])
 
     @cached_property

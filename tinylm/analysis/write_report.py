@@ -80,7 +80,7 @@ def write_from_json(path: str | Path) -> tuple[str, list[Path]]:
 
 
 def _write(report: SweepReport, directory: Path, aside: list[Path]) -> tuple[str, list[Path]]:
-    """report.md (one that reads differently first moves aside, with `aside`), then the figures of the value."""
+    """report.md (one that reads differently moves aside first, with `aside`), then the value's figures."""
     text = report_markdown(report)
     keep_previous(directory, text, [directory / layout.REPORT_MD, *aside])
     (directory / layout.REPORT_MD).write_text(text, encoding="utf-8")
@@ -93,8 +93,7 @@ def _write(report: SweepReport, directory: Path, aside: list[Path]) -> tuple[str
 
 
 def keep_previous(sweep_dir: Path, text: str, files: list[Path]) -> Path | None:
-    """Move a report that a new one reads differently from, with `files`, to previous_reports/<its time>/: a
-    user's verdicts are never rewritten without a copy. Returns that folder."""
+    """Move a report `text` rewords, with `files`, to previous_reports/<its time>/ (returned), never lost."""
     current = sweep_dir / layout.REPORT_MD
     if not current.is_file() or current.read_text(encoding="utf-8") == text:
         return None
