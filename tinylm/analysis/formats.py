@@ -53,7 +53,4 @@ def md_table(columns: Sequence[Column], rows: Iterable[Any]) -> list[str]:
 
 
 def blocks(*parts: str | Sequence[str]) -> list[str]:
-    lines: list[str] = []
-    for part in parts:
-        lines += [part, ""] if isinstance(part, str) else [*part, ""]
-    return lines
+    return [line for part in parts for line in [*([part] if isinstance(part, str) else part), ""]]

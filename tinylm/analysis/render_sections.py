@@ -104,18 +104,17 @@ def _cost_line(row: Any) -> str:
 
 
 def why_section(report: SweepReport) -> list[str]:
-    explained, digits = [], report.metric.digits - 1
-    for row in [row for row in report.why if row.lost_or_failed]:
-        outcome = "baseline" if row.baseline else "no difference measured"  # a ladder: one per level
-        if row.verdict is not None and row.difference is not None:
-            outcome = f"{row.verdict}, {row.difference:+.{digits}f}"
-        found = "; ".join(map(_sentence, row.about_runs)) or "nothing in its curves names a cause"
-        explained.append(f"- **{setting_label(row.design)}** ({outcome}): {found}.")
-    about_data = [
-        f"- **{setting_label(row.design)}**: " + "; ".join(map(_sentence, row.about_data)) + "."
-        for row in report.why
-        if row.about_data
-    ]
+    explained, about_data, digits = [], [], report.metric.digits - 1
+    for row in report.why:
+        named = f"- **{setting_label(row.design)}**"
+        if row.lost_or_failed:
+            outcome = "baseline" if row.baseline else "no difference measured"  # a ladder: one per level
+            if row.verdict is not None and row.difference is not None:
+                outcome = f"{row.verdict}, {row.difference:+.{digits}f}"
+            found = "; ".join(map(_sentence, row.about_runs)) or "nothing in its curves names a cause"
+            explained.append(f"{named} ({outcome}): {found}.")
+        if row.about_data:
+            about_data.append(f"{named}: " + "; ".join(map(_sentence, row.about_data)) + ".")
     text = ["## Why", ""] if report.why else []
     if explained:
         text += blocks(
@@ -222,7 +221,6 @@ def _level_table(report: SweepReport, rows: list, design: Callable, differences:
 
 
 def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
-    """*Across sizes* (or *Across levels of …*): each design's mean and difference at each level."""
     pct, noun, metric, axis = f"{report.confidence:.0%}", ladder.noun, report.metric, ", ".join(ladder.axis)
     bits, across = ladder.in_bits and metric.is_loss, f"across {noun}s"
     loss = "Mean final loss" if metric.is_loss else f"Mean {metric.noun}"
