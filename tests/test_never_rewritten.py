@@ -17,7 +17,7 @@ from conftest import REPO, compose_train, small_corpus
 from script_runner import run_script_in_process
 from test_stats import fake_run
 
-from tinylm.analysis.plots import ForestRow, forest_rows, plot_report, report_figure
+from tinylm.analysis.plots import ForestRow, forest_rows, report_figure, save_figure
 from tinylm.analysis.report import build_report
 from tinylm.errors import Interrupted
 from tinylm.layout import SEGMENTS, earlier_segments, read_run_record, write_run_record
@@ -237,7 +237,7 @@ def test_the_report_figure_shows_the_rows_their_verdicts_and_what_is_better(thre
     assert "lower is better" in verdicts.get_xlabel()
     assert figure.get_suptitle() == "norm × act, final validation loss against norm=pre act=gelu"
     assert "validation loss" in curves.get_ylabel()
-    png = plot_report(report, tmp_path / "report.png")
+    png = save_figure(figure, tmp_path / "report.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -19,7 +19,7 @@ import pytest
 from conftest import REPO, run_script, run_sweep
 from omegaconf import OmegaConf
 
-from tinylm.analysis.plots import plot_report
+from tinylm.analysis.plots import report_figure, save_figure
 from tinylm.analysis.report import SweepReport, build_report
 from tinylm.analysis.runs import ReportError
 from tinylm.analysis.schema import from_json
@@ -200,7 +200,7 @@ def test_report_of_seeds_times_learning_rates_has_intervals_a_tuned_table_and_bo
     figure = (
         seeds_by_lrs / REPORT_PNG
         if x_axis == "step"
-        else plot_report(lrs_report, tmp_path / REPORT_PNG, x_axis, "ci")
+        else save_figure(report_figure(lrs_report, x_axis, "ci"), tmp_path / REPORT_PNG)
     )
     text = (seeds_by_lrs / REPORT_MD).read_text(encoding="utf-8")
     settings = written_report(seeds_by_lrs).settings

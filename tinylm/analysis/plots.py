@@ -1,22 +1,16 @@
 """The report's figures (report.png, lr_sensitivity.png, ladder.png, scale.png, why_<quantity>.png), drawn
 from the report value and rendered headless (matplotlib's Agg); docs/sweeps.md says what each shows."""
 
-from __future__ import annotations
-
 import math
 import statistics
 import textwrap
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, Self
 
-from matplotlib import colormaps
+from matplotlib import colormaps, lines, ticker, transforms
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.ticker import MaxNLocator
-from matplotlib.transforms import blended_transform_factory
 
 from tinylm.analysis.estimates import Estimate, estimate
 from tinylm.analysis.grouping import LR, Setting
@@ -26,36 +20,27 @@ from tinylm.analysis.verdicts import Outcome
 from tinylm.analysis.why import WHY_PNG, judged_runs, quantity
 
 X_AXES = {"step": "optimizer step", "chars": "training characters", "time": "wall time (s)"}
-# Characters per line: a figure's title, a forest row's name and verdict, the ladder's verdicts across levels.
-TITLE_WIDTH, NAME_WIDTH, VERDICT_WIDTH, ACROSS_WIDTH = 110, 44, 34, 150
-# The widest x tick label a forest plot leaves room for, in ems of its font (with the gap to the next).
-LABEL_EMS = 5
-# One marker per seed, drawn hollow: runs at the same point stay told apart (21, past a design's 16 seeds).
-SEED_MARKERS = tuple("os^vD<>ph8*PXdHx+1234")
-# A setting's curve at one step: (x, mean over its seeds, band low, band high, seeds).
-CurvePoint = tuple[float, float, float, float, int]
+TITLE_WIDTH, NAME_WIDTH, VERDICT_WIDTH, ACROSS_WIDTH = 110, 44, 34, 150  # characters per line
+SEED_MARKERS = tuple("os^vD<>ph8*PXdHx+1234")  # hollow, one per seed (past a design's 16): runs told apart
 
 
-def _written(figure: Figure, path: Path) -> Path:
+def save_figure(figure: Figure, path: Path) -> Path:
     figure.savefig(path, dpi=120)  # every figure at one resolution
     return path
 
 
-def _legend_columns(labels: Sequence[str]) -> int:
-    return 1 if max(map(len, labels), default=0) > 45 else 2
-
-
-def _figure(labels: Sequence[str], panels: Sequence[float] = (), bottom: float = 5) -> tuple[Figure, Any]:
-    """Forest plots `panels` high above axes `bottom` high, then a legend of `labels` (alone: the axes)."""
-    heights = [*panels, bottom + 0.2 * math.ceil(len(labels) / _legend_columns(labels))]
+def _figure(labels: list[str], panels: Sequence[float] = (), bottom: float = 5) -> tuple[Figure, Any, int]:
+    """Forest plots `panels` high above axes `bottom` high (alone: the axes), and `labels`' legend columns."""
+    columns = 1 if max(map(len, labels), default=0) > 45 else 2
+    heights = [*panels, bottom + 0.2 * math.ceil(len(labels) / columns)]
     figure = Figure(figsize=(11 if panels else 10, sum(heights)), layout="constrained")
-    return figure, figure.subplots(len(heights), height_ratios=heights)
+    return figure, figure.subplots(len(heights), height_ratios=heights), columns
 
 
-def _finish(figure: Figure, axes: Axes, title: str, labels: Sequence[str], **title_style: Any) -> Figure:
+def _finish(figure: Figure, axes: Axes, title: str, columns: int, **title_style: Any) -> Figure:
     axes.set_title(title, **title_style)
     axes.grid(alpha=0.3, which="both")
-    figure.legend(fontsize="small", loc="outside lower center", ncols=_legend_columns(labels), frameon=False)
+    figure.legend(fontsize="small", loc="outside lower center", ncols=columns, frameon=False)
     return figure
 
 
@@ -73,16 +58,12 @@ def _reference_lines(axes: Axes, report: SweepReport, levels: Sequence[str]) -> 
         value = report.reference[name]
         axes.axhline(value, color="grey", linestyle="--", linewidth=0.8)
         # Clipped outside the y-limits, out of the layout: a label far outside squeezed the axes to nothing.
-        label = axes.annotate(f"{name} {value:.2f}", (1.0, value), xycoords=("axes fraction", "data"),
-                              ha="right", va="bottom", fontsize="x-small", color="grey",
-                              annotation_clip=True)  # fmt: skip
-        label.set_in_layout(False)
+        axes.annotate(f"{name} {value:.2f}", (1.0, value), xycoords=("axes fraction", "data"),
+                      ha="right", va="bottom", fontsize="x-small", color="grey",
+                      annotation_clip=True, in_layout=False)  # fmt: skip
 
 
-@dataclass(frozen=True)
-class ForestRow:
-    """A forest plot's row: a setting's difference from the baseline (0 for itself), or with none its mean."""
-
+class ForestRow(NamedTuple):  # a setting's difference from the baseline (0 for itself), or with none its mean
     label: str
     mean: float | None  # None: no finite difference (no result, or every seed diverged)
     low: float | None
@@ -91,11 +72,11 @@ class ForestRow:
     baseline: bool = False
 
     @classmethod
-    def of_baseline(cls, label: str) -> ForestRow:
+    def of_baseline(cls, label: str) -> Self:
         return cls(label, 0.0, None, None, "baseline", baseline=True)
 
     @classmethod
-    def of(cls, label: str, e: Estimate | None, verdict: str) -> ForestRow:
+    def of(cls, label: str, e: Estimate | None, verdict: str) -> Self:
         if e is None or not math.isfinite(e.mean):
             return cls(label, None, None, None, verdict)
         low, high = (e.low, e.high) if e.has_interval else (None, None)
@@ -146,23 +127,16 @@ def report_title(report: SweepReport) -> str:
     return f"{f'experiment={experiment}: ' if experiment else ''}{compared}, {report.metric.noun} {against}"
 
 
-def plot_report(
-    report: SweepReport, path: Path, x_axis: str = "step", band: str = "minmax", curve: str | None = None
-) -> Path:
-    """report.png: what the verdict table says (`plot_verdicts`) above the curves."""
-    return _written(report_figure(report, x_axis, band, curve), path)
-
-
 def report_figure(
     report: SweepReport, x_axis: str = "step", band: str = "minmax", curve: str | None = None
 ) -> Figure:
     """The forest plot above each setting's curve (`curve`, else validation loss), dashed without a result."""
     rows = forest_rows(report)
     labels = [s.label(report.swept_columns or report.setting_columns) for s in report.settings]
-    figure, (verdicts, axes) = _figure(labels, [1.4 + 0.3 * sum(row.lines() for row in rows)], 4.5)
+    figure, (verdicts, axes), columns = _figure(labels, [1.4 + 0.3 * sum(row.lines() for row in rows)], 4.5)
     plot_verdicts(verdicts, report, rows, differences=report.family_baseline is not None)
     for setting, label, colour in zip(report.settings, labels, _colours(len(labels)), strict=True):
-        points = setting_curve(setting, x_axis, band, report.confidence)
+        points = list(setting_curve(setting, x_axis, band, report.confidence))
         style = {"color": colour} if setting.results else {"color": colour, "alpha": 0.45, "linestyle": "--"}
         seeds = max((p[4] for p in points), default=0)
         label = f"{label} (n={seeds})" + ("" if setting.results else ", no result")
@@ -180,7 +154,7 @@ def report_figure(
     axes.set(xlabel=X_AXES[x_axis], ylabel=curve or "validation loss (nats / char)")
     figure.suptitle(textwrap.fill(report_title(report), TITLE_WIDTH), fontsize="large")
     title = f"{curve or 'validation loss'} during training: mean over seeds, band {band_name}"
-    return _finish(figure, axes, title, labels, fontsize="medium")
+    return _finish(figure, axes, title, columns, fontsize="medium")
 
 
 def plot_verdicts(axes: Axes, report: SweepReport, rows: Sequence[ForestRow], differences: bool) -> None:
@@ -193,8 +167,7 @@ def plot_verdicts(axes: Axes, report: SweepReport, rows: Sequence[ForestRow], di
             marker = "D" if row.baseline else "o"
             axes.errorbar([row.mean], [y], xerr=xerr, capsize=3, marker=marker, color=row.colour())
     axes.set_yticks(ys, [row.name() for row in rows])
-    # The verdicts as the right axis's labels, so that the layout makes room for them.
-    verdicts = axes.secondary_yaxis("right")
+    verdicts = axes.secondary_yaxis("right")  # the verdicts as its labels: the layout makes room for them
     verdicts.set_yticks(ys, [row.verdict_text() for row in rows])
     for label, row in zip(verdicts.get_yticklabels(), rows, strict=True):
         label.set_color(row.colour())
@@ -215,17 +188,17 @@ def plot_verdicts(axes: Axes, report: SweepReport, rows: Sequence[ForestRow], di
     axes.grid(alpha=0.3, axis="x")
 
 
-class _RoomyTicks(MaxNLocator):
-    """matplotlib's default ticks, as many as fit labels `LABEL_EMS` wide (its 3 ems overlapped `−0.0075`)."""
+class _RoomyTicks(ticker.MaxNLocator):
+    """matplotlib's default ticks, as many as fit labels 5 ems wide (its 3 ems overlapped `−0.0075`)."""
 
     def __call__(self) -> Sequence[float]:
-        # get_tick_space: the labels of 3 ems that fit; at most 9 ticks, as the default.
-        self.set_params(nbins=min(9, max(2, self.axis.get_tick_space() * 3 // LABEL_EMS)))
+        # get_tick_space: the labels of 3 ems that fit (5 leave a gap); at most 9 ticks, as the default.
+        self.set_params(nbins=min(9, max(2, self.axis.get_tick_space() * 3 // 5)))
         return super().__call__()
 
 
-def setting_curve(setting: Setting, x_axis: str, band: str, confidence: float) -> list[CurvePoint]:
-    """Its runs' finite values on the figure's axis and band: the one statistic not in the report value."""
+def setting_curve(setting: Setting, x_axis: str, band: str, confidence: float) -> Iterator[tuple[float, ...]]:
+    """(x, mean, band low, band high, seeds) per step of its runs' finite values (not in the report value)."""
     by_step: dict[int, list[tuple[float, float]]] = {}
     for run in setting.runs:
         for step, value, seconds in run.curve:
@@ -233,13 +206,11 @@ def setting_curve(setting: Setting, x_axis: str, band: str, confidence: float) -
             x = {"chars": chars, "time": seconds}.get(x_axis, float(step))
             if math.isfinite(value) and x is not None:
                 by_step.setdefault(step, []).append((x, value))
-    points = []
     for step in sorted(by_step):
         xs, values = zip(*by_step[step], strict=True)
         e = estimate(values, confidence) if band == "ci" and len(values) > 1 else None
         low, high = (e.low, e.high) if e is not None else (min(values), max(values))
-        points.append((statistics.fmean(xs), statistics.fmean(values), low, high, len(values)))
-    return points
+        yield statistics.fmean(xs), statistics.fmean(values), low, high, len(values)
 
 
 def plot_lr_sensitivity(report: SweepReport, path: Path) -> Path:
@@ -249,7 +220,7 @@ def plot_lr_sensitivity(report: SweepReport, path: Path) -> Path:
     # A failure as the report counts it: under the cross-fitted rule (format 2 and before), only a divergence.
     failed = "failed" if report.judged_apart or not report.metric.is_loss else "diverged"
     legend = [*labels, f"a seed {failed} (drawn at the top)"]
-    figure, axes = _figure(legend)
+    figure, axes, columns = _figure(legend)
     crosses = {"linestyle": "none", "marker": "x", "markersize": 9}
     results = [v for s in report.tuned for by_seed in s.by_rate.values() for v in by_seed.values()]
     finite = [v for v in results if math.isfinite(v)]
@@ -270,22 +241,18 @@ def plot_lr_sensitivity(report: SweepReport, path: Path) -> Path:
     axes.set_ylim(top=top * 1.01)  # before the reference lines, which stay out of the limits
     _reference_lines(axes, report, ("unigram", "bigram") if report.metric.is_loss else ())
     title = f"{report.sweep_dir.name}: learning-rate sensitivity, mean and min-max over seeds"
-    return _written(_finish(figure, axes, title, legend), path)
+    return save_figure(_finish(figure, axes, title, columns), path)
 
 
-@dataclass(frozen=True)
-class RunCurve:
-    """One run's curve in a why figure: its seed, the tag it logged, and its finite (step, value) readings."""
-
+class RunCurve(NamedTuple):  # one run's curve in a why figure
     seed: str
-    tag: str
-    points: Sequence[tuple[int, float]]
+    tag: str  # the tag it logged
+    points: Sequence[tuple[int, float]]  # its finite (step, value) readings
 
 
 def health_figure(curves: dict[str, list[RunCurve]], title: str) -> Figure:
-    """One `training_health/` quantity against the step, a colour per setting and a marker per seed; log
-    only when every reading is positive (a healthy run's dead_units are 0)."""
-    figure, axes = _figure(list(curves))
+    """A `training_health/` quantity by step, a colour per setting, a marker per seed; log if all are > 0."""
+    figure, axes, columns = _figure(list(curves))
     runs = [run for setting in curves.values() for run in setting]
     seeds = sorted({run.seed for run in runs}, key=natural_key)
     markers = {seed: SEED_MARKERS[i % len(SEED_MARKERS)] for i, seed in enumerate(seeds)}
@@ -293,23 +260,21 @@ def health_figure(curves: dict[str, list[RunCurve]], title: str) -> Figure:
         for run in (run for run in setting if run.points):
             axes.plot(*zip(*run.points, strict=True), color=colour, marker=markers[run.seed], markersize=7,
                       fillstyle="none", linewidth=1)  # fmt: skip
-        drawn = any(run.points for run in setting)
-        shown = f"{label} ({len(setting)} runs{'' if drawn else ', nothing logged'})"
+        shown = f"{label} ({len(setting)} runs{'' if any(r.points for r in setting) else ', nothing logged'})"
         axes.plot([], [], color=colour, linewidth=2, label=shown)  # the setting's entry in the legend
-    values = [y for run in runs for _, y in run.points]
-    yscale = "log" if values and min(values) > 0 else "linear"
+    yscale = "log" if min((y for run in runs for _, y in run.points), default=0) > 0 else "linear"
     axes.set(yscale=yscale, xlabel=X_AXES["step"], ylabel=", ".join(sorted({run.tag for run in runs})))
     hollow = {"color": "black", "fillstyle": "none", "linestyle": "none"}
-    handles = [Line2D([], [], marker=markers[seed], label=f"seed {seed}", **hollow) for seed in seeds]
+    handles = [lines.Line2D([], [], marker=markers[seed], label=f"seed {seed}", **hollow) for seed in seeds]
     figure.legend(handles=handles, loc="outside right upper", title="run", fontsize="small", frameon=False)
-    return _finish(figure, axes, title, list(curves))
+    return _finish(figure, axes, title, columns)
 
 
 def plot_scale(
     points: dict[str, list[tuple[float, Estimate]]], path: Path, report: SweepReport, title: str
 ) -> Path:
     """scale.png: each design's (parameters, estimate) at every size, smallest first."""
-    figure, axes = _figure(list(points))
+    figure, axes, columns = _figure(list(points))
     for (label, sizes), colour in zip(points.items(), _colours(len(points)), strict=True):
         finite = [(n, e) for n, e in sizes if math.isfinite(e.mean)]
         if finite:
@@ -319,7 +284,7 @@ def plot_scale(
             axes.errorbar(params, means, [below, above], marker="o", capsize=3, color=colour, label=label)
     axes.set(xscale="log", xlabel="parameters (without position embeddings)", ylabel=_y_label(report))
     _reference_lines(axes, report, ("bigram",) if report.metric.is_loss else ())
-    return _written(_finish(figure, axes, title, list(points)), path)
+    return save_figure(_finish(figure, axes, title, columns), path)
 
 
 def plot_ladder(
@@ -328,7 +293,7 @@ def plot_ladder(
     """ladder.png: a forest plot per level on one axis; below, the verdicts `across` levels."""
     heights = [1.2 + 0.35 * sum(row.lines() for row in rows) for _, rows in panels]
     below = 0.3 + 0.25 * sum(len(textwrap.wrap(line, ACROSS_WIDTH)) for line in across)
-    figure, axes = _figure((), heights, below)  # no legend: the verdicts across levels below the panels
+    figure, axes, _ = _figure([], heights, below)  # no legend: the verdicts across levels below the panels
     for panel, (level, rows) in zip(axes, panels, strict=False):
         plot_verdicts(panel, report, rows, differences=True)
         panel.set_title(level, loc="left", fontsize="medium", pad=14)  # above the ±δ note
@@ -338,15 +303,14 @@ def plot_ladder(
     text = "\n".join(textwrap.fill(line, ACROSS_WIDTH, subsequent_indent="    ") for line in across)
     axes[-1].axis("off")
     # From the figure's left edge, not the axes': the panels' labels would push the lines past its right one.
-    left_of_figure = blended_transform_factory(figure.transFigure, axes[-1].transAxes)
+    left_of_figure = transforms.blended_transform_factory(figure.transFigure, axes[-1].transAxes)
     axes[-1].text(0.01, 1.0, text, va="top", ha="left", fontsize="small", transform=left_of_figure)
     figure.suptitle(title, fontsize="large")
-    return _written(figure, path)
+    return save_figure(figure, path)
 
 
 def draw_why(report: SweepReport) -> list[Path]:
-    """why_<quantity>.png in the sweep directory for every health quantity a *Why* row's finding names: its
-    tag in each explained setting's judged runs and in its baseline's."""
+    """why_<quantity>.png per health quantity a *Why* row names: its settings' and baselines' judged runs."""
     wanted: dict[str, dict[str, tuple[Setting, str]]] = {}  # by quantity, then the setting's label
     for row in report.why:
         columns = [c for c in row.design if c in report.swept_columns] or list(row.design)
@@ -367,5 +331,5 @@ def draw_why(report: SweepReport) -> list[Path]:
             for label, (setting, tag) in settings.items()
         }
         title = f"{report.sweep_dir.name}: {name}, the runs diagnosed and their baselines"
-        drawn.append(_written(health_figure(curves, title), report.sweep_dir / WHY_PNG.format(name)))
+        drawn.append(save_figure(health_figure(curves, title), report.sweep_dir / WHY_PNG.format(name)))
     return drawn

@@ -10,7 +10,7 @@ from pathlib import Path
 from cattrs import BaseValidationError
 
 from tinylm import layout
-from tinylm.analysis.plots import draw_why, plot_lr_sensitivity, plot_report
+from tinylm.analysis.plots import draw_why, plot_lr_sensitivity, report_figure, save_figure
 from tinylm.analysis.render import markdown
 from tinylm.analysis.render_sections import (
     draw_ladder,
@@ -54,7 +54,7 @@ def write_report(
     drawn = [p for name in (*CURVELESS_FIGURES, "why_*.png", "report*.png") for p in directory.glob(name)]
     text, curveless = _write(report, directory, [record, figure, *drawn])
     write_json(record, to_json(report))
-    plot_report(report, figure, x_axis, band, curve)
+    save_figure(report_figure(report, x_axis, band, curve), figure)
     return text, [directory / layout.REPORT_MD, record, figure, *curveless, *draw_why(report)]
 
 
