@@ -135,14 +135,14 @@ def test_every_stored_report_renders_again_from_its_json_alone(report):
     """Each stored report.md is what its report.json renders to, byte for byte (issue 47, point 2), and a stored
     ladder's words across levels are re-judged when the rule changes (issues 49 and 59)."""
     from tinylm.analysis.ladder import trends
+    from tinylm.analysis.render import markdown
     from tinylm.analysis.schema import from_json
-    from tinylm.analysis.write_report import report_markdown
 
     folder = DOCS / "results" / report
     record = json.loads((folder / "report.json").read_text(encoding="utf-8"))
     assert record["format"] >= 2 and "why" in record and "probe" in record
     rebuilt = from_json(record)
-    assert report_markdown(rebuilt) == (folder / "report.md").read_text(encoding="utf-8")
+    assert markdown(rebuilt) == (folder / "report.md").read_text(encoding="utf-8")
     if rebuilt.ladder is not None:  # its words across levels are what its levels give under the rule in force
         ladder = rebuilt.ladder
         again = trends(ladder.rungs, ladder.columns, rebuilt.alpha, ladder.axis)
@@ -169,14 +169,14 @@ def test_no_stored_seed_both_chose_a_rate_and_was_judged_at_it():
 def test_an_answer_open_at_the_designs_horizon_says_add_seeds_adds_no_more_and_what_it_would_take():
     """rms_vs_layer's one row is open after the 12 added seeds its design allows: the Answer must not send
     the reader to add_seeds (which stops there), and says the added seeds the row's spread would need."""
+    from tinylm.analysis.render import markdown
     from tinylm.analysis.schema import from_json
-    from tinylm.analysis.write_report import report_markdown
 
     record = json.loads((DOCS / "results" / "rms_vs_layer" / "report.json").read_text(encoding="utf-8"))
     report = from_json(record)
     (row,) = report.sizing.rows
     assert row.spent and row.has == row.horizon == 12 and row.needed == 113
-    text = report_markdown(report)
+    text = markdown(report)
     assert (
         "Still open: 1 of 1, at the sequential design's horizon (12 added seeds), where `add_seeds` adds no "
         "more. At this spread, added seeds to find the difference (or δ) 80% of the time: "

@@ -20,7 +20,6 @@ from tinylm.analysis.grouping import LR, Setting, chosen_rate, group_settings, t
 from tinylm.analysis.ladder import TrendWord
 from tinylm.analysis.plots import forest_rows
 from tinylm.analysis.render import markdown
-from tinylm.analysis.render_sections import ladder_section
 from tinylm.analysis.report import build_report
 from tinylm.analysis.runs import ReportError, RunSummary
 from tinylm.analysis.schema import from_json, to_json
@@ -559,7 +558,7 @@ def test_steps_to_a_level_judges_the_runs_that_reached_it_and_counts_the_others_
     # report.json records the metric, and renders the same report.md again.
     record = json.loads(written[1].read_text(encoding="utf-8"))
     assert record["metric"] == {"kind": "steps_to", "level": 1.88}
-    assert markdown(from_json(record)) == markdown(report)
+    assert markdown(from_json(record)) == text
 
     seconds = build_report(target_sweep, "act=gelu", metric="time_to=1.88")
     assert seconds.min_effect == 10 and seconds.family[0].results["1"] in (76.0, 126.0, 151.0)
@@ -725,7 +724,7 @@ def test_a_ladder_over_the_rate_judges_each_rate_against_its_own_baseline_with_n
     )  # post − pre at 1e-3
     (trend,) = ladder.trends
     assert trend.design == {"norm": "post", "norm_type": "layer", "act": "gelu"}
-    text = markdown(report, ladder_section(report, ladder))
+    text = markdown(report)
     assert "## Across levels of optim.lr" in text and "| norm | 0.001 | 0.003 | across levels |" in text
     assert f"along `optim.lr`: **{trend.verdict}**" in text  # the answer first, for a ladder too
 
@@ -838,7 +837,7 @@ def test_a_ladder_over_corpora_reads_losses_in_bits_and_as_gain_over_each_corpus
                 number += 1
     report = build_report(sweep, baseline="norm=pre", ladder="data")
     assert report.reference is None and report.ladder.in_bits
-    text = markdown(report, ladder_section(report, report.ladder))
+    text = markdown(report)
     code_pre = next(s for s in report.settings if (s.choices["norm"], s.choices["data"]) == ("pre", "code"))
     assert code_pre.estimate.mean == pytest.approx(1.6, abs=1e-4) and code_pre.reference == levels["code"]
     # The settings table reads its mean in bits/char and as its gain over its own corpus's unigram level.
@@ -950,7 +949,7 @@ def test_a_ladder_tuned_then_judged_names_its_rates_as_its_tuning_seeds_chose_th
                              **{"optim.lr": lr})  # fmt: skip
                     number += 1
     report = build_report(sweep, baseline="optim=adamw", ladder="norm")
-    across = markdown(report, ladder_section(report, report.ladder)).split("## Across levels of norm")[1]
+    across = markdown(report).split("## Across levels of norm")[1]
     assert "each at its own rate its tuning seeds chose per level" in across
     assert "cross-fitted" not in across
 

@@ -1,16 +1,15 @@
-"""report.md: the answer, the settings, the family and the runs (the rest: render_sections)."""
+"""report.md: the answer, the settings, the family and the runs (the sections between: render_sections)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from tinylm.analysis import formats
+from tinylm.analysis import formats, render_sections
 from tinylm.analysis.estimates import PairedTests
 from tinylm.analysis.formats import Column, blocks, choice_columns, md_table, plural
 from tinylm.analysis.grouping import CROSS_FITTED, Setting, setting_label, varying
-from tinylm.analysis.render_sections import added_section, cost_lines, ladder_title, rates_cell
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.runs import STEPS_TO, RunSummary
 from tinylm.analysis.verdicts import Judgement
@@ -195,7 +194,7 @@ def _family_columns(report: SweepReport) -> list[Column]:
         *choice_columns(report.shown_family_columns),
         *([Column("rate", lambda s: shown(s.rate))] if apart else []),
         *([Column("tuned on", lambda s: ", ".join(s.tuned_on) or "—")] if apart else []),
-        *([Column("rates chosen", rates_cell)] if report.lr_varies and not apart else []),
+        *([Column("rates chosen", render_sections.rates_cell)] if report.lr_varies and not apart else []),
         *([Column("mean", lambda s: formats.fmt_number(s.estimate, digits))] if report.lr_varies else []),
         judged("seeds", seeds, report.baseline_seeds),
         judged("difference", lambda t, _: formats.fmt_number(t.difference, digits, signed=True), "baseline"),
@@ -231,7 +230,7 @@ def _family_section(report: SweepReport) -> list[str]:
             "counts the seeds judged at each rate.",
         )
     if report.ladder is not None:
-        noun, title = report.ladder.noun, ladder_title(report.ladder)
+        noun, title = report.ladder.noun, render_sections.ladder_title(report.ladder)
         return text + blocks(f"The baseline is judged at each {noun}: see *{title}* below.")
     if base is None:
         return text + blocks(
@@ -247,10 +246,10 @@ def _family_section(report: SweepReport) -> list[str]:
         f"of (setting − baseline) over the seeds both finished, with its {report.confidence:.0%} interval; "
         f"< 0 is {report.metric.lower}.",
         md_table(_family_columns(report), rows),
-        [_family_notes(report), *cost_lines(report)],
+        [_family_notes(report), *render_sections.cost_lines(report)],
     )
     if report.design is not None and len(report.design.looks) > 1:
-        text += added_section(report)
+        text += render_sections.added_section(report)
     return text
 
 
@@ -307,8 +306,8 @@ def _method_lines(report: SweepReport, run_columns: list[str]) -> list[str]:
     )
 
 
-def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
-    """The report as markdown; `sections`: lines from elsewhere (*Why*, the depth probe), before the runs."""
+def markdown(report: SweepReport) -> str:
+    """report.md: the Answer, the settings, the family, the ladder, *Why* and probe sections, the runs."""
     levels = "nats" if report.reference is not None else "bits" if report.corpora else None
     gains = levels if report.metric.is_loss else None
     why = report.setting_why or [()] * len(report.settings)
@@ -326,7 +325,9 @@ def markdown(report: SweepReport, sections: Sequence[str] = ()) -> str:
             "(tinylm/analysis/diagnosis.py; docs/diagnosis.md has each threshold and its reason)."
         ),
         *(_family_section(report) if len(report.family) > 1 else []),
-        *sections,
+        *(render_sections.ladder_section(report, report.ladder) if report.ladder else []),
+        *render_sections.why_section(report),
+        *render_sections.probe_section(report.probe),
         *blocks("## Runs", md_table(_runs_columns(report, run_columns), enumerate(report.runs, start=1))),
         f"{len(report.runs)} runs: "
         + ", ".join(f"{n} {s}" for s, n in report.run_statuses.items())

@@ -12,13 +12,7 @@ from cattrs import BaseValidationError
 from tinylm import layout
 from tinylm.analysis.plots import draw_why, plot_lr_sensitivity, report_figure, save_figure
 from tinylm.analysis.render import markdown
-from tinylm.analysis.render_sections import (
-    draw_ladder,
-    draw_ladder_verdicts,
-    ladder_section,
-    probe_section,
-    why_section,
-)
+from tinylm.analysis.render_sections import draw_ladder, draw_ladder_verdicts
 from tinylm.analysis.report import ReportError, SweepReport, build_report
 from tinylm.analysis.schema import from_json, to_json
 from tinylm.files import write_json
@@ -58,12 +52,6 @@ def write_report(
     return text, [directory / layout.REPORT_MD, record, figure, *curveless, *draw_why(report)]
 
 
-def report_markdown(report: SweepReport) -> str:
-    """report.md: the tables, then the ladder's, the *Why* and the depth probe's sections."""
-    sections = ladder_section(report, report.ladder) if report.ladder else []
-    return markdown(report, [*sections, *why_section(report), *probe_section(report.probe)])
-
-
 def write_from_json(path: str | Path) -> tuple[str, list[Path]]:
     """report.md written again beside `path`, a report.json, from it alone, with the figures it can draw."""
     path = Path(path)
@@ -81,7 +69,7 @@ def write_from_json(path: str | Path) -> tuple[str, list[Path]]:
 
 def _write(report: SweepReport, directory: Path, aside: list[Path]) -> tuple[str, list[Path]]:
     """report.md (one that reads differently moves aside first, with `aside`), then the value's figures."""
-    text = report_markdown(report)
+    text = markdown(report)
     keep_previous(directory, text, [directory / layout.REPORT_MD, *aside])
     (directory / layout.REPORT_MD).write_text(text, encoding="utf-8")
     drawn = [plot_lr_sensitivity(report, directory / layout.SENSITIVITY_PNG)] if report.lr_varies else []
