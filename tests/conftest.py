@@ -16,6 +16,10 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["HF_HUB_OFFLINE"] = "1"
 # Keep `datasets`' caches out of the user's home; set before `datasets` is imported anywhere.
 os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="tinylm-tests-hf-"))
+# Parallel workers (pytest-xdist, pyproject's addopts) share the cores: each, and every process it starts,
+# gets its share of torch threads before torch loads; oversubscribed, torch slows many-fold.
+if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // int(workers)))
 
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig, OmegaConf, open_dict

@@ -1,6 +1,7 @@
 """What a run leaves on disk and where: its directory's files, the metric tags it logs, `metrics.json` (how it
-ended) and its checkpoints (read without Lightning); a sweep's own files. Training writes this layout; analysis and inference
-read it through this module alone, so none of them needs the others' code.
+ended) and its checkpoints (read without Lightning); and a sweep's own files (its report, sequential design).
+Training writes this layout; analysis and inference read it through this module alone, so none of them needs
+the others' code.
 """
 
 from __future__ import annotations
