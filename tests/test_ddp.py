@@ -369,12 +369,8 @@ def _train_in_one_process(config: dict, train_tokens: torch.Tensor, ranks: tuple
     """Replay DDP by hand: each step averages the gradient over the windows `ranks` drew for that step."""
     module = _initial_module(config)
     optimizer = module.configure_optimizers()
-    streams = [
-        RandomWindows(
-            train_tokens, config["data"]["block_size"], config["data"]["batch_size"], config["seed"], r
-        )
-        for r in ranks
-    ]
+    block_size, batch_size = config["model"]["block_size"], config["data"]["batch_size"]
+    streams = [RandomWindows(train_tokens, block_size, batch_size, config["seed"], r) for r in ranks]
     for step in range(DDP_STEPS):
         for group in optimizer.param_groups:
             group["lr"] = module.learning_rate(step)
@@ -432,7 +428,8 @@ def test_ddp_run_logs_a_decreasing_loss_and_its_effective_batch(ddp_run):
 @pytest.mark.slow
 def test_ddp_trains_on_both_ranks_windows_with_averaged_gradients(ddp_run):
     config = OmegaConf.to_container(OmegaConf.load(ddp_run.run_dir / "config.yaml"))
-    datamodule = CharDataModule(DataConfig(**config["data"]))
+    # The run's windows are the model's context: data takes model.block_size (training/settings.py).
+    datamodule = CharDataModule(DataConfig(**config["data"], block_size=config["model"]["block_size"]))
     datamodule.prepare()
     train_tokens = datamodule.train_tokens
     trained = read_checkpoint(ddp_run.run_dir / "checkpoints" / "last.ckpt").contents["state_dict"]
@@ -464,9 +461,10 @@ def test_ddp_trains_at_the_default_precision(tmp_path):
 @pytest.mark.slow
 def test_ddp_val_loss_is_the_mean_over_every_window_once(ddp_run):
     config = OmegaConf.load(ddp_run.run_dir / "config.yaml")
-    datamodule = CharDataModule(DataConfig(**OmegaConf.to_container(config.data)))
+    block_size = config.model.block_size
+    datamodule = CharDataModule(DataConfig(**OmegaConf.to_container(config.data), block_size=block_size))
     datamodule.prepare()
-    windows = FixedWindows(datamodule.val_tokens, config.data.block_size, config.data.val_windows)
+    windows = FixedWindows(datamodule.val_tokens, block_size, config.data.val_windows)
     assert len(windows) == 9
 
     model = load_model(ddp_run.run_dir / "checkpoints" / "last.ckpt").gpt
