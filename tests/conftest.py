@@ -16,15 +16,16 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["HF_HUB_OFFLINE"] = "1"
 # Keep `datasets`' caches out of the user's home; set before `datasets` is imported anywhere.
 os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="tinylm-tests-hf-"))
-# Parallel workers (pytest-xdist, pyproject's addopts) share the cores: each, and every process it starts,
-# gets its share of torch threads before torch loads; oversubscribed, torch slows many-fold.
-if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
-    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // int(workers)))
 
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-import tinylm.training.resolvers  # noqa: F401  (registers the resolvers the configs use)
+from tinylm.training.resolvers import threads_per_job  # (importing it registers the configs' resolvers)
+
+# Parallel workers (pytest-xdist, pyproject's addopts) share the cores as a joblib sweep's jobs do: each, and
+# every process it starts, gets its share of torch threads before torch loads (nothing above imports it).
+if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    os.environ["OMP_NUM_THREADS"] = str(threads_per_job(workers))
 
 REPO = Path(__file__).resolve().parents[1]
 TINYSHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
