@@ -78,6 +78,7 @@ REPORT_PNG = "report.png"
 SENSITIVITY_PNG = "lr_sensitivity.png"
 SCALE_PNG = "scale.png"
 LADDER_PNG = "ladder.png"  # each design's difference from its level's baseline, a panel per level
+WHY_PNG = "why_{}.png"  # the figure of each health quantity a *Why* row names
 PREVIOUS_REPORTS = "previous_reports"
 # What a run writes into its directory; a directory holding any of them holds a run.
 RUN_FILES = (CONFIG_FILE, "checkpoints", RECORD_FILE, HYDRA_DIR, TENSORBOARD_DIR)

@@ -17,7 +17,8 @@ from tinylm.analysis.grouping import LR, Setting
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.runs import natural_key
 from tinylm.analysis.verdicts import Outcome
-from tinylm.analysis.why import WHY_PNG, judged_runs, quantity
+from tinylm.analysis.why import judged_runs, quantity
+from tinylm.layout import WHY_PNG
 
 X_AXES = {"step": "optimizer step", "chars": "training characters", "time": "wall time (s)"}
 TITLE_WIDTH, NAME_WIDTH, VERDICT_WIDTH, ACROSS_WIDTH = 110, 44, 34, 150  # characters per line

@@ -16,8 +16,8 @@ from tinylm.analysis.grouping import CROSS_FITTED, Setting, setting_label
 from tinylm.analysis.ladder import Ladder, Rung
 from tinylm.analysis.plots import ForestRow, plot_ladder, plot_scale
 from tinylm.analysis.report import SweepReport
-from tinylm.analysis.why import WHY_PNG, Shared, quantity
-from tinylm.layout import DESIGN_FILE, LADDER_PNG, REPORT_PNG, SCALE_PNG
+from tinylm.analysis.why import Shared, quantity
+from tinylm.layout import DESIGN_FILE, LADDER_PNG, REPORT_PNG, SCALE_PNG, WHY_PNG
 from tinylm.probe.sweep_shapes import SHOWN
 
 

@@ -16,7 +16,6 @@ from tinylm.analysis.verdicts import Outcome, Verdict
 
 Findings = Mapping[Path, Sequence[Finding]]  # each run's findings, by its path
 Settings = Sequence[Setting]
-WHY_PNG = "why_{}.png"  # the figure of each health quantity a *Why* row names
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,8 @@ def write_report(
     record = directory / layout.REPORT_JSON
     figure = directory / (f"report_{curve.replace('/', '_')}.png" if curve else layout.REPORT_PNG)
     # Before anything is written: the old report goes aside with every figure it was written with.
-    drawn = [p for name in (*CURVELESS_FIGURES, "why_*.png", "report*.png") for p in directory.glob(name)]
+    patterns = (*CURVELESS_FIGURES, layout.WHY_PNG.format("*"), "report*.png")
+    drawn = [p for pattern in patterns for p in directory.glob(pattern)]
     text, curveless = _write(report, directory, [record, figure, *drawn])
     write_json(record, to_json(report))
     save_figure(report_figure(report, x_axis, band, curve), figure)
