@@ -155,3 +155,16 @@ def test_every_third_party_module_the_package_imports_is_declared():
                 if not names & declared:
                     missing.append(f"{path.relative_to(PACKAGE.parent)}: {top}")
     assert not missing, sorted(set(missing))
+
+
+def test_each_dependency_is_declared_once():
+    """A requirement named in two lists is two pins to keep in step, and two comments that drift apart (issue
+    67: matplotlib in the core and the sweep extra, tbparse and submitit in the sweep and the dev extras).
+    `dev` has the `sweep` extra already, through tinylm[sweep]."""
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
+    lists = {"dependencies": project["dependencies"], **project["optional-dependencies"]}
+    named: dict[str, list[str]] = {}
+    for where, requirements in lists.items():
+        for name in _requirement_names(requirements) - {"tinylm"}:
+            named.setdefault(name, []).append(where)
+    assert {name: where for name, where in named.items() if len(where) > 1} == {}
