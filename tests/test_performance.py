@@ -323,8 +323,18 @@ def console(monkeypatch):
     root.setLevel(level)
 
 
-def _started_bar() -> StepProgressBar:
-    bar = StepProgressBar(refresh_rate=5)
+class _Clock:
+    """A clock the test moves: `StepProgressBar(clock=...)` reads it instead of the machine's."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _started_bar(clock: _Clock | None = None) -> StepProgressBar:
+    bar = StepProgressBar(refresh_rate=5, clock=clock or _Clock())
     bar.setup(_trainer(0), None, "fit")
     bar.on_train_start(_trainer(0), None)
     return bar
@@ -334,6 +344,21 @@ def _validate(bar: StepProgressBar, step: int) -> None:
     trainer = _trainer(step)
     bar.on_validation_start(trainer, None)
     bar.on_validation_end(trainer, None)
+
+
+def _train(
+    bar: StepProgressBar, clock: _Clock, steps: int, seconds_per_step: float, validate_every: int
+) -> None:
+    """`steps` optimizer steps through the bar's hooks in Lightning's order, each `seconds_per_step` long, a
+    validation after every `validate_every`-th, and the end of training."""
+    for step in range(1, steps + 1):
+        bar.on_train_batch_start(_trainer(step - 1), None)
+        clock.now += seconds_per_step
+        bar.on_train_batch_end(_trainer(step), None)
+        if step % validate_every == 0:
+            _validate(bar, step)
+    bar.on_train_end(_trainer(steps), None)
+    bar.teardown(_trainer(steps), None, "fit")
 
 
 def test_on_a_terminal_a_log_line_starts_a_line_of_its_own_above_the_bar(console):
@@ -353,21 +378,61 @@ def test_on_a_terminal_a_log_line_starts_a_line_of_its_own_above_the_bar(console
     assert logging.getLogger().handlers[-1].stream is terminal  # the console handler is back after the run
 
 
-def test_piped_the_bar_draws_nothing_and_each_validation_logs_one_line(console):
+def test_piped_the_bar_draws_nothing_and_a_line_is_logged_every_tenth_of_the_run_and_per_validation(console):
     """Into a file or `tee` every redraw stays as a frame (41 for a 200-step run) and validation bars leave
-    raw cursor-up codes: instead, one plain line per validation."""
-    piped = console(terminal=False)
-    bar = _started_bar()
-    for step in range(1, 21):
-        bar.on_train_batch_end(_trainer(step), None)
-        if step % 10 == 0:
-            _validate(bar, step)
-    bar.on_train_end(_trainer(20), None)
-    bar.teardown(_trainer(20), None, "fit")
-    lines = piped.getvalue().splitlines()
+    raw cursor-up codes: instead, plain lines. Issue 67: only one per validation made the main job silent for
+    its first 100 steps; now a line at every tenth of the run too (every 2 of 20 steps), with the training
+    loss only (the last validation's would read as measured at that step), the rate and the time left; a
+    validation's step gets the validation's line alone."""
+    piped, clock = console(terminal=False), _Clock()
+    bar = _started_bar(clock)
+    _train(bar, clock, steps=20, seconds_per_step=0.5, validate_every=10)
     assert "\r" not in piped.getvalue() and "\x1b" not in piped.getvalue()
-    assert [re.sub(r" \(.*\)$", "", line) for line in lines] == [
-        f"[tinylm.training.callbacks.progress][INFO] - step {step}/20: loss/train=3.8000, loss/val=3.7500"
-        for step in (10, 20)
+    prefix = "[tinylm.training.callbacks.progress][INFO] - "
+    assert piped.getvalue().splitlines() == [
+        prefix + f"step {step}/20: loss/train=3.8000{', loss/val=3.7500' * (step % 10 == 0)}"
+        f" (0m{step // 2:02d}s, 2.00 steps/s{f', 0m{(20 - step) // 2:02d}s left' * (step < 20)})"
+        for step in range(2, 21, 2)
     ]
-    assert re.search(r"\(0m00s, [\d.]+ steps/s\)$", lines[-1])
+
+
+def test_the_log_gets_a_line_at_most_30_seconds_after_the_last_when_a_tenth_takes_longer(console):
+    """A tenth of the main job is 70 steps, minutes on a loaded machine: the rhythm is every 10% of the run or
+    every 30 s, whichever comes first. At 11 s a step, a line every 3rd step (33 s), and at 100, a tenth of
+    the run (11 s after the line at 99), from which the next 30 s count."""
+    piped, clock = console(terminal=False), _Clock()
+    bar = StepProgressBar(refresh_rate=5, clock=clock)
+    trainer = _trainer(0)
+    trainer.max_steps = 1000
+    bar.setup(trainer, None, "fit")
+    bar.on_train_start(trainer, None)
+    for step in range(1, 105):
+        bar.on_train_batch_start(trainer, None)
+        clock.now += 11
+        trainer.global_step = step
+        bar.on_train_batch_end(trainer, None)
+    lines = piped.getvalue().splitlines()
+    steps = [int(re.search(r" - step (\d+)/1000: ", line)[1]) for line in lines]
+    assert steps == [*range(3, 100, 3), 100, 103]
+    # 3 steps in 33 s: 0.09 steps/s, and the 997 left take 10,967 s.
+    assert lines[0].endswith("- step 3/1000: loss/train=3.8000 (0m33s, 0.09 steps/s, 182m47s left)")
+
+
+def test_on_a_terminal_the_bar_shows_progress_and_the_log_file_gets_the_lines(console, tmp_path):
+    """Issue 67: train.log held the per-validation lines only when no terminal was attached. On a terminal the
+    console keeps its bar alone, and the run's log file (Hydra's file handler) gets the same lines as piped."""
+    terminal, clock = console(terminal=True), _Clock()
+    log_file = logging.FileHandler(tmp_path / "train.log", delay=True)
+    log_file.setFormatter(logging.Formatter("[%(name)s][%(levelname)s] - %(message)s"))
+    logging.getLogger().addHandler(log_file)
+    try:
+        bar = _started_bar(clock)
+        _train(bar, clock, steps=20, seconds_per_step=0.5, validate_every=10)
+    finally:
+        log_file.close()
+    assert " - step " not in terminal.getvalue()
+    assert any(line.startswith("Training:") for line in re.split(r"[\r\n]", terminal.getvalue()))
+    written = (tmp_path / "train.log").read_text(encoding="utf-8").splitlines()
+    steps = [int(re.search(r" - step (\d+)/20: ", line)[1]) for line in written]
+    assert steps == list(range(2, 21, 2))
+    assert written[-1].endswith("- step 20/20: loss/train=3.8000, loss/val=3.7500 (0m10s, 2.00 steps/s)")

@@ -616,19 +616,29 @@ def test_the_run_states_the_share_of_its_validation_found_in_training(mission):
     assert stated in result.stdout and stated in (run_dir / "train.log").read_text(encoding="utf-8")
 
 
-def test_piped_a_run_logs_one_line_per_validation_and_draws_no_bar(mission):
+def test_piped_a_run_logs_its_progress_to_the_console_and_train_log_and_draws_no_bar(mission):
     """Into a file or `tee`, the bar's redraws were frames of their own (41 for a 200-step run), its validation
-    bars left raw cursor-up codes, and Lightning's last line ran on from the bar's end."""
+    bars left raw cursor-up codes, and Lightning's last line ran on from the bar's end. Issue 67: a line per
+    validation only left the main job silent up to step 100; now a line at every tenth of the run too (every
+    step of 6) with the training loss, the rate and the time left, and train.log holds the same lines."""
     result, run_dir = mission.result, mission.run_dir
     assert result.returncode == 0, result.stderr[-3000:]
     assert "\r" not in result.stdout and "\x1b" not in result.stdout
-    validations = re.findall(
-        r"\]\[INFO\] - step (\d+)/6: loss/train=\d\.\d{4}, loss/val=\d\.\d{4} \(", result.stdout
-    )
-    assert validations == ["3", "6"]  # every trainer.val_check_interval=3 steps
+    step_line = r"\]\[INFO\] - (step \d+/6: .*)"
+    shown = re.findall(step_line, result.stdout)
+    kinds = {
+        "progress": r"step (\d)/6: loss/train=\d\.\d{4} \(0m\d\ds, [\d.]+ steps/s, 0m\d\ds left\)",
+        "validation": r"step (\d)/6: loss/train=\d\.\d{4}, loss/val=\d\.\d{4} \(0m\d\ds, [\d.]+ steps/s.*\)",
+    }
+    said = [
+        (int(m[1]), kind) for line in shown for kind, form in kinds.items() if (m := re.fullmatch(form, line))
+    ]
+    # A line at every step, each once: validations every trainer.val_check_interval=3 steps.
+    assert said == [(1, "progress"), (2, "progress"), (3, "validation"),
+                    (4, "progress"), (5, "progress"), (6, "validation")]  # fmt: skip
     assert any(line.startswith("[") and line.endswith("`Trainer.fit` stopped: `max_steps=6` reached.")
                for line in result.stdout.splitlines())  # fmt: skip
-    assert len(re.findall(r"- step \d+/6: ", (run_dir / "train.log").read_text(encoding="utf-8"))) == 2
+    assert re.findall(step_line, (run_dir / "train.log").read_text(encoding="utf-8")) == shown
 
 
 def test_a_bf16_run_with_the_default_trainer_shows_no_warning_and_no_empty_flops_table(mission):
