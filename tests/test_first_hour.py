@@ -25,6 +25,7 @@ from tinylm.layout import (
     FINAL_VAL_LOSS,
     FINAL_WINDOW_LOSSES,
     HYDRA_DIR,
+    target_tags,
     write_run_record,
 )
 from tinylm.overrides import run_label
@@ -265,6 +266,27 @@ def test_the_final_evaluation_covers_up_to_4_windows_per_window_trained_on(small
         assert len(small_data.final_windows()) == 250
     finally:
         small_data.config.final_val_windows = DataConfig.final_val_windows
+
+
+def test_the_summary_line_names_each_target_level_reached_with_its_step_and_training_time(tmp_path):
+    """Issue 67: a run that reached `callbacks.targets.levels` (the speedrun's 1.88) said so only in
+    metrics.json. The line names each level reached, its step and training time, and each not reached."""
+    metrics = {"step": 210, "wall_time_s": 30.0, "chars_per_s": 4000.0, "loss/val": 1.85}
+    for level, step, time_s in ((2.0, 120, 15.23), (1.88, 183, 24.08)):
+        step_tag, time_tag = target_tags(level)
+        metrics |= {step_tag: float(step), time_tag: time_s}
+
+    def said(levels: list[float]) -> list[str]:
+        return summary_line(metrics, tmp_path, tensorboard=False, targets=levels).split("; ")
+
+    assert said([1.88])[2] == "validation loss reached 1.88 at step 183 (24.1 s of training)"
+    assert said([2.0, 1.88, 1.7, 1.6])[2] == (
+        "validation loss reached 2 at step 120 (15.2 s of training) and 1.88 at step 183 (24.1 s of training), "
+        "not 1.7 or 1.6"
+    )
+    assert said([1.7])[2] == "validation loss did not reach 1.7"
+    assert said([1.7, 1.6, 1.5])[2] == "validation loss did not reach 1.7, 1.6 or 1.5"
+    assert said([])[2].startswith("checkpoint ")  # with no targets (~callbacks.targets), nothing about them
 
 
 def test_the_summary_line_and_the_report_say_which_evaluation_a_loss_comes_from(tmp_path):

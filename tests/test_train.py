@@ -507,14 +507,17 @@ def test_unknown_choice_lists_the_valid_ones(tmp_path, group, choices):
 def mission(tmp_path_factory) -> SimpleNamespace:
     """`python scripts/train.py norm=pre act=swiglu`, shrunk, as a user runs it: a fresh interpreter, its progress
     bar on and Lightning's model summary setting as by default, its output piped; in bf16-mixed, as `auto` picks
-    on a machine that multiplies bf16 natively (forced here: where it is emulated, only slower)."""
+    on a machine that multiplies bf16 natively (forced here: where it is emulated, only slower). Its targets are
+    a level the first validation reaches (9 nats/char: an untrained model's loss is about 4) and one it
+    cannot (2)."""
     root = tmp_path_factory.mktemp("mission")
     # The main job's optimizer and the model summary setting as they are by default.
     pinned = (ADAMW, "trainer.enable_model_summary", "trainer.precision")
     default_recipe = [o for o in SHRINK if not o.startswith(pinned)]
     result = run_script(
         "train.py", "norm=pre", "act=swiglu", *default_recipe, "trainer.enable_progress_bar=true",
-        "trainer.precision=bf16-mixed", f"hydra.run.dir={root / 'run'}", cwd=root,
+        "trainer.precision=bf16-mixed", "callbacks.targets.levels=[9,2]", f"hydra.run.dir={root / 'run'}",
+        cwd=root,
     )  # fmt: skip
     return SimpleNamespace(result=result, run_dir=root / "run")
 
@@ -601,6 +604,10 @@ def test_a_run_ends_with_one_summary_line_and_prints_nothing_on_stderr(mission):
     )
     assert f"checkpoint {run_dir / 'checkpoints' / 'last.ckpt'}" in summary
     assert f"tensorboard --logdir {run_dir / 'tb'}" in summary
+    # Issue 67: the targets reached were said only in metrics.json; the line names each, its step and its
+    # training time there, and the one not reached.
+    reached = f"validation loss reached 9 at step 3 ({record['target/9/time_s']:.1f} s of training), not 2"
+    assert f"; {reached}; checkpoint " in summary
     assert "precision: bf16-mixed (set by trainer.precision)" in result.stdout  # the mission fixture sets it
     # Lightning's own lines go where Hydra sends the job's: the console and the run's log file.
     stopped = "`Trainer.fit` stopped: `max_steps=6` reached."

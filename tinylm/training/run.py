@@ -59,13 +59,14 @@ from tinylm.layout import (
     evaluated_windows,
     holds_a_run,
     last_checkpoint,
+    target_tags,
     write_run_record,
 )
 from tinylm.model import GPT
 from tinylm.model.sampling import sample_text
 from tinylm.overrides import NOT_A_DESIGN_GROUP, choices
 from tinylm.training import slurm
-from tinylm.training.callbacks import TensorBoardHParams, in_order
+from tinylm.training.callbacks import LossTargets, TensorBoardHParams, in_order
 from tinylm.training.checkpoints import (
     AtomicCheckpointIO,
     check_resumable,
@@ -332,7 +333,8 @@ class PreparedRun:
             )
             print(f"\n--- sample after {trainer.global_step} steps ---\n{prompt}{metrics['sample']}\n---")
         if trainer.is_global_zero:
-            print(summary_line(metrics, run_dir, bool(settings.cfg.get("logger"))), flush=True)
+            targets = [level for c in trainer.callbacks if isinstance(c, LossTargets) for level in c.levels]
+            print(summary_line(metrics, run_dir, bool(settings.cfg.get("logger")), targets), flush=True)
         return metrics
 
 
@@ -383,10 +385,13 @@ def run_status(error: Exception) -> str:
 RESUMED_AT = "resumed_at_step"
 
 
-def summary_line(metrics: dict[str, Any], run_dir: Path, tensorboard: bool) -> str:
+def summary_line(
+    metrics: dict[str, Any], run_dir: Path, tensorboard: bool, targets: Sequence[float] = ()
+) -> str:
     """How the run ended, in one line: its result, how long it took, and where it is. The result is the final
     loss (`loss/val_full`, what the sweep report compares); the periodic validations' losses follow, named as
-    such, for runs that ended before the final evaluation."""
+    such, for runs that ended before the final evaluation; then which of the `targets` levels (nats/char,
+    `callbacks.targets.levels`) the validation loss reached, at which step and after how much training."""
     loss, best, full = metrics.get(VAL_LOSS), metrics.get(BEST_VAL_LOSS), metrics.get(FINAL_VAL_LOSS)
     minutes, seconds = divmod(round(metrics["wall_time_s"]), 60)
     took = f"in {minutes}m{seconds:02d}s ({metrics['chars_per_s']:,.0f} chars/s)"
@@ -405,12 +410,38 @@ def summary_line(metrics: dict[str, Any], run_dir: Path, tensorboard: bool) -> s
         periodic.append(f"best periodic validation {best:.4f}")
     if periodic:
         parts.append(", ".join(periodic))
+    if targets:
+        parts.append(targets_reached(metrics, targets))
     # The directory itself, not a link to it (`hydra.run.dir=latest`): `latest` moves with the next run.
     run_dir = run_dir.resolve()
     parts.append(f"checkpoint {last_checkpoint(run_dir)}")
     if tensorboard:
         parts.append(f"tensorboard --logdir {run_dir / TENSORBOARD_DIR}")
     return "done: " + "; ".join(parts)
+
+
+def targets_reached(metrics: dict[str, Any], targets: Sequence[float]) -> str:
+    """Which of the `targets` levels the validation loss reached, each at its step and training time
+    (`target/<level>/step`, `target/<level>/time_s` in `metrics`), and which it did not, in one phrase:
+    `validation loss reached 2 at step 120 (15.2 s of training) and 1.88 at step 183 (24.1 s of training),
+    not 1.7 or 1.6`."""
+    reached, missed = [], []
+    for level in targets:
+        step_tag, time_tag = target_tags(level)
+        if step_tag in metrics:
+            reached.append(
+                f"{level:g} at step {metrics[step_tag]:.0f} ({metrics[time_tag]:.1f} s of training)"
+            )
+        else:
+            missed.append(f"{level:g}")
+    if not reached:
+        return f"validation loss did not reach {_listed(missed, 'or')}"
+    phrase = f"validation loss reached {_listed(reached, 'and')}"
+    return f"{phrase}, not {_listed(missed, 'or')}" if missed else phrase
+
+
+def _listed(items: Sequence[str], conjunction: str) -> str:
+    return ", ".join(items[:-1]) + f" {conjunction} {items[-1]}" if len(items) > 1 else items[0]
 
 
 def slurm_plugins() -> list[SLURMEnvironment]:
