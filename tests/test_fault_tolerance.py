@@ -271,6 +271,41 @@ def test_ctrl_c_saves_after_a_whole_step_and_ckpt_path_last_resumes_exactly(tmp_
     assert not list(run_dir.glob("checkpoints/*-v*.ckpt"))  # no last-v1.ckpt beside last.ckpt
 
 
+# Validation every 5 steps and logging every 4 in a 12-step run; target levels every 0.05 nats, so that some
+# level is first reached after a stop at step 7.
+SCHEDULE = [
+    "trainer.max_steps=12",
+    "optim.decay_steps=12",
+    "trainer.val_check_interval=5",
+    "trainer.log_every_n_steps=4",
+    "callbacks.targets.levels=[" + ",".join(f"{4.5 - 0.05 * i:.2f}" for i in range(40)) + "]",
+]
+
+
+def test_a_run_stopped_between_validations_validates_logs_and_reaches_targets_as_if_never_stopped(
+    tmp_path, corpus
+):
+    """Ctrl-C after step 7, a multiple of neither interval, then ckpt_path=last: the resumed run validated at
+    steps 9 and 12, not 10 and 12 (Lightning counted the batch fetched before the stop's save among those
+    done), and so reached its targets early."""
+    straight = tmp_path / "straight"
+    run(compose_train(straight, settings(corpus, *SCHEDULE)))
+    run_dir = tmp_path / "stopped"
+    interrupt = ["+callbacks.fault._target_=fault_injection.SendSignal", "+callbacks.fault.at_step=7"]
+    with pytest.raises(Interrupted):
+        run(compose_train(run_dir, settings(corpus, *SCHEDULE, *interrupt)))
+    run(compose_train(run_dir, settings(corpus, *SCHEDULE, "ckpt_path=last")))
+
+    # Read back from the event files of both segments: each validation once, at its step, with its value.
+    assert [step for step, _ in validation_losses(straight)] == [5, 10, 12]
+    assert validation_losses(run_dir) == validation_losses(straight)
+    assert logged_steps(straight)["loss/train"] == {3, 7, 11}  # the loss of step 4 is logged at 3
+    assert logged_steps(run_dir) == logged_steps(straight)  # every tag: losses, throughput, health, targets
+    reached = target_steps(read_run_record(straight))
+    assert any(step > 7 for step in reached.values()), reached  # else the targets would test nothing here
+    assert target_steps(read_run_record(run_dir)) == reached
+
+
 @pytest.fixture(scope="module")
 def held_then_stopped(tmp_path_factory, corpus) -> SimpleNamespace:
     """One real `scripts/train.py` process, shared by the next two tests: once it has saved a checkpoint, a second

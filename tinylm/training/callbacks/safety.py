@@ -123,6 +123,19 @@ class StopOnSignal(L.Callback):
             step=step,
         )
 
+    def on_load_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        # The save above comes once Lightning has counted the next batch as ready, not started. Restored as it is,
+        # that batch would leave Lightning's count of the epoch's batches but not its total, which
+        # val_check_interval counts: every validation would come a step early. Read as what it is, a checkpoint
+        # between two steps (docs/internals.md).
+        loops = checkpoint.get("loops") or {}
+        progress = (loops.get("fit_loop") or {}).get("epoch_loop.batch_progress") or {}
+        for count in (progress.get("total"), progress.get("current")):
+            if count and count["ready"] - 1 == count["started"] == count["processed"] == count["completed"]:
+                count["ready"] = count["completed"]
+
     def _restore(self) -> None:
         for signum, handler in self._previous.items():
             if handler is not None:
