@@ -1,0 +1,85 @@
+"""The compute multiplier's rules on constructed curves, and its coverage through the benchmark's simulation."""
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from tinylm.analysis.multiplier import Cost, Reading, first_reached, multiplier
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import multiplier_rates
+
+
+def power_law(
+    multiple: float, offset: float = 0.0, steps: int = 300, every: int = 15
+) -> list[tuple[float, float]]:
+    """A falling validation curve that reaches any loss in `multiple`× the steps `multiple=1` takes."""
+    return [(float(s), 1.5 + 40.0 * (s / multiple) ** -0.86 + offset) for s in range(every, steps + 1, every)]
+
+
+def test_first_reached_interpolates_between_the_validations_around_the_crossing():
+    curve = [(10.0, 3.0), (20.0, 2.0), (30.0, 1.0)]
+    assert first_reached(curve, 2.5) == pytest.approx(15.0)
+    assert first_reached(curve, 2.0) == pytest.approx(20.0)
+    assert first_reached(curve, 3.5) == 10.0  # the first validation is already below
+    assert first_reached(curve, 0.5) is None
+
+
+def test_first_reached_reads_the_first_crossing_not_a_later_one():
+    zigzag = [(10.0, 3.0), (20.0, 1.9), (30.0, 2.2), (40.0, 1.5)]
+    assert first_reached(zigzag, 2.0) == pytest.approx(10 + 10 * (1.0 / 1.1))
+
+
+def test_a_design_twice_as_fast_needs_half_the_steps_on_every_seed():
+    base = {seed: power_law(1.0, 0.01 * seed) for seed in range(4)}
+    fast = {seed: power_law(0.5, 0.01 * seed) for seed in range(4)}
+    found = multiplier(fast, base)
+    assert found.ratio.mean == pytest.approx(0.5, rel=0.02)
+    assert found.reading is Reading.LESS
+    assert found.never_reached == ()
+
+
+def test_a_design_that_never_reaches_the_baselines_loss_is_counted_apart_and_costs_more():
+    base = {seed: power_law(1.0) for seed in range(3)}
+    slow = {seed: power_law(1.4) for seed in range(3)}
+    found = multiplier(slow, base)
+    assert found.never_reached == ("0", "1", "2")
+    # The loss both reached is the slow design's own final loss, which the baseline reached earlier.
+    assert all(r.level == pytest.approx(slow[0][-1][1]) for r in found.reaches.values())
+    assert found.ratio.mean == pytest.approx(1.4, rel=0.03)
+    assert found.reading is Reading.MORE
+
+
+def test_identical_curves_give_one_and_no_word():
+    base = {seed: power_law(1.0, 0.01 * seed) for seed in range(3)}
+    found = multiplier(base, base)
+    assert found.ratio.mean == pytest.approx(1.0)
+    assert found.reading is Reading.NOT_RESOLVED  # an interval of width 0 at 1 excludes nothing
+
+
+def test_failed_and_unpaired_seeds_are_left_out():
+    base = {0: power_law(1.0), 1: power_law(1.0), 2: power_law(1.0)}
+    design = {0: power_law(1.5), 1: [*power_law(1.5)[:-1], (300.0, math.inf)], 3: power_law(1.5)}
+    found = multiplier(design, base, Cost.TIME)
+    assert list(found.reaches) == ["0"]
+    assert found.ratio.n == 1 and not found.ratio.has_interval
+    assert found.reading is Reading.NOT_RESOLVED and found.cost is Cost.TIME
+
+
+def test_no_seed_in_common_has_no_ratio():
+    found = multiplier({1: power_law(1.0)}, {2: power_law(1.0)})
+    assert found.ratio is None and found.reading is Reading.NOT_RESOLVED
+
+
+@pytest.mark.parametrize("true", [0.8, 1.0])
+def test_the_interval_covers_the_true_multiplier_near_its_level(true):
+    """A smaller run of benchmarks/multiplier_rates.py (docs/sweeps.md has the 2,000-replicate figures)."""
+    args = argparse.Namespace(replicates=400, seed_sd=0.01, val_sd=0.005, rho=0.5, rng_seed=3)
+    import numpy as np
+
+    row = multiplier_rates.case(true, 4, args, np.random.default_rng(3))
+    assert 0.91 <= row["coverage"] <= 0.98
+    assert row["false_less"] <= 0.05 and row["false_more"] <= 0.05
