@@ -324,3 +324,69 @@ def test_the_verdict_check_catches_the_sentences_issue_59_found():
     assert sentences_beyond_their_verdicts("scale", scale, {"scale_ladder"})
     fine = "No corpus says `worse`; SwiGLU is `better` at python_stdlib and `not resolved` at shakespeare."
     assert not sentences_beyond_their_verdicts("corpus", fine, {"corpus_ladder"})
+
+
+def holm_over(raw: list[float | None]) -> list[float | None]:
+    """Holm over the p-values in `raw` (None: no test), in its order."""
+    from statsmodels.stats.multitest import multipletests
+
+    tested = [p for p in raw if p is not None]
+    adjusted = iter(multipletests(tested, method="holm")[1] if tested else [])
+    return [None if p is None else float(next(adjusted)) for p in raw]
+
+
+def same(found: list[float | None], stored: list[float | None]) -> bool:
+    pairs = zip(found, stored, strict=True)
+    return all((a is None) == (b is None) and (a is None or abs(a - b) < 1e-12) for a, b in pairs)
+
+
+@pytest.mark.parametrize("report", sorted(p.name for p in (DOCS / "results").iterdir()))
+def test_a_stored_report_reads_with_the_families_its_p_values_were_adjusted_over(report):
+    """Each stored report.json predates the families report.json records (issue 67, point 4) and reads with
+    them: Holm over each family's raw p-values, as many as its size, gives the adjusted p-values the report
+    stored (a row's added seeds': those of one of its design's looks), all at the report's α."""
+    from tinylm.analysis.grouping import Rules
+    from tinylm.analysis.schema import FORMAT, from_json
+    from tinylm.analysis.sequential_design import look_tests
+
+    record = json.loads((DOCS / "results" / report / "report.json").read_text(encoding="utf-8"))
+    rebuilt = from_json(record)
+    assert record["format"] < FORMAT and "families" not in record and rebuilt.families
+    assert all(f.method == "holm" and f.alpha == rebuilt.alpha == 0.05 for f in rebuilt.families)
+    families = {(f.tests, f.look): f.size for f in rebuilt.families}
+
+    def differences(tests: list) -> list[float | None]:  # each row's loss test, then each row's failure test
+        return [t.p_value for t in tests] + [t.failures and t.failures.p_value for t in tests]
+
+    def held(key: tuple[str, int | None], raw: list[float | None], stored: list[float | None]) -> bool:
+        return families[key] == sum(p is not None for p in raw) and same(holm_over(raw), stored)
+
+    own = [s.comparison for s in rebuilt.family if s.comparison is not None]
+    if not rebuilt.judged_apart:  # the sweep's own seeds judged: its tests of difference and of equivalence
+        stored = [c.judgement.p_adjusted for c in own] + [c.judgement.p_failures_adjusted for c in own]
+        assert held(("difference", None), differences([c.tests for c in own]), stored)
+        equivalent = [c.tests.p_equivalence for c in own], [c.judgement.p_equivalence_adjusted for c in own]
+        assert held(("equivalence", None), *equivalent)
+    else:
+        assert ("difference", None) not in families  # its seeds chose the rates and judged nothing
+    if rebuilt.ladder is not None and rebuilt.ladder.ordered:
+        trends = rebuilt.ladder.trends
+        assert held(
+            ("change across levels", None), [t.p_value for t in trends], [t.p_adjusted for t in trends]
+        )
+    rows = [s for s in rebuilt.family if s.added is not None]
+    if not rows:
+        assert not any(look for _, look in families)
+        return
+    columns = rebuilt.family_columns
+    bases = {s.key(columns): rebuilt.baseline_of(s).key(columns) for s in rows}
+    rules = Rules(rebuilt.confidence, rebuilt.alpha, rebuilt.min_effect, rebuilt.lr_varies)
+    looks = look_tests(bases, rebuilt.settings, columns, rules, rebuilt.design)
+    adjusted = {}  # each later look's adjusted p-values, by its number (the sweep's seeds are look 1)
+    for number, tests in enumerate(looks, start=2):
+        raw = differences(tests)
+        assert families["difference", number] == sum(p is not None for p in raw)
+        adjusted[number] = holm_over(raw)
+    for i, s in enumerate(rows):
+        stored = [s.added.judgement.p_adjusted, s.added.judgement.p_failures_adjusted]
+        assert any(same([found[i], found[len(rows) + i]], stored) for found in adjusted.values()), s.choices

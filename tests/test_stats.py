@@ -13,6 +13,7 @@ import pytest
 import yaml
 from scipy.stats import t as student_t
 from script_runner import run_script_in_process
+from statsmodels.stats.multitest import multipletests
 
 from tinylm.analysis.estimates import Failures, estimate, paired_tests
 from tinylm.analysis.formats import fmt_interval
@@ -585,6 +586,47 @@ def test_a_bad_metric_exits_in_one_line_naming_the_flag(target_sweep, flag, says
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("error: --metric ") and says in result.stderr
     assert not (target_sweep / REPORT_MD).exists()
+
+
+def test_report_json_records_how_each_familys_p_values_were_adjusted_and_an_older_file_reads_with_it(
+    target_sweep,
+):
+    """Issue 67, point 4: report.json names each family's adjustment (Holm), its size and α beside the
+    adjusted p-values; through JSON and back they hold, and a format-6 file, which lacks them, reads with them.
+    The steps to 1.88: relu's seed that never reached it is a failure, whose exact test joins the family."""
+    report = build_report(target_sweep, "act=gelu", metric="steps_to=1.88")
+    record = json.loads(json.dumps(to_json(report)))  # plain JSON, as report.json holds it
+    difference, equivalence = record["families"]
+    stated = {"method": "holm", "alpha": 0.05, "look": None}  # the sweep's own seeds: no sequential look
+    assert [{k: f[k] for k in ("tests", *stated)} for f in (difference, equivalence)] == [
+        {"tests": "difference", **stated},
+        {"tests": "equivalence", **stated},
+    ]
+
+    # Each family is what was adjusted: its method over as many raw p-values as its size gives the adjusted
+    # ones, each where `adjusts` says (swiglu's and relu's loss tests, relu's failure test; their TOSTs).
+    def raw(tests: dict, adjusted: str) -> float | None:
+        failures = tests["failures"]
+        return {
+            "p_adjusted": tests["p_value"],
+            "p_failures_adjusted": failures and failures["p_value"],
+            "p_equivalence_adjusted": tests["p_equivalence"],
+        }[adjusted]
+
+    judged = [s["comparison"] for s in record["settings"] if s["comparison"] is not None]
+    for family in (difference, equivalence):
+        assert all(where.startswith("comparison.judgement.") for where in family["adjusts"])
+        keys = [where.rsplit(".", 1)[1] for where in family["adjusts"]]
+        pairs = [
+            (p, c["judgement"][k]) for k in keys for c in judged if (p := raw(c["tests"], k)) is not None
+        ]
+        assert family["size"] == len(pairs)
+        adjusted = multipletests([p for p, _ in pairs], method=family["method"])[1]
+        assert list(adjusted) == pytest.approx([q for _, q in pairs], abs=1e-12)
+    assert (difference["size"], equivalence["size"]) == (3, 2)
+    assert from_json(record).families == report.families
+    older = {key: value for key, value in record.items() if key != "families"} | {"format": 6}
+    assert from_json(older).families == report.families
 
 
 def test_a_report_that_would_read_differently_moves_the_old_one_and_its_files_aside_first(tmp_path):

@@ -17,7 +17,16 @@ from tinylm.analysis.estimates import PairedTests
 from tinylm.analysis.grouping import Rules, Setting, groups_of, pick_baseline, tests_against, varying
 from tinylm.analysis.runs import shared_reference
 from tinylm.analysis.sequential_design import Design, judge_added, own_seeds
-from tinylm.analysis.verdicts import Comparison, Judgement, Outcome, Verdict, failure_words, holm, judge
+from tinylm.analysis.verdicts import (
+    Comparison,
+    Family,
+    Judgement,
+    Outcome,
+    Verdict,
+    failure_words,
+    holm,
+    judge,
+)
 from tinylm.overrides import shown
 
 # The choice a scale ladder varies (conf/size/): a sweep over it is a ladder unless its baseline names it.
@@ -180,6 +189,14 @@ def trends(
         text, word = _verdict(found, p_adjusted, alpha, noun(axis), ", ".join(axis))
         said.append(Trend(dict(zip(columns, key, strict=True)), change, p, p_adjusted, text, word))
     return said
+
+
+def change_family(ladder: Ladder, alpha: float) -> Family | None:
+    """The change tests `trends` adjusts together over the designs; None on unordered levels (no such test)."""
+    if not ladder.ordered:
+        return None
+    tested = sum(t.p_value is not None for t in ladder.trends)
+    return Family("change across levels", ("ladder.trends.p_adjusted",), tested, alpha)
 
 
 def _change(found: list[tuple[Rung, Setting]]) -> tuple[float | None, float | None]:

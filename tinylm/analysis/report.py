@@ -14,7 +14,7 @@ from tinylm.analysis import grouping, why
 from tinylm.analysis.diagnosis import Finding, diagnose
 from tinylm.analysis.estimates import MIN_EFFECT
 from tinylm.analysis.grouping import CROSS_FITTED, LR, TUNED_THEN_JUDGED, Rules, Setting
-from tinylm.analysis.ladder import SCALE_KEY, Ladder, judge_family
+from tinylm.analysis.ladder import SCALE_KEY, Ladder, change_family, judge_family
 from tinylm.analysis.runs import (
     DESIGN_CHOICES,
     FINAL_LOSS,
@@ -25,8 +25,8 @@ from tinylm.analysis.runs import (
     read_runs,
     shared_reference,
 )
-from tinylm.analysis.sequential_design import Design, own_seeds, read_design
-from tinylm.analysis.verdicts import ALPHA, Comparison, family_size
+from tinylm.analysis.sequential_design import Design, look_families, look_tests, own_seeds, read_design
+from tinylm.analysis.verdicts import ALPHA, Comparison, Family, family_size, judged_families
 from tinylm.analysis.why import Shared, Sizing, WhyRow
 from tinylm.layout import DESIGN_FILE
 from tinylm.overrides import OverrideError, parse
@@ -63,6 +63,7 @@ class SweepReport:
     rule: str = TUNED_THEN_JUDGED  # how rates were tuned and failures counted (grouping.CROSS_FITTED: before)
     metric: Metric = FINAL_LOSS  # a run's result: its final loss, or its steps or seconds to a level
     look_levels: tuple[float | None, ...] = ()  # each later look's judging level (None: judges nothing)
+    families: tuple[Family, ...] = ()  # each family of tests adjusted together (`families_of`)
 
     @cached_property
     def lr_varies(self) -> bool:
@@ -144,11 +145,45 @@ class SweepReport:
         return setting.answer if self.judged_apart else setting.comparison
 
     def baseline_of(self, setting: Setting) -> Setting | None:
-        """The setting `setting` is judged against: the family's baseline, or on a ladder its level's."""
-        if self.ladder is None:
-            return self.family_baseline
-        rungs = [rung for rung in self.ladder.rungs if any(s is setting for s in rung.settings)]
-        return rungs[0].baseline if rungs else None
+        return baseline_in(setting, self.ladder, self.family_baseline)
+
+
+def baseline_in(setting: Setting, ladder: Ladder | None, base: Setting | None) -> Setting | None:
+    """The setting `setting` is judged against: the family's baseline `base`, or on a ladder its level's."""
+    if ladder is None:
+        return base
+    rungs = [rung for rung in ladder.rungs if any(s is setting for s in rung.settings)]
+    return rungs[0].baseline if rungs else None
+
+
+def families_of(
+    family: Sequence[Setting],
+    settings: list[Setting],
+    columns: Sequence[str],
+    rules: Rules,
+    design: Design | None,
+    ladder: Ladder | None,
+    base: Setting | None,
+    judged_apart: bool,
+) -> tuple[Family, ...]:
+    """Each family of tests a judged report adjusts apart (Holm): the sweep's own (none where its seeds only
+    chose rates: `judged_apart`), each later look's of a sequential design (the rows the sweep left open, on
+    the added seeds, as `judge_added` forms them), and a ladder's tests of change across levels."""
+    own = [s.comparison.tests for s in family if s.comparison is not None]
+    looks: tuple[Family, ...] = ()
+    if design is not None and len(design.looks) > 1:
+        bases = {
+            s.key(columns): baseline.key(columns)
+            for s in family
+            if s.added is not None and (baseline := baseline_in(s, ladder, base)) is not None
+        }
+        looks = look_families(look_tests(bases, settings, columns, rules, design), rules.alpha)
+    change = change_family(ladder, rules.alpha) if ladder is not None else None
+    return (
+        *(() if judged_apart else judged_families(own, rules.alpha)),
+        *looks,
+        *([change] if change is not None else []),
+    )
 
 
 def rate_tuned(setting_columns: Sequence[str], axis: Sequence[str]) -> bool:
@@ -260,9 +295,12 @@ def judge(runs: Sequence[RunSummary], findings: dict[Path, list[Finding]], scope
         grouping.tuned_settings(settings, columns, rules.confidence, own_seeds(design)) if tuned else settings
     )
     base = ladder = None
+    families: tuple[Family, ...] = ()
     if scope.wanted is not None:
         named = {k: v for k, v in scope.wanted.items() if not (tuned and k == LR)}
         family, base, ladder = judge_family(family, named, columns, rules, scope.axis, design, settings)
+        # A report built now judges apart wherever the rate is tuned (its rule: TUNED_THEN_JUDGED).
+        families = families_of(family, settings, columns, rules, design, ladder, base, judged_apart=tuned)
     shown = settings if tuned else family
     explained = (family, columns) if len(family) > 1 else (settings, scope.setting_columns)
     plan = design.added_plan() if design is not None else []
@@ -278,6 +316,7 @@ def judge(runs: Sequence[RunSummary], findings: dict[Path, list[Finding]], scope
         "still_learning": why.still_learning(family, base, findings),  # none on a ladder (no one baseline)
         "sizing": why.size_open_rows(family, base, columns, rules, horizon),
         "look_levels": tuple(None if look is None else look.level(rules.alpha) for look in plan),
+        "families": families,
     }
 
 

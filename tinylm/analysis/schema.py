@@ -12,15 +12,15 @@ from cattrs import Converter
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from tinylm.analysis.estimates import PairedTests
-from tinylm.analysis.grouping import CROSS_FITTED, Setting
+from tinylm.analysis.grouping import CROSS_FITTED, Rules, Setting
 from tinylm.analysis.ladder import Rung
-from tinylm.analysis.report import SweepReport
+from tinylm.analysis.report import SweepReport, families_of
 from tinylm.analysis.runs import ReportError, RunSummary, natural_key, parse_metric
 from tinylm.analysis.verdicts import Outcome, Verdict
 from tinylm.analysis.why import WhyRow, judged_runs, still_learning
 from tinylm.files import plain
 
-FORMAT = 6  # what each format holds: docs/sweeps.md
+FORMAT = 7  # what each format holds: docs/sweeps.md
 _LEFT_OUT = {
     RunSummary: ("val_curve", "train_curve", "curve", "health", "window_losses"),
     Setting: ("windows",),
@@ -62,12 +62,23 @@ _TESTS = [f.name for f in fields(PairedTests)]
 
 
 def upgrade(old: dict[str, Any]) -> dict[str, Any]:
-    """Formats 2 to 5 as this one writes them: what they lack is derived as `build_report` derives it."""
+    """Formats 2 to 6 as this one writes them: what they lack is derived as `build_report` derives it."""
     version = int(old.get("format", 1))
     if version >= FORMAT:
         return old
     if version < 2:
         raise ReportError(f"report.json format {version} lacks what report.md shows: report its sweep again")
+    new, report = _format_6(old) if version < 6 else (old, from_json(old | {"format": FORMAT}))
+    # Format 7 records each family's adjustment, size and α, derived from what the report holds.
+    r, rules = report, Rules(report.confidence, report.alpha, report.min_effect, report.lr_varies)
+    families = families_of(
+        r.family, r.settings, r.family_columns, rules, r.design, r.ladder, r.family_baseline, r.judged_apart
+    )
+    return new | {"format": FORMAT, "families": plain(families if r.baselines else ())}
+
+
+def _format_6(old: dict[str, Any]) -> tuple[dict[str, Any], SweepReport]:
+    """Formats 2 to 5 as format 6 wrote them, and the report that is read as (all but what format 6 adds)."""
     old = _renamed(old)
     metric = plain(parse_metric(old.get("metric")))
     settings, tuned = [[_renamed(row) for row in old[rows]] for rows in ("settings", "tuned")]
@@ -101,7 +112,7 @@ def upgrade(old: dict[str, Any]) -> dict[str, Any]:
     return new | {
         "still_learning": list(still_learning(report.family, report.family_baseline, report.findings)),
         "look_levels": [None if look is None else look.level(report.alpha) for look in plan],
-    }
+    }, report
 
 
 def _renamed(old: Mapping[str, Any]) -> dict[str, Any]:

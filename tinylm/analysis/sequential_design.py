@@ -19,7 +19,16 @@ from scipy.stats import t as student_t
 from tinylm.analysis.estimates import PairedTests
 from tinylm.analysis.grouping import Rules, Setting, tests_against, tuned_settings
 from tinylm.analysis.runs import ReportError
-from tinylm.analysis.verdicts import Comparison, Judgement, Outcome, Verdict, judge, tests_of_difference
+from tinylm.analysis.verdicts import (
+    Comparison,
+    Family,
+    Judgement,
+    Outcome,
+    Verdict,
+    judge,
+    judged_families,
+    tests_of_difference,
+)
 from tinylm.files import write_json
 from tinylm.layout import DESIGN_FILE
 from tinylm.overrides import typed_choice
@@ -108,14 +117,7 @@ def judge_added(
 ) -> dict[tuple, Comparison]:
     """The verdicts on the added seeds alone of the rows the sweep's own seeds left open (`bases`: key to its
     baseline's key), regrouped from `settings` at each look; a row keeps the first verdict a look gives it."""
-    looks, alpha, number = [], rules.alpha, len(design.looks)
-    for look in range(1, number):
-        added = set(design.added_seeds(look))
-        grouped = settings
-        if rules.lr_varies:  # at the rate each setting's first-look seeds chose
-            grouped = tuned_settings(settings, columns, rules.confidence, design.first_seeds, added)
-        by_key = {s.key(columns): s for s in grouped}
-        looks.append([tests_against(by_key[key], by_key[base], rules, added) for key, base in bases.items()])
+    looks, alpha, number = look_tests(bases, settings, columns, rules, design), rules.alpha, len(design.looks)
     plan = design.added_plan()
     first = first_verdicts(looks, plan, rules.min_effect, alpha)
     last = judge(looks[-1], rules.min_effect, alpha, with_power=False)
@@ -148,6 +150,29 @@ def judge_added(
         adjusted = (j.p_adjusted, j.p_equivalence_adjusted, j.p_failures_adjusted)
         verdicts[key] = Comparison(tests, Judgement(*adjusted, verdict=Verdict(text, Outcome.NOT_RESOLVED)))
     return verdicts
+
+
+def look_tests(
+    bases: dict[tuple, tuple], settings: list[Setting], columns: Sequence[str], rules: Rules, design: Design
+) -> list[list[PairedTests]]:
+    """Each later look's family: every row of `bases` against its baseline on the seeds added by that look."""
+    looks = []
+    for look in range(1, len(design.looks)):
+        added = set(design.added_seeds(look))
+        grouped = settings
+        if rules.lr_varies:  # at the rate each setting's first-look seeds chose
+            grouped = tuned_settings(settings, columns, rules.confidence, design.first_seeds, added)
+        by_key = {s.key(columns): s for s in grouped}
+        looks.append([tests_against(by_key[key], by_key[base], rules, added) for key, base in bases.items()])
+    return looks
+
+
+def look_families(looks: Sequence[Sequence[PairedTests]], alpha: float) -> tuple[Family, ...]:
+    """The families `judge_added` adjusts at each later look (`look_tests`), numbered as the report numbers
+    them (the sweep's own seeds are look 1); each is held to its look's level (`SweepReport.look_levels`)."""
+    return tuple(
+        family for number, rows in enumerate(looks) for family in judged_families(rows, alpha, number + 2)
+    )
 
 
 def first_verdicts(

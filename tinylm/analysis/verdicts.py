@@ -13,6 +13,7 @@ from statsmodels.stats.multitest import multipletests
 from tinylm.analysis.estimates import IDENTICAL, MIN_EFFECT, Failures, PairedTests, Power, paired_tests, power
 
 ALPHA = 0.05  # the family-wise error rate of a table's verdicts
+HOLM = "holm"  # the adjustment of every family (statsmodels' multipletests method by that name)
 BETTER = "better"
 WORSE = "worse"
 UNRESOLVED = "not resolved"
@@ -118,6 +119,31 @@ def judge(
     return judged
 
 
+@dataclass(frozen=True)
+class Family:
+    """Tests adjusted together: `method` over its `size` tests holds the chance of any false rejection among
+    them to `alpha`. `adjusts`: where report.json holds their adjusted p-values (docs/sweeps.md)."""
+
+    tests: str  # what they test: "difference", "equivalence", "change across levels"
+    adjusts: tuple[str, ...]
+    size: int
+    alpha: float
+    method: str = HOLM
+    look: int | None = None  # a sequential design's (2 on) whose added seeds it judges; None: the sweep's
+
+
+def judged_families(rows: Sequence[PairedTests], alpha: float, look: int | None = None) -> tuple[Family, ...]:
+    """The two families `judge` adjusts apart over `rows`: the tests of difference (losses and failures
+    together), and of equivalence; `look`: a sequential design's, whose rows are in each setting's `added`."""
+    judged = "comparison" if look is None else "added"
+    difference = (f"{judged}.judgement.p_adjusted", f"{judged}.judgement.p_failures_adjusted")
+    equivalence = sum(t.p_equivalence is not None for t in rows)
+    return (
+        Family("difference", difference, len(tests_of_difference(rows)), alpha, look=look),
+        Family("equivalence", (f"{judged}.judgement.p_equivalence_adjusted",), equivalence, alpha, look=look),
+    )
+
+
 def tests_of_difference(rows: Sequence[PairedTests]) -> dict[tuple[int, str], float]:
     """A family's tests of difference, Holm-adjusted together: each row's loss test and failure test."""
     losses = {(i, "loss"): t.p_value for i, t in enumerate(rows) if t.p_value is not None}
@@ -146,7 +172,7 @@ def holm(p_values: Mapping[Key, float]) -> dict[Key, float]:
     # multipletests' closing gc.collect(), slow with torch loaded, skips frozen objects (docs/performance.md).
     gc.freeze()
     try:
-        adjusted = multipletests(list(p_values.values()), method="holm")[1]
+        adjusted = multipletests(list(p_values.values()), method=HOLM)[1]
     finally:
         gc.unfreeze()
     return {key: float(p) for key, p in zip(p_values, adjusted, strict=True)}
