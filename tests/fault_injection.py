@@ -17,15 +17,23 @@ import torch
 
 
 class SendSignal(L.Callback):
-    """Sends `signum` to this very process at the end of optimizer step `at_step`, as a user or a scheduler would."""
+    """Sends `signum` to this very process at the end of optimizer step `at_step`, as a user or a scheduler would.
+    With a `marker`, once: it touches the file, and where the file exists already (a sweep's later job, or the
+    same command run again) sends nothing."""
 
-    def __init__(self, at_step: int, signum: int = signal.SIGINT) -> None:
+    def __init__(self, at_step: int, signum: int = signal.SIGINT, marker: str | None = None) -> None:
         self.at_step = at_step
         self.signum = signum
+        self.marker = marker
 
     def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
-        if trainer.global_step == self.at_step:
-            os.kill(os.getpid(), self.signum)
+        if trainer.global_step != self.at_step:
+            return
+        if self.marker is not None:
+            if Path(self.marker).exists():
+                return
+            Path(self.marker).touch()
+        os.kill(os.getpid(), self.signum)
 
 
 class PoisonWeights(L.Callback):

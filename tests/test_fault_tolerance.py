@@ -45,6 +45,7 @@ from tinylm.model.sampling import sample_text
 from tinylm.training.callbacks import StopOnSignal
 from tinylm.training.checkpoints import AtomicCheckpointIO, CheckpointWriteError, load_module
 from tinylm.training.run import run
+from tinylm.training.run_dir import FinishedJob, job_to_continue
 from tinylm.training.sweep import objective
 
 STEPS = 8
@@ -444,6 +445,108 @@ def test_the_command_printed_after_ctrl_c_resumes_the_run_in_place_when_pasted_i
     record = read_run_record(run_dir)
     assert (record["status"], record["step"], record["resumed_at_step"]) == ("completed", STEPS, 5)
     assert [segment["status"] for segment in record["segments"]] == ["interrupted"]
+
+
+# A sweep's job: the sweep's command again, into the sweep's directory, as Hydra's default names it.
+SWEEP_DIR_NAME = "runs/multirun/2026-12-05/10-00-00"
+
+
+@pytest.mark.parametrize("sweeper", ["basic", "optuna"])
+def test_a_sweep_job_stopped_by_ctrl_c_says_how_to_carry_on_its_sweep(tmp_path, monkeypatch, sweeper):
+    """A grid's job names the sweep's directory to run the sweep's command again into (not a single run's
+    command, which would finish this job alone and leave the jobs after it unrun); a search's trial says
+    that its study goes on with new trials."""
+    monkeypatch.setattr(sys, "argv", [str(REPO / "scripts" / "train.py")])
+    sweep_dir = tmp_path / SWEEP_DIR_NAME
+    overrides = ["act=gelu", "hydra.mode=MULTIRUN", f"hydra.sweep.dir={sweep_dir}"]
+    if sweeper == "optuna":
+        overrides.append("hparams_search=optuna")
+    with initialize_config_module("tinylm.conf", version_base="1.3"):
+        HydraConfig.instance().set_config(compose("train", overrides=overrides, return_hydra_config=True))
+    try:
+        message = stopped_by_ctrl_c(sweep_dir / "0_act=gelu")
+    finally:
+        HydraConfig.instance().cfg = None
+    saved = f"stopped by SIGINT after step 5; saved {sweep_dir}/0_act=gelu/checkpoints/last.ckpt; "
+    assert message.startswith(saved) and "resume with" not in message
+    if sweeper == "optuna":
+        assert message == saved + (
+            "to carry on the search, run its command again: its study goes on with new trials, and this one "
+            "stays as it stopped"
+        )
+        return
+    hint, then = message.removeprefix(saved).split(": ", 1)
+    (override,) = shlex.split(hint.removeprefix("to carry on the sweep, run its command again with "))
+    parsed = OverridesParser.create().parse_overrides([override])[0]
+    assert (parsed.key_or_group, parsed.value()) == ("hydra.sweep.dir", str(sweep_dir))
+    assert then == (
+        "this job continues from its last checkpoint, the jobs that completed or diverged are kept, and those "
+        "not yet run start"
+    )
+
+
+@pytest.mark.parametrize(
+    "status, continues", [("interrupted", True), ("failed", True), (None, True), ("completed", False),
+                          ("diverged", False)]
+)  # fmt: skip
+def test_a_sweep_job_run_again_continues_unless_it_finished(tmp_path, status, continues):
+    """Run again into its directory (the sweep's command with its hydra.sweep.dir), a job with a checkpoint
+    continues from it, unless it completed or diverged: then its run is kept, and the sweeper gets its score."""
+    assert job_to_continue(tmp_path) is None  # nothing there yet: the job starts
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
+    if status is not None:  # None: killed, no record
+        write_run_record(tmp_path, status, **{"loss/val_full": 1.5})
+    if continues:
+        assert job_to_continue(tmp_path) == "last"
+        return
+    with pytest.raises(FinishedJob) as kept:
+        job_to_continue(tmp_path)
+    assert str(kept.value) == f"{str(tmp_path)!r} holds this job's {status} run: kept"
+    assert kept.value.score("loss/val_full") == (1.5 if status == "completed" else math.inf)
+
+
+def test_a_completed_job_of_a_sweep_run_again_is_kept_and_scores_its_result(tmp_path, monkeypatch):
+    monkeypatch.setattr(tinylm.training.run, "in_multirun", lambda: True)  # as a job of `-m`
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")  # not read: the run is kept as it is
+    record = write_run_record(tmp_path, "completed", **{"loss/val_full": 1.5})
+    written = record.read_bytes()
+    assert objective(compose_train(tmp_path)) == 1.5
+    assert record.read_bytes() == written
+
+
+@pytest.mark.slow  # three multiruns of two jobs (the hint's text and the rule are tested above, fast)
+def test_the_sweep_command_run_again_as_the_hint_says_continues_the_stopped_job_and_runs_the_rest(
+    tmp_path, corpus
+):
+    sweep_dir = tmp_path / SWEEP_DIR_NAME
+    stop_once = [
+        "+callbacks.fault._target_=fault_injection.SendSignal",
+        "+callbacks.fault.at_step=5",
+        f"+callbacks.fault.marker={tmp_path / 'sent'}",
+    ]
+    command = ["-m", *SHRINK, *settings(corpus, f"trainer.max_steps={STEPS}", "act=gelu,swiglu", *stop_once)]
+    stopped = run_script_in_process("train.py", *command, f"hydra.sweep.dir={sweep_dir}")
+    assert stopped.returncode == 130, stopped.stderr[-3000:]
+    line = stopped.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"error: stopped by SIGINT after step 5; saved {sweep_dir}/0_act=gelu/"), line
+    hint = line.split("run its command again with ", 1)[1].split(": this job", 1)[0]
+    assert sorted(p.name for p in sweep_dir.glob("*_act=*")) == ["0_act=gelu"]  # the sweep stopped there
+
+    again = run_script_in_process("train.py", *command, *shlex.split(hint))
+    assert again.returncode == 0, again.stderr[-3000:]
+    gelu, swiglu = read_run_record(sweep_dir / "0_act=gelu"), read_run_record(sweep_dir / "1_act=swiglu")
+    assert (gelu["status"], gelu["step"], gelu["resumed_at_step"]) == ("completed", STEPS, 5)
+    assert [segment["status"] for segment in gelu["segments"]] == ["interrupted"]
+    assert sorted(train_losses(sweep_dir / "0_act=gelu")) == list(range(STEPS))  # each step once
+    assert (swiglu["status"], swiglu["step"], "resumed_at_step" in swiglu) == ("completed", STEPS, False)
+
+    records = {p: p.read_bytes() for p in sweep_dir.glob("*/metrics.json")}
+    once_more = run_script_in_process("train.py", *command, *shlex.split(hint))
+    assert once_more.returncode == 0, once_more.stderr[-3000:]
+    assert once_more.stdout.count("run: kept") == 2
+    assert {p: p.read_bytes() for p in sweep_dir.glob("*/metrics.json")} == records
 
 
 @pytest.mark.parametrize("world_size, agreed_at, stopped_at", [(1, list(range(8)), 3), (2, [0, 5], 5)])

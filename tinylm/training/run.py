@@ -82,7 +82,14 @@ from tinylm.training.distributed import (
 )
 from tinylm.training.early_checks import EarlySettings, check_before_imports
 from tinylm.training.module import CharLM, schedule_change
-from tinylm.training.run_dir import RunDirectoryError, hold, point_latest_at, save_hydra_record
+from tinylm.training.run_dir import (
+    FinishedJob,
+    RunDirectoryError,
+    hold,
+    job_to_continue,
+    point_latest_at,
+    save_hydra_record,
+)
 from tinylm.training.settings import RunSettings
 
 log = logging.getLogger(__name__)
@@ -102,14 +109,18 @@ def objective(
 
     `keep_going` (default: inside a multirun) turns a failed run, already recorded in its metrics.json, into
     a return value: a diverged job scores `+inf` (a real, very bad result), any other failure `None` (an
-    Optuna FAIL trial, as `nan` would end the sweep); `SWEEP_ERRORS` still stop the sweep. `early`: the
-    settings scripts/train.py checked before torch loaded (docs/sweeps.md); None checks them here.
+    Optuna FAIL trial, as `nan` would end the sweep); `SWEEP_ERRORS` still stop the sweep. A sweep's job run
+    again into its directory after it finished is kept, and scores what it recorded (`FinishedJob`). `early`:
+    the settings scripts/train.py checked before torch loaded (docs/sweeps.md); None checks them here.
     """
     multirun = in_multirun()
     keep_going = multirun if keep_going is None else keep_going
     early = early or check_before_imports(cfg)
     try:
         metrics = run(cfg, early=early, multirun=multirun)
+    except FinishedJob as kept:  # the sweep's command run again into its directory
+        log.info("run %s: %s", cfg.get("run_name"), kept)
+        return kept.score(early.optimized_metric)
     except Exception as error:
         if not keep_going or isinstance(error, SWEEP_ERRORS):
             raise
@@ -176,8 +187,11 @@ def prepare(
     """Everything that can refuse the run, and nothing that writes into it."""
     settings = RunSettings.from_cfg(cfg, early, multirun)
     L.seed_everything(settings.seed, workers=True, verbose=False)  # logged once the run may write its log
-    # A requeued SLURM job continues its own run directory (tinylm/training/slurm.py).
+    # A requeued SLURM job continues its own run directory (tinylm/training/slurm.py), and so does a sweep's job
+    # stopped before its end when the sweep's command runs again into its directory (a finished one is kept).
     ckpt_path = settings.ckpt_path or slurm.checkpoint_to_continue(settings.run_dir)
+    if ckpt_path is None and settings.multirun:
+        ckpt_path = job_to_continue(settings.run_dir)
     resumed = resume_checkpoint(ckpt_path, settings.run_dir)
     if resumed is None and last_checkpoint(settings.run_dir).is_file():
         # A fresh run here would overwrite the checkpoints of the run already in it.
