@@ -21,7 +21,7 @@ from tinylm.analysis.grouping import LR, Setting, chosen_rate, group_settings, t
 from tinylm.analysis.ladder import TrendWord
 from tinylm.analysis.plots import forest_rows
 from tinylm.analysis.render import markdown
-from tinylm.analysis.report import build_report
+from tinylm.analysis.report import build_report, portable
 from tinylm.analysis.runs import ReportError, RunSummary
 from tinylm.analysis.schema import from_json, to_json
 from tinylm.analysis.sequential_design import read_design, write_design
@@ -466,6 +466,38 @@ def test_the_report_opens_with_the_answer_a_sentence_per_comparison_and_what_is_
     assert answer[1].startswith("- `act=relu` against `act=gelu`: **not resolved**")
     opening = "\n".join(lines[: lines.index("## Settings")])
     assert "Still open: 1 of 2. `python scripts/add_seeds.py" in opening and "None" not in opening
+
+
+def test_a_path_every_run_shares_is_shown_as_a_reader_recognises_it_and_judged_as_given(tmp_path):
+    """Issue 67, point 5: `data.path` given absolute names a directory of the machine that ran the sweep, so
+    the report's *Shared by every run* names the file (`…/input.txt`); given relative, it stays as the
+    command gave it (docs/results.md's `data.path=input.txt`). The runs keep it as given: not a number
+    changes. A report.json of format 7 reads with the path named the same way."""
+    losses = {"gelu": [2.00, 2.10, 2.05], "swiglu": [1.90, 2.00, 1.95]}
+    shared, compared = {}, {}
+    for given, says in (("/home/someone/corpora/input.txt", "…/input.txt"), ("input.txt", "input.txt")):
+        sweep = tmp_path / ("absolute" if given.startswith("/") else "relative")
+        for number, (act, seed, loss) in enumerate(
+            (act, str(seed), loss) for act, values in losses.items() for seed, loss in enumerate(values, 1)
+        ):
+            fake_run(sweep, number, "completed", loss, act=act, seed=seed, **{"data.path": given})
+        report = build_report(sweep, baseline="act=gelu")
+        text = markdown(report)
+        shared[given] = next(line for line in text.splitlines() if line.startswith("Shared by every run: "))
+        assert report.common["data.path"] == says and f"`data.path={says}`" in shared[given]
+        assert all(run.choices["data.path"] == given for run in report.runs)
+        compared[given] = [s.comparison for s in report.family if s.comparison is not None]
+        record = json.loads(json.dumps(to_json(report)))
+        assert record["common"]["data.path"] == says and markdown(from_json(record)) == text
+        older = record | {"format": 7, "common": record["common"] | {"data.path": given}}
+        assert from_json(older).common["data.path"] == says
+    assert "/home/someone" not in "".join(shared.values())
+    absolute, relative = compared.values()
+    assert absolute == relative and len(absolute) == 1  # the same comparison, to the last digit
+    # A list of files and a Windows path alike; a value that is no path is itself.
+    assert portable(["/data/a.txt", "b.txt"]) == ["…/a.txt", "b.txt"]
+    assert portable("C:\\Users\\someone\\input.txt") == "…/input.txt"
+    assert [portable(v) for v in ("/", 0.003, "pre")] == ["/", 0.003, "pre"]
 
 
 # --- steps and seconds to a level (report.py --metric) ---------------------------------------------------------

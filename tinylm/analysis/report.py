@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, NamedTuple
 
 from tinylm.analysis import grouping, why
@@ -40,7 +40,7 @@ class SweepReport:
     sweep_dir: Path
     runs: list[RunSummary]  # ranked: runs with a result by it, then the rest in job order
     columns: list[str]  # the choices shown per run: the design choices, then every override that varies
-    common: dict[str, Any]  # overrides every run shares
+    common: dict[str, Any]  # overrides every run shares (a path given absolute: `portable`)
     settings: list[Setting]  # ranked by mean
     setting_columns: list[str]  # the columns that tell settings apart (all but seed)
     baseline: Setting | None  # among `settings`, when the learning rate does not vary
@@ -249,7 +249,7 @@ def build_report(
     # The choices shown per run: the design choices, then every override that varies; and those all share.
     others = sorted({k for r in runs for k in r.choices} - set(DESIGN_CHOICES))
     varied = [k for k in others if len({r.choices.get(k) for r in runs}) > 1]
-    common = {k: runs[0].choices[k] for k in others if k not in varied and k in runs[0].choices}
+    common = {k: portable(runs[0].choices[k]) for k in others if k not in varied and k in runs[0].choices}
     columns = list(DESIGN_CHOICES) + varied
     setting_columns = [c for c in columns if c != "seed"]
     axis = ladder_axis(ladder, runs, setting_columns, wanted, design.ladder if design else None)
@@ -278,6 +278,18 @@ def build_report(
         probe=probe_rows(run.model for run in runs if run.model) if probe else [],
         **judge(runs, findings, Scope(setting_columns, wanted, axis, rules, design)),
     )
+
+
+def portable(value: Any) -> Any:
+    """An override as a reader on any machine recognises it: a path the command gave absolute names a
+    directory of the machine that ran it, so its file's name stands for it (`…/input.txt`); a relative path
+    is as the command gave it (`data.path=input.txt`), and any other value is itself."""
+    if isinstance(value, list):  # data.files='[a.txt,/data/b.txt]'
+        return [portable(item) for item in value]
+    if not isinstance(value, str):
+        return value
+    path = PureWindowsPath(value) if PureWindowsPath(value).drive else PurePosixPath(value)
+    return f"…/{path.name}" if path.is_absolute() and path.name else value
 
 
 def _against_design(asked: str, how: str, holds: str) -> ReportError:

@@ -14,13 +14,13 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from tinylm.analysis.estimates import PairedTests
 from tinylm.analysis.grouping import CROSS_FITTED, Rules, Setting
 from tinylm.analysis.ladder import Rung
-from tinylm.analysis.report import SweepReport, families_of
+from tinylm.analysis.report import SweepReport, families_of, portable
 from tinylm.analysis.runs import ReportError, RunSummary, natural_key, parse_metric
 from tinylm.analysis.verdicts import Outcome, Verdict
 from tinylm.analysis.why import WhyRow, judged_runs, still_learning
 from tinylm.files import plain
 
-FORMAT = 7  # what each format holds: docs/sweeps.md
+FORMAT = 8  # what each format holds: docs/sweeps.md
 _LEFT_OUT = {
     RunSummary: ("val_curve", "train_curve", "curve", "health", "window_losses"),
     Setting: ("windows",),
@@ -62,19 +62,23 @@ _TESTS = [f.name for f in fields(PairedTests)]
 
 
 def upgrade(old: dict[str, Any]) -> dict[str, Any]:
-    """Formats 2 to 6 as this one writes them: what they lack is derived as `build_report` derives it."""
+    """Formats 2 to 7 as this one writes them: what they lack is derived as `build_report` derives it."""
     version = int(old.get("format", 1))
     if version >= FORMAT:
         return old
     if version < 2:
         raise ReportError(f"report.json format {version} lacks what report.md shows: report its sweep again")
-    new, report = _format_6(old) if version < 6 else (old, from_json(old | {"format": FORMAT}))
+    # Format 8 names a path every run shares that the command gave absolute by its file's name.
+    new = old | {"format": FORMAT, "common": {key: portable(value) for key, value in old["common"].items()}}
+    if version >= 7:
+        return new
+    new, report = _format_6(new) if version < 6 else (new, from_json(new))
     # Format 7 records each family's adjustment, size and α, derived from what the report holds.
     r, rules = report, Rules(report.confidence, report.alpha, report.min_effect, report.lr_varies)
     families = families_of(
         r.family, r.settings, r.family_columns, rules, r.design, r.ladder, r.family_baseline, r.judged_apart
     )
-    return new | {"format": FORMAT, "families": plain(families if r.baselines else ())}
+    return new | {"families": plain(families if r.baselines else ())}
 
 
 def _format_6(old: dict[str, Any]) -> tuple[dict[str, Any], SweepReport]:
