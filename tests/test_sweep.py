@@ -311,7 +311,7 @@ def test_norm_act_sweep_preset_is_a_fair_grid_over_every_placement():
     placements = {p.stem for p in (Path(tinylm.conf.__file__).parent / "norm").glob("*.yaml")}
     assert set(params.norm.split(",")) == placements
     assert set(params.act.split(",")) == {"gelu", "swiglu"}
-    assert cfg.seed == 1337 and cfg.trainer.max_steps == 600
+    assert cfg.seed == 1337 and cfg.trainer.max_steps == 300
 
     # d_ff is derived per FFN, so GELU and SwiGLU models of the preset's size match in parameters.
     model = {k: v for k, v in OmegaConf.to_container(cfg.model, resolve=True).items()}
@@ -321,6 +321,25 @@ def test_norm_act_sweep_preset_is_a_fair_grid_over_every_placement():
     }
     assert model["d_ff"] is None
     assert abs(counts["swiglu"] - counts["gelu"]) / counts["gelu"] < 0.005
+
+
+def test_the_design_presets_train_with_muon_annealed_to_its_floor_and_the_old_recipe_is_one_flag_away():
+    cfg = _compose_with_hydra(["experiment=swiglu_vs_gelu"])
+    steps = cfg.trainer.max_steps
+    assert (cfg.optim.name, steps, cfg.data.batch_size) == ("muon", 300, 48)
+    assert cfg.optim.decay_steps == steps and cfg.optim.min_lr == pytest.approx(cfg.optim.lr / 10)
+    assert cfg.trainer.val_check_interval <= 0.05 * steps  # the step a loss is reached, to 5% of the run
+    assert cfg.hydra.sweeper.params["optim.lr"] == "1e-3,2e-3,4e-3"  # the recipe's rates
+    assert cfg.optim.muon_lr == pytest.approx(3.5 * cfg.optim.lr)
+
+    old = _compose_with_hydra(["experiment=swiglu_vs_gelu", "recipe=adamw_600"])
+    assert (old.optim.name, old.trainer.max_steps, old.data.batch_size, old.optim.warmup_steps) == (
+        "adamw",
+        600,
+        12,
+        100,
+    )
+    assert old.trainer.val_check_interval == 100 and old.hydra.sweeper.params["optim.lr"] == "1e-3,3e-3,1e-2"
 
 
 @pytest.mark.parametrize("optim", ["adamw", "muon"])

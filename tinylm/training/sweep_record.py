@@ -56,7 +56,8 @@ class SweepRecord(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
         params = config.hydra.sweeper.get("params")
-        params = OmegaConf.to_container(params, resolve=False) if isinstance(params, DictConfig) else {}
+        # Resolved, as the sweeper reads them: a preset's `optim.lr: ${rates}` is its recipe's list of rates.
+        params = OmegaConf.to_container(params, resolve=True) if isinstance(params, DictConfig) else {}
         record = sweep_overrides(list(config.hydra.overrides.task), params)  # type: ignore[arg-type]
         sweep_dir.mkdir(parents=True, exist_ok=True)
         header = (
