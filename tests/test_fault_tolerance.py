@@ -759,7 +759,7 @@ def test_a_command_refused_from_a_directory_it_found_new_leaves_the_run_that_hol
     command = subprocess.Popen(
         [sys.executable, str(REPO / "scripts" / "train.py"), *SHRINK, *settings(corpus), f"hydra.run.dir={run_dir}"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"},
     )  # fmt: skip
     deadline = time.monotonic() + 120
     while not run_dir.is_dir() and command.poll() is None and time.monotonic() < deadline:
@@ -767,10 +767,28 @@ def test_a_command_refused_from_a_directory_it_found_new_leaves_the_run_that_hol
     with run_directory_lock(run_dir) as taken:
         assert taken, "the command held the directory before this test could"
         (run_dir / "train.log").write_text("the other run's log\n")
-        _, stderr = command.communicate(timeout=120)
+        _, stderr = communicate_or_show_where_it_waits(command, timeout=120)
         assert command.returncode == 2, stderr[-3000:]
         assert stderr.strip().startswith(f"error: another run is training in {str(run_dir)!r}")
         assert (run_dir / "train.log").read_text() == "the other run's log\n"
+
+
+def communicate_or_show_where_it_waits(process: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """`process.communicate(timeout=...)`; a process still running then fails the test with where it waits:
+    SIGABRT makes faulthandler (on by PYTHONFAULTHANDLER=1 in its environment) print every thread's stack,
+    or `Garbage-collecting` when it sits in the interpreter's final collection, after what it printed."""
+    try:
+        return process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        try:
+            _, stderr = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, stderr = process.communicate()
+        # faulthandler's list of extension modules is thousands of characters that say nothing here
+        stderr = "\n".join(line for line in stderr.splitlines() if not line.startswith("Extension modules:"))
+        pytest.fail(f"still running {timeout} s later; its stderr, then where it was:\n{stderr[-4000:]}")
 
 
 PAIRS = 3
