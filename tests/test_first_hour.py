@@ -364,3 +364,31 @@ def test_train_help_as_printed():
     first = result.stdout.split("\n\n")[0]
     assert first.startswith("train.py trains") and "docs/cli.md" in first, first
     assert "== Configuration groups ==" in result.stdout  # Hydra's lists follow
+
+
+# The other Hydra scripts: each said only "<script> is powered by Hydra." before its lists.
+HELPS = {"eval": "eval.py reports", "sample": "sample.py prints", "probe": "probe.py builds"}
+
+
+@pytest.mark.parametrize("script", sorted(HELPS))
+def test_help_opens_with_the_usage_and_what_the_script_does(script):
+    with initialize_config_module("tinylm.conf", version_base="1.3"):
+        help_config = compose(script, return_hydra_config=True).hydra.help
+    template = OmegaConf.to_container(help_config)["template"]
+    usage, does = help_config.header.split("\n\n")[:2]
+    assert template.startswith("${hydra.help.header}")
+    assert usage.startswith(f"usage: python scripts/{script}.py ") and "\n" not in usage, usage
+    assert does.startswith(HELPS[script]) and "docs/" in does, does
+    # eval and sample take none of train.py's groups, which Hydra would list: their help lists none
+    assert ("$APP_CONFIG_GROUPS" in template) == (script == "probe")
+
+
+@pytest.mark.slow  # as train.py's: seconds a script
+@pytest.mark.parametrize("script", sorted(HELPS))
+def test_help_as_printed(script):
+    result = run_script_in_process(f"{script}.py", "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: python scripts/{script}.py "), result.stdout[:300]
+    assert result.stdout.split("\n\n")[1].startswith(HELPS[script])
+    assert "powered by Hydra" not in result.stdout.split("== Config")[0]
+    assert "\n== Config ==\n" in result.stdout  # the settings, as Hydra lists them, follow
