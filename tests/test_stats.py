@@ -332,7 +332,37 @@ def test_report_on_made_up_records_has_the_known_means_intervals_and_tuned_rates
 def test_without_a_named_baseline_there_are_estimates_and_no_verdicts(lr_sweep):
     report = build_report(lr_sweep)
     assert report.tuned_baseline is None and all(s.comparison is None for s in report.tuned)
-    assert "No verdicts: no baseline was named." in markdown(report)
+    # The rate is tuned, not named: the example names the design alone.
+    assert (
+        "No verdicts: no baseline was named. For verdicts against one of these settings, run report.py again "
+        "with `--baseline norm=pre` (the setting the sweep ran first)"
+    ) in markdown(report)
+
+
+def test_a_grid_without_a_baseline_says_which_baseline_gives_it_verdicts(tmp_path):
+    """The no-verdicts line names one of the sweep's settings as `--baseline` takes it: the one run first
+    (here not the best, which the line says is not used as one), and that flag gives the verdicts."""
+    sweep = tmp_path / "sweep"
+    losses = {("pre", "gelu"): [2.0, 2.1], ("pre", "swiglu"): [1.9, 2.0], ("post", "gelu"): [2.2, 2.3],
+              ("post", "swiglu"): [1.8, 1.85]}  # fmt: skip
+    number = 0
+    for (norm, act), values in losses.items():
+        for seed, loss in zip(("1", "2"), values, strict=True):
+            fake_run(sweep, number, "completed", loss, norm=norm, act=act, seed=seed)
+            number += 1
+    report = build_report(sweep)
+    assert report.baseline is None and report.settings[0].choices["norm"] == "post"  # post+swiglu is best
+    assert report.baseline_example == "norm=pre,act=gelu"
+    text = markdown(report)
+    assert (
+        "No verdicts: no baseline was named. For verdicts against one of these settings, run report.py again "
+        "with `--baseline norm=pre,act=gelu` (the setting the sweep ran first) or another setting's choices, "
+        "or set `baseline:` in the experiment preset."
+    ) in text
+    assert markdown(from_json(json.loads(json.dumps(to_json(report))))) == text  # the same from its json
+    judged = build_report(sweep, baseline=report.baseline_example)
+    assert (judged.baseline.choices["norm"], judged.baseline.choices["act"]) == ("pre", "gelu")
+    assert "No verdicts" not in markdown(judged) and judged.baseline_example is None
 
 
 def test_a_named_baseline_is_compared_against_and_a_bad_one_is_refused(lr_sweep):

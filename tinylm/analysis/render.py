@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Callable
 from typing import Any
 
@@ -233,10 +234,17 @@ def _family_section(report: SweepReport) -> list[str]:
         noun, title = report.ladder.noun, render_sections.ladder_title(report.ladder)
         return text + blocks(f"The baseline is judged at each {noun}: see *{title}* below.")
     if base is None:
+        example = report.baseline_example
+        how = (
+            f"run report.py again with `--baseline {shlex.quote(example)}` (the setting the sweep ran first) or "
+            "another setting's choices"
+            if example is not None
+            else "run report.py again with `--baseline key=value[,key=value]`"
+        )
         return text + blocks(
-            "No verdicts: no baseline was named. The best setting is not used as one: it is picked from the "
-            "same runs it would be judged on, which tilts every other row toward `worse`. Name it with "
-            "`--baseline key=value[,key=value]`, or with `baseline:` in the experiment preset."
+            f"No verdicts: no baseline was named. For verdicts against one of these settings, {how}, or set "
+            "`baseline:` in the experiment preset. The best setting is not used as one: it is picked from the "
+            "same runs it would be judged on, which tilts every other row toward `worse`."
         )
     if not report.lr_varies:
         text += blocks(f"## Against the baseline `{base.label(named)}`")

@@ -21,6 +21,7 @@ from tinylm.analysis.runs import (
     Metric,
     ReportError,
     RunSummary,
+    natural_key,
     parse_metric,
     read_runs,
     shared_reference,
@@ -140,6 +141,28 @@ class SweepReport:
         ]
         named = grouping.varying(constant, [g[0].choices for g in groups.values()]) or list(columns)
         return [(grouping.setting_label(g[0].choices, named), g[0].reference) for g in groups.values()]
+
+    @cached_property
+    def baseline_example(self) -> str | None:
+        """Without a baseline, a `--baseline` value that gives this report its verdicts: the family's setting
+        the sweep ran first (a grid runs its values in the order given, the control first as a rule), named
+        by the choices that vary, and checked to name it alone as the flag would. None where a baseline is
+        named, the family has one setting, or no setting can be named so."""
+        if self.family_baseline is not None or self.ladder is not None or len(self.family) < 2:
+            return None
+        columns = self.shown_family_columns
+        in_job_order = sorted(
+            (s for s in self.family if s.runs), key=lambda s: min(natural_key(run.name) for run in s.runs)
+        )
+        for setting in in_job_order:
+            # As the flag takes it: a float's str reads back as itself, a value with a comma cannot
+            text = ",".join(f"{c}={setting.choices[c]}" for c in columns)
+            try:
+                if grouping.pick_baseline(self.family, parse_choices(text), self.family_columns) is setting:
+                    return text
+            except ReportError:  # it cannot be named so, or it has no result to judge by
+                continue
+        return None
 
     def shown_comparison(self, setting: Setting) -> Comparison | None:
         return setting.answer if self.judged_apart else setting.comparison
