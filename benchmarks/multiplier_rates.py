@@ -98,7 +98,7 @@ def trend(
     words = {w: 0 for w in TrendWord}
     for _ in range(args.replicates):
         levels = [(str(i), simulated(true, seeds, args, rng)) for i, true in enumerate(truths)]
-        words[multiplier_trends([levels], alpha=0.05)[0].word] += 1
+        words[multiplier_trends([({}, levels)], alpha=0.05)[0].word] += 1
     first, last = truths
     if first == last:  # `holds` states the level's direction: false at 1
         true_words = {TrendWord.HOLDS, TrendWord.UNRESOLVED} if first != 1 else {TrendWord.UNRESOLVED}

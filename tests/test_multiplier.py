@@ -83,3 +83,70 @@ def test_the_interval_covers_the_true_multiplier_near_its_level(true):
     row = multiplier_rates.case(true, 4, args, np.random.default_rng(3))
     assert 0.91 <= row["coverage"] <= 0.98
     assert row["false_less"] <= 0.05 and row["false_more"] <= 0.05
+
+
+def _setting(choices: dict, multiple: float, seconds_a_step: float, seeds: range = range(3)):
+    """A setting of real `RunSummary` values whose curves are `power_law(multiple)` with a training clock."""
+    from tinylm.analysis.grouping import Setting
+    from tinylm.analysis.runs import RunSummary
+
+    runs = []
+    for seed in seeds:
+        curve = [(int(step), loss, 0.0) for step, loss in power_law(multiple, 0.01 * seed)]
+        clock = [(step, step * seconds_a_step) for step in range(1, 301)]
+        name = f"{choices}-{seed}"
+        runs.append(
+            RunSummary(
+                Path(name), name, "completed", dict(choices), str(seed), val_curve=curve, train_seconds=clock
+            )
+        )
+    return Setting(dict(choices), runs, {run.seed: run.val_curve[-1][1] for run in runs})
+
+
+def test_a_comparison_is_read_by_steps_and_by_training_time_from_its_runs():
+    from tinylm.analysis.multiplier import compare_costs
+
+    base = _setting({"act": "gelu"}, 1.0, seconds_a_step=0.10)
+    swiglu = _setting({"act": "swiglu"}, 0.8, seconds_a_step=0.11)  # fewer steps, each 10% dearer
+    costs = compare_costs(swiglu, base)
+    assert costs.design == {"act": "swiglu"}
+    assert costs.steps.ratio.mean == pytest.approx(0.8, rel=0.02) and costs.steps.reading is Reading.LESS
+    assert costs.time.ratio.mean == pytest.approx(0.88, rel=0.02) and costs.time.cost is Cost.TIME
+
+
+def test_a_failed_seed_has_no_curve_to_compare():
+    from tinylm.analysis.multiplier import seed_curves
+
+    swiglu = _setting({"act": "swiglu"}, 0.8, 0.1)
+    failed = type(swiglu)(swiglu.choices, swiglu.runs, {**swiglu.results, "1": math.inf})
+    assert sorted(seed_curves(failed, Cost.STEPS)) == ["0", "2"]
+
+
+def test_the_answer_states_the_multiplier_with_its_interval_and_the_seeds_apart():
+    from tinylm.analysis.multiplier import compare_costs
+    from tinylm.analysis.render import _multiplier_clause
+
+    base = _setting({"act": "gelu"}, 1.0, 0.1)
+    slow = _setting({"act": "relu"}, 1.25, 0.1)
+    clause = _multiplier_clause(compare_costs(slow, base))
+    assert clause.startswith("the loss both reached in **1.25× [")
+    assert "the steps** (more)" in clause and "the training time (more)" in clause and "3 seeds" in clause
+    assert "on 3 of 3 it never came down to the baseline's final loss" in clause
+
+
+def test_a_design_whose_multiplier_is_the_same_at_both_budgets_holds_and_one_that_reverses_flips():
+    from tinylm.analysis.ladder import Ladder, Rung, TrendWord
+    from tinylm.analysis.multiplier import compared_costs, costs_across
+
+    rungs, rows = [], []
+    for budget, (swiglu, relu) in {"300": (0.8, 0.8), "600": (0.8, 1.25)}.items():
+        at = {"trainer.max_steps": int(budget)}
+        base = _setting({"act": "gelu", **at}, 1.0, 0.1)
+        designs = [_setting({"act": "swiglu", **at}, swiglu, 0.1), _setting({"act": "relu", **at}, relu, 0.1)]
+        rungs.append(Rung(budget, None, int(budget), base, [base, *designs]))
+        rows += [(s, base) for s in designs]
+    ladder = Ladder(["trainer.max_steps"], ["act"], rungs, [])
+    trends = costs_across(ladder, compared_costs(rows, 0.95), alpha=0.05)
+    words = {t.design["act"]: t.word for t in trends}
+    assert words == {"swiglu": TrendWord.HOLDS, "relu": TrendWord.FLIPS}
+    assert all(t.levels == ("300", "600") for t in trends)

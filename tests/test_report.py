@@ -19,9 +19,10 @@ import pytest
 from conftest import REPO, run_script, run_sweep
 from omegaconf import OmegaConf
 
+from tinylm.analysis.multiplier import Cost
 from tinylm.analysis.plots import report_figure, save_figure
 from tinylm.analysis.report import SweepReport, build_report
-from tinylm.analysis.runs import ReportError
+from tinylm.analysis.runs import ReportError, read_runs
 from tinylm.analysis.schema import from_json
 from tinylm.analysis.write_report import write_report
 from tinylm.layout import (
@@ -85,6 +86,27 @@ def grid_report(grid_sweep, tmp_path_factory) -> tuple[Path, subprocess.Complete
     copy = tmp_path_factory.mktemp("grid_report") / "sweep"
     shutil.copytree(sweep_dir, copy)
     return copy, run_script("report.py", str(copy), "--baseline", "norm=pre,act=gelu")
+
+
+def test_each_comparison_states_its_compute_multipliers_read_from_the_runs_curves(grid_report):
+    """The multipliers of a real sweep, read back from report.json: each row's level is the loss both sides
+    reached (the worse of the two last validations) and the Answer states each row's step multiplier."""
+    sweep_copy, _ = grid_report
+    report = written_report(sweep_copy)
+    runs = {(r.choices["norm"], r.choices["act"]): r for r in read_runs(sweep_copy)}
+    base = runs["pre", "gelu"]
+    compared = {(c.design["norm"], c.design["act"]) for c in report.costs}
+    assert compared == {("pre", "swiglu"), ("post", "gelu"), ("post", "swiglu")}
+    for costs in report.costs:
+        run = runs[costs.design["norm"], costs.design["act"]]
+        (reach,) = costs.steps.reaches.values()
+        assert reach.level == pytest.approx(max(run.val_curve[-1][1], base.val_curve[-1][1]))
+        assert reach.reached_baseline == (run.val_curve[-1][1] <= base.val_curve[-1][1])
+        assert 0 < reach.design <= 6 and 0 < reach.baseline <= 6  # steps, within the 6-step runs
+        assert costs.steps.ratio.n == 1 and not costs.steps.ratio.has_interval
+        assert costs.time.cost is Cost.TIME and costs.time.ratio is not None  # train/time was logged
+    markdown = (sweep_copy / REPORT_MD).read_text(encoding="utf-8")
+    assert markdown.split("## Answer")[1].count("the loss both reached in **") == 3
 
 
 def test_report_ranks_the_four_runs_of_a_grid_and_plots_them(grid_report):

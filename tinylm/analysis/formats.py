@@ -25,6 +25,14 @@ def fmt_interval(e: Estimate | None, signed: bool = False, digits: int = 4) -> s
     return f"[{fmt_number(e.low, digits, signed)}, {fmt_number(e.high, digits, signed)}]"
 
 
+def fmt_multiplier(ratio: Estimate | None) -> str:
+    """`0.81× [0.76, 0.87]`: a multiplier with its interval (`—` for none)."""
+    if ratio is None:
+        return "—"
+    interval = f" [{ratio.low:.2f}, {ratio.high:.2f}]" if ratio.has_interval else ""
+    return f"{ratio.mean:.2f}×{interval}"
+
+
 def fmt_p(value: float | None) -> str:
     return "—" if value is None else f"{value:.2g}"
 

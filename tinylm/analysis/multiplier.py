@@ -18,13 +18,14 @@ import enum
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.stats import ttest_ind_from_stats
 
 from tinylm.analysis.estimates import Estimate, estimate
 from tinylm.analysis.grouping import LR, Setting
-from tinylm.analysis.ladder import TrendWord
+from tinylm.analysis.ladder import Ladder, TrendWord
 from tinylm.analysis.runs import RunSummary
 from tinylm.analysis.verdicts import holm
 
@@ -165,15 +166,39 @@ def compare_costs(setting: Setting, baseline: Setting, confidence: float = 0.95)
         multiplier(seed_curves(setting, cost), seed_curves(baseline, cost), cost, confidence)
         for cost in (Cost.STEPS, Cost.TIME)
     )
-    return Multipliers(steps, time)
+    return Multipliers(dict(setting.choices), steps, time)
 
 
 @dataclass(frozen=True)
 class Multipliers:
     """A comparison's two multipliers: by optimizer steps, and by training time (validation left out)."""
 
+    design: dict[str, Any]  # the compared setting's choices (on a ladder, its level's too)
     steps: Multiplier
     time: Multiplier
+
+
+def compared_costs(rows: Sequence[tuple[Setting, Setting]], confidence: float) -> tuple[Multipliers, ...]:
+    """Each (setting, its baseline) of a family by steps and by time; none where no run logged a curve (a
+    report read back from json has none: its multipliers are stored)."""
+    return tuple(compare_costs(s, base, confidence) for s, base in rows if s.runs and base.runs)
+
+
+def costs_across(ladder: Ladder, costs: Sequence[Multipliers], alpha: float) -> list[MultiplierTrend]:
+    """Each design's step multiplier across an ordered ladder's levels (budgets); none on unordered ones."""
+    if not ladder.ordered:
+        return []
+    by_choices = [(m.design, m.steps) for m in costs]
+    designs: dict[tuple[Any, ...], tuple[dict[str, Any], list[tuple[str, Multiplier]]]] = {}
+    for rung in ladder.rungs:
+        for s in rung.settings:
+            found = next((m for design, m in by_choices if design == s.choices), None)
+            if s is rung.baseline or found is None:
+                continue
+            key = s.key(ladder.columns)
+            named = {c: s.choices.get(c) for c in ladder.columns}
+            designs.setdefault(key, (named, []))[1].append((rung.level, found))
+    return multiplier_trends(list(designs.values()), alpha)
 
 
 @dataclass(frozen=True)
@@ -181,6 +206,7 @@ class MultiplierTrend:
     """One design's multiplier across a ladder's ordered levels (budgets): the change of its log from the
     first level to the last, that change's Welch test, Holm-adjusted over the designs, and the word."""
 
+    design: dict[str, Any]  # its choices, less the ladder's axis
     levels: tuple[str, ...]
     readings: tuple[Reading, ...]  # at each level
     change: float | None  # log multiplier at the last level less that at the first
@@ -190,18 +216,19 @@ class MultiplierTrend:
 
 
 def multiplier_trends(
-    designs: Sequence[Sequence[tuple[str, Multiplier]]], alpha: float
+    designs: Sequence[tuple[dict[str, Any], Sequence[tuple[str, Multiplier]]]], alpha: float
 ) -> list[MultiplierTrend]:
     """Each design's (level, multiplier) in the levels' order, judged as `ladder.trends` judges the loss:
     `flips` where two levels read opposite ways; `grows` or `shrinks` where both ends read the same way and
     the change test rejects (the multiplier moves away from 1, or towards it); `holds` where every level
     reads the same way and the test does not reject; `changes` where it rejects otherwise."""
     tests = [
-        _log_change(levels[0][1], levels[-1][1]) if len(levels) >= 2 else (None, None) for levels in designs
+        _log_change(levels[0][1], levels[-1][1]) if len(levels) >= 2 else (None, None)
+        for _, levels in designs
     ]
     adjusted = holm({i: p for i, (_, p) in enumerate(tests) if p is not None})
     trends = []
-    for i, levels in enumerate(designs):
+    for i, (design, levels) in enumerate(designs):
         readings = tuple(m.reading for _, m in levels)
         change, p = tests[i]
         p_adjusted = adjusted.get(i)
@@ -221,9 +248,8 @@ def multiplier_trends(
             word = TrendWord.CHANGES
         else:
             word = TrendWord.UNRESOLVED
-        trends.append(
-            MultiplierTrend(tuple(level for level, _ in levels), readings, change, p, p_adjusted, word)
-        )
+        levels_named = tuple(level for level, _ in levels)
+        trends.append(MultiplierTrend(design, levels_named, readings, change, p, p_adjusted, word))
     return trends
 
 

@@ -9,8 +9,9 @@ from typing import Any
 
 from tinylm.analysis import formats, render_sections
 from tinylm.analysis.estimates import PairedTests
-from tinylm.analysis.formats import Column, blocks, choice_columns, md_table, plural
+from tinylm.analysis.formats import Column, blocks, choice_columns, fmt_multiplier, md_table, plural
 from tinylm.analysis.grouping import CROSS_FITTED, Setting, setting_label, varying
+from tinylm.analysis.multiplier import Multiplier, Multipliers, MultiplierTrend, Reading
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.runs import STEPS_TO, RunSummary
 from tinylm.analysis.verdicts import Judgement
@@ -38,6 +39,8 @@ def answer_section(report: SweepReport) -> list[str]:
         + ". The tables and the methods are below."
     )
     lines = ["## Answer", "", *(_answer_line(report, s, base) for s in rows), "", promise]
+    if report.costs:
+        lines.append(_multiplier_promise(report.confidence))
     still_open = [s for s in rows if not s.answer.resolved]
     spent = [row for row in report.sizing.rows if row.spent] if report.sizing is not None else []
     if spent and len(spent) == len(still_open):
@@ -83,6 +86,9 @@ def _answer_line(report: SweepReport, s: Setting, base: Setting) -> str:
             "; every run of both sides was still improving at its end: the budget stopped the runs before "
             "they stopped learning, so this is the difference at this budget"
         )
+    costs = report.costs_of(s)
+    if costs is not None and costs.steps.ratio is not None:
+        line += "; " + _multiplier_clause(costs)
     mine, theirs = s.mean_at_rate, base.mean_at_rate
     if not cross and d is not None and None not in (mine, theirs) and (mine - theirs) * d.mean < 0:
         line += (
@@ -90,6 +96,36 @@ def _answer_line(report: SweepReport, s: Setting, base: Setting) -> str:
             "tuning seeds, which chose those rates and so flatter them, and this pairs the judging seeds only"
         )
     return line
+
+
+_READ = {Reading.LESS: "fewer", Reading.MORE: "more", Reading.NOT_RESOLVED: "not resolved"}
+
+
+def _multiplier_clause(costs: Multipliers) -> str:
+    """`the loss both reached in **0.81× the steps** [0.76, 0.87] (fewer) and 0.85× the training time …`."""
+    steps, time = costs.steps, costs.time
+    clause = f"the loss both reached in **{fmt_multiplier(steps.ratio)} the steps** ({_READ[steps.reading]})"
+    if time.ratio is not None:
+        read = "less" if time.reading is Reading.LESS else _READ[time.reading]
+        clause += f" and {fmt_multiplier(time.ratio)} the training time ({read})"
+    clause += f", {plural(steps.ratio.n, 'seed')}"
+    if steps.never_reached:
+        clause += (
+            f"; on {len(steps.never_reached)} of {len(steps.reaches)} it never came down to the baseline's "
+            "final loss, so there the loss both reached is its own"
+        )
+    return clause
+
+
+def _multiplier_promise(confidence: float) -> str:
+    return (
+        "The multiplier is the steps a design takes to reach the loss both sides reached (the baseline's final "
+        "validation loss, or the design's own where it never came down to it) over the baseline's, from each "
+        f"run's validation curve, paired by seed, with a {confidence:.0%} interval of the mean log ratio; "
+        "below 1 the design needs less training for the same loss. Steps come first because a sweep's "
+        "jobs share the cores and their seconds vary with what else runs, while a step is the same work on any "
+        "machine; the training time (validation left out) follows, and differs from it by what a step costs."
+    )
 
 
 def _ladder_answer(report: SweepReport) -> list[str]:
@@ -110,7 +146,33 @@ def _ladder_answer(report: SweepReport) -> list[str]:
         f"Lower is better. Every {ladder.noun}'s comparisons are one family (Holm): the chance of any false "
         f"`better`/`worse` among them is at most α = {report.alpha:g}. The tables and the methods are below."
     )
-    return ["## Answer", "", *trends, "", promise, *([judging] if unjudged else []), ""]
+    costs = [
+        f"- `{setting_label(t.design, shown)}`'s step multiplier along `{axis}`: **{t.word.value}**: "
+        + ", ".join(
+            f"{fmt_multiplier(m.ratio)} ({_READ[m.reading]}) at {level}"
+            for level, m in zip(t.levels, _steps_at(report, t), strict=True)
+        )
+        + (f" (change of its log p (Holm) = {t.p_adjusted:.2g})" if t.p_adjusted is not None else "")
+        for t in report.cost_trends
+    ]
+    multiplied = [*costs, "", _multiplier_promise(report.confidence)] if costs else []
+    return ["## Answer", "", *trends, "", *multiplied, promise, *([judging] if unjudged else []), ""]
+
+
+def _steps_at(report: SweepReport, trend: MultiplierTrend) -> list[Multiplier]:
+    """The trend's design's step multiplier at each of its levels, in order."""
+    found = []
+    for rung in report.ladder.rungs:
+        for s in rung.settings:
+            costs = report.costs_of(s)
+            if (
+                costs is not None
+                and rung.level in trend.levels
+                and s.key(report.ladder.columns)
+                == tuple(trend.design.get(c, "—") for c in report.ladder.columns)
+            ):
+                found.append(costs.steps)
+    return found
 
 
 def _of(header: str, cell: Callable[[Any], object]) -> Column:

@@ -10,11 +10,12 @@ from functools import cached_property
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, NamedTuple
 
-from tinylm.analysis import grouping, why
+from tinylm.analysis import grouping, multiplier, why
 from tinylm.analysis.diagnosis import Finding, diagnose
 from tinylm.analysis.estimates import MIN_EFFECT
 from tinylm.analysis.grouping import CROSS_FITTED, LR, TUNED_THEN_JUDGED, Rules, Setting
 from tinylm.analysis.ladder import SCALE_KEY, Ladder, change_family, judge_family
+from tinylm.analysis.multiplier import Multipliers, MultiplierTrend
 from tinylm.analysis.runs import (
     DESIGN_CHOICES,
     FINAL_LOSS,
@@ -65,6 +66,10 @@ class SweepReport:
     metric: Metric = FINAL_LOSS  # a run's result: its final loss, or its steps or seconds to a level
     look_levels: tuple[float | None, ...] = ()  # each later look's judging level (None: judges nothing)
     families: tuple[Family, ...] = ()  # each family of tests adjusted together (`families_of`)
+    # Each comparison's compute multipliers (docs/sweeps.md), and on a ladder over ordered levels each
+    # design's step multiplier across them: read from the runs' curves, so stored with the report.
+    costs: tuple[Multipliers, ...] = ()
+    cost_trends: tuple[MultiplierTrend, ...] = ()
 
     @cached_property
     def lr_varies(self) -> bool:
@@ -163,6 +168,10 @@ class SweepReport:
             except ReportError:  # it cannot be named so, or it has no result to judge by
                 continue
         return None
+
+    def costs_of(self, setting: Setting) -> Multipliers | None:
+        """`setting`'s multipliers against its baseline (None: not compared, or no curves were read)."""
+        return next((m for m in self.costs if m.design == setting.choices), None)
 
     def shown_comparison(self, setting: Setting) -> Comparison | None:
         return setting.answer if self.judged_apart else setting.comparison
@@ -340,6 +349,13 @@ def judge(runs: Sequence[RunSummary], findings: dict[Path, list[Finding]], scope
     explained = (family, columns) if len(family) > 1 else (settings, scope.setting_columns)
     plan = design.added_plan() if design is not None else []
     horizon = design.horizon if design is not None else None
+    if ladder is not None:
+        compared = [
+            (s, rung.baseline) for rung in ladder.rungs for s in rung.settings if s is not rung.baseline
+        ]
+    else:
+        compared = [(s, base) for s in family if base is not None and s is not base]
+    costs = multiplier.compared_costs(compared, rules.confidence)
     return {
         "settings": shown,
         "tuned": family if tuned else [],
@@ -352,6 +368,8 @@ def judge(runs: Sequence[RunSummary], findings: dict[Path, list[Finding]], scope
         "sizing": why.size_open_rows(family, base, columns, rules, horizon),
         "look_levels": tuple(None if look is None else look.level(rules.alpha) for look in plan),
         "families": families,
+        "costs": costs,
+        "cost_trends": tuple(multiplier.costs_across(ladder, costs, rules.alpha)) if ladder else (),
     }
 
 

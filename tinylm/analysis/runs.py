@@ -23,6 +23,7 @@ from tinylm.overrides import choices
 DESIGN_CHOICES = ("norm", "norm_type", "act")  # always shown: the design choices tinylm exists to compare
 _RECORDED = dict(final_val_loss=layout.VAL_LOSS, best_val_loss=layout.BEST_VAL_LOSS, final_bpc=layout.VAL_BPC)
 HEALTH_PREFIX = "training_health/"
+TRAIN_TIME = "train/time"  # Lightning's Throughput: seconds of training in this segment, validation left out
 LOSS, STEPS_TO, TIME_TO = "loss", "steps_to", "time_to"
 Curve = list[tuple[int, float, float]]  # (step, value, seconds since the run's first scalar)
 
@@ -129,6 +130,9 @@ class RunSummary:
     val_curve: Curve = field(default_factory=list)
     curve: Curve = field(default_factory=list)  # the tag the report plots
     train_curve: list[tuple[int, float]] = field(default_factory=list)  # tells overfitting from instability
+    # (optimizer steps done, seconds of training so far, validation left out): Lightning's Throughput clock,
+    # what a time multiplier reads
+    train_seconds: list[tuple[int, float]] = field(default_factory=list)
     # Every training_health/<quantity>/block_<k> curve it logged, as (step, value): what `diagnosis` reads.
     health: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     val_in_training: float | None = None  # share of its validation found in training (metrics.json)
@@ -211,10 +215,22 @@ def _tokens_per_second(scalars: Any) -> float | None:
         values = [v for _, v, _ in _series(scalars, tag) if math.isfinite(v)]
         if values:
             return statistics.median(values)
-    lengths, times = _series(scalars, "train/lengths"), _series(scalars, "train/time")
+    lengths, times = _series(scalars, "train/lengths"), _series(scalars, TRAIN_TIME)
     if len(lengths) >= 2 and len(times) >= 2 and times[-1][1] > times[0][1]:
         return (lengths[-1][1] - lengths[0][1]) / (times[-1][1] - times[0][1])
     return None
+
+
+def _training_clock(logged: Curve) -> list[tuple[int, float]]:
+    """`train/time` as (steps done, seconds): it is logged at the step before (the weights it timed), and
+    starts again from 0 in a resumed segment, which continues from the last time of the one before."""
+    clock, carried, last = [], 0.0, 0.0
+    for step, seconds, _ in logged:
+        if seconds < last:
+            carried += last
+        last = seconds
+        clock.append((step + 1, carried + seconds))
+    return clock
 
 
 def _logged(scalars: Any | None, curve_tag: str | None) -> dict[str, Any]:
@@ -227,6 +243,7 @@ def _logged(scalars: Any | None, curve_tag: str | None) -> dict[str, Any]:
         "val_curve": val,
         "curve": _series(scalars, curve_tag, start) if curve_tag else val,
         "train_curve": [(step, value) for step, value, _ in _series(scalars, layout.TRAIN_LOSS)],
+        "train_seconds": _training_clock(_series(scalars, TRAIN_TIME)),
         "health": {tag: [(step, value) for step, value, _ in _series(scalars, tag)] for tag in health},
         "tokens_per_s": _tokens_per_second(scalars),
     }

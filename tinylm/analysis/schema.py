@@ -20,9 +20,9 @@ from tinylm.analysis.verdicts import Outcome, Verdict
 from tinylm.analysis.why import WhyRow, judged_runs, still_learning
 from tinylm.files import plain
 
-FORMAT = 8  # what each format holds: docs/sweeps.md
+FORMAT = 9  # what each format holds: docs/sweeps.md
 _LEFT_OUT = {
-    RunSummary: ("val_curve", "train_curve", "curve", "health", "window_losses"),
+    RunSummary: ("val_curve", "train_curve", "curve", "health", "window_losses", "train_seconds"),
     Setting: ("windows",),
 }
 _REFERENCES = {
