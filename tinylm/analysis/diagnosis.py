@@ -20,7 +20,7 @@ STALL_MARGIN = 0.05  # nats/char within which of a reference level a run learned
 COLLAPSED_SPREAD = 0.01  # token spread (about 1 for independent tokens) below which tokens collapsed
 STARVED_RATIO = 1e-3  # W_q/W_k gradients below this fraction of W_v/W_o's: attention that cannot learn
 SATURATED_ENTROPY = 0.1  # mean attention entropy (nats) below which attention saturated...
-SATURATED_LOGIT = 100.0  # ...with a largest attention logit above this: the softmax passes no gradient
+SATURATED_LOGIT = 100.0  # ...with a largest attention logit above this (about 0.05 at initialisation)
 DESTABILISED_RISE = 0.1  # nats/char a validation loss may rise from its minimum before it is destabilised...
 OVERFITTING_TRAIN_DROP = DESTABILISED_RISE  # ...or overfits, when its training loss fell at least this much
 TRAIN_WINDOW = 0.1  # the training loss at a step: its median over this fraction of the steps around it
@@ -260,8 +260,10 @@ def _saturated(run: RunSummary) -> Finding | None:
     if not found:
         return None
     _, step, block, entropy, logit, until, tag = min(found)
-    evidence = f"block {block}'s attention entropy is {entropy:.3f} nats with logits up to {logit:.0f}"
-    evidence += f"{_span(step, until)}: each query attends to one key and its softmax passes no gradient"
+    # What the two curves show and no more: a real saturated run's W_q gradient did not vanish (issue 64).
+    evidence = f"block {block}'s mean attention entropy is {entropy:.3f} nats with logits up to {logit:.0f}"
+    evidence += f"{_span(step, until)} (below {SATURATED_ENTROPY:g} nats, above {SATURATED_LOGIT:g}): its "
+    evidence += "queries put nearly all their weight on one key"
     return Finding(SATURATED, evidence, step, tag, until)
 
 
