@@ -7,6 +7,7 @@ show it (a deep post-norm stack, QK-norm off at lr 1e-1, a rate that blows up, a
 from __future__ import annotations
 
 import json
+import math
 import random
 import shutil
 from pathlib import Path
@@ -26,10 +27,12 @@ from tinylm.analysis.diagnosis import (
     DEAD_UNITS,
     DESTABILISED,
     DESTABILISED_RISE,
+    DISTRIBUTION_SHIFT,
     DIVERGED,
     IGNORES_CONTEXT,
+    IMPROVING_ALPHA,
     IMPROVING_DROP,
-    IMPROVING_TRAIN_ALPHA,
+    IMPROVING_POINTS,
     LOSS_SPIKE,
     OVERFITTING,
     OVERFITTING_TRAIN_DROP,
@@ -407,8 +410,10 @@ def test_still_improving_says_what_its_curve_shows_and_not_that_the_budget_limit
 
 @pytest.mark.parametrize(("drop", "fires"), [(IMPROVING_DROP * 1.5, True), (IMPROVING_DROP * 0.5, False)])
 def test_still_improving_is_a_drop_per_tenth_of_the_steps_beyond_its_threshold(drop, fires):
-    # 100 of 600 steps between the last two validations: 1/6 of the run, so the drop per 10% is 0.6 of it.
-    val = [*CONVERGED[:-1], CONVERGED[-2] - drop / 0.6]
+    # Its last IMPROVING_POINTS validations (steps 300-600; the last third holds 3) fall `drop` per 60 steps (10%
+    # of 600), zigzagging ±0.0005 about the line: a fall far beyond its noise, so only the drop decides.
+    assert IMPROVING_POINTS == 4
+    val = [4.2, 2.6, 2.1, *(1.9 + (3 - i) * drop / 0.6 + (-1) ** i * 0.0005 for i in range(4))]
     assert (STILL_IMPROVING in kinds(constructed(val, HEALTHY))) == fires
 
 
@@ -541,7 +546,7 @@ def test_a_stall_is_named_only_once_the_curve_has_flattened(drop, kind, level):
     """At either reference level, a curve still falling more than IMPROVING_DROP per tenth of the steps is
     still improving (not failed), and only a flatter one is a stall."""
     final = LEVELS[level] + 0.02
-    val = [4.3, 4.0, 3.9, 3.8, 3.7, final + drop / 0.6, final]  # the last 100 of 600 steps: 1/6 of the run
+    val = [4.3, 4.0, 3.9, *(final + (3 - i) * drop / 0.6 for i in range(4))]  # its last 300 steps: per 100
     run = constructed(val, HEALTHY)
     found = diagnose(run, LEVELS)
     stall = IGNORES_CONTEXT if level == "unigram" else BIGRAM_STALL
@@ -562,7 +567,7 @@ def test_one_validation_point_cannot_show_a_stall():
     found = diagnose(run, LEVELS)
     assert IGNORES_CONTEXT not in {f.kind for f in found}
     assert not failed(shared([run], {run.path: found})) and run_failure(found) is None
-    longer = constructed([4.2, 4.0, 3.8, 3.6, flat, flat, flat])
+    longer = constructed([4.2, 4.0, 3.8, flat + 0.002, flat, flat + 0.001, flat])
     assert IGNORES_CONTEXT in kinds(longer)  # the same level, flat over its last validations: a stall
     assert (
         run_failure(diagnose(longer, LEVELS)).kind == IGNORES_CONTEXT
@@ -573,7 +578,7 @@ def test_the_issues_undertrained_runs_are_still_improving_and_not_failed():
     """lr 1e-5: above the unigram level, falling 0.015 per 10% of the steps; lr 3e-4: at the bigram level,
     falling 0.008 per 10% (issue 34's two runs, at their numbers)."""
     for final, per_tenth in ((3.42, 0.015), (LEVELS["bigram"] + 0.008, 0.008)):
-        run = constructed([4.3, 4.0, 3.9, 3.8, 3.7, final + per_tenth / 0.6, final], HEALTHY)
+        run = constructed([4.3, 4.0, 3.9, *(final + (3 - i) * per_tenth / 0.6 for i in range(4))], HEALTHY)
         found = diagnose(run, LEVELS)
         assert [f.kind for f in found] == [STILL_IMPROVING]
         assert not failed(shared([run], {run.path: found})) and run_failure(found) is None
@@ -722,7 +727,7 @@ def test_a_flat_noisy_training_curve_is_called_improving_at_most_its_alpha_of_th
         )
         for _ in range(1000)
     )
-    assert rate_not_above(calls, 1000, IMPROVING_TRAIN_ALPHA), calls
+    assert rate_not_above(calls, 1000, IMPROVING_ALPHA), calls
     assert calls > 0  # the test is at its level, not blind: some flat curves are called improving
 
 
@@ -875,3 +880,171 @@ def test_validation_that_is_training_is_listed_apart_as_a_finding_about_the_data
     # A sweep whose only finding is its data's says nothing of settings that lost or failed.
     alone = SweepReport(Path("sweep"), runs, ["data"], {}, settings, ["data"], None, why=rows[:1])
     assert "lost or failed" not in "\n".join(why_section(alone))
+
+
+# --- issue 64: still improving tested against validation noise; a distribution shift named --------------------
+
+SIMULATED_STEPS = 600
+SCENARIOS = ("flat", "falling", "flattening", "normal", "widening", "overfitting", "shift")
+
+
+def scenario_losses(scenario: str, t: int, slope: float = 0.0) -> tuple[float, float]:
+    """A simulated run's validation and training loss at step `t` of 600, noise-free, all from the uniform
+    level 4.17 at step 0 but `flat` and `falling`."""
+    first_fall, late = 2.17 * math.exp(-t / 50), max(0, t - 300) / 300
+    healthy = 1.75 + 0.9 * math.exp(-t / 150) + 1.52 * math.exp(-t / 20)
+    losses = {
+        "flat": (2.0, 2.0),  # converged
+        "falling": (2.0 + slope * (SIMULATED_STEPS - t) / 100,) * 2,  # falling `slope` per 100 steps to its end
+        # Flattening: still falling 0.010 per tenth over its last third on average, 0.003 at its end.
+        "flattening": (2.0 + 2.17 * math.exp(-t / 100),) * 2,
+        # Healthy, like a 300-step Tiny Shakespeare run: both fall, the train–val gap grows 0 -> 0.2.
+        "normal": (healthy, healthy - 0.2 * t / SIMULATED_STEPS),
+        # Memorising while validation stalls: validation flat at 2.0 from step 300, the gap 0 -> 0.5.
+        "widening": (2.0 + first_fall, 2.0 + first_fall - 0.5 * t / SIMULATED_STEPS),
+        # Overfitting: validation falls, then rises 0.3 over the second half while training falls 0.3 more.
+        "overfitting": (2.0 + first_fall + 0.3 * late, 1.8 + first_fall - 0.3 * late),
+        # The issue's shift run: validation on another kind of text, flat at 3.20 from step 100 while training
+        # falls 2.67 -> 2.23 (the gap 0.55 -> 0.97).
+        "shift": (
+            3.20 + 0.97 * math.exp(-t / 25), 2.133 + 0.715 * math.exp(-t / 300) + 1.321 * math.exp(-t / 25)
+        ),
+    }  # fmt: skip
+    return losses[scenario]
+
+
+def simulated_run(
+    rng: np.random.Generator, scenario: str, every: int, sd: float, slope: float = 0.0
+) -> RunSummary:
+    """A completed 600-step run of `scenario_losses`: validated every `every` steps with independent noise
+    of sd `sd`, its training loss logged every 10 steps with batch noise of sd 0.05."""
+    val = [(s, scenario_losses(scenario, s, slope)[0] + rng.normal(0, sd)) for s in range(every, 601, every)]
+    train = [(s, scenario_losses(scenario, s, slope)[1] + rng.normal(0, 0.05)) for s in range(10, 601, 10)]
+    return RunSummary(
+        path=Path("run"), name="run", status="completed", choices={}, max_steps=SIMULATED_STEPS,
+        steps=SIMULATED_STEPS, final_val_loss=val[-1][1], model={"block_size": 64},
+        val_curve=[(s, v, 0.0) for s, v in val], train_curve=train,
+    )  # fmt: skip
+
+
+def simulated_findings(
+    scenario: str, every: int, sd: float, replicates: int, slope: float = 0.0, seed: int = 64, rules=diagnosis
+) -> dict[str, int]:
+    """How many of `replicates` simulated runs (`simulated_run`, seeded `seed`) `rules.diagnose` gives each
+    finding, by kind (`rules`: this diagnosis module, or another version of it to compare)."""
+    rng = np.random.default_rng(seed)
+    counts: dict[str, int] = {}
+    for _ in range(replicates):
+        run = simulated_run(rng, scenario, every, sd, slope)
+        for kind in {f.kind for f in rules.diagnose(run, LEVELS)}:
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("every", [20, 100])
+def test_a_flat_noisy_validation_curve_is_called_improving_at_most_its_alpha_of_the_time(every):
+    """Issue 64: the validation rule compared two points with no noise test: on flat curves with independent
+    noise of sd 0.015 it said `still improving` 39% of the time (every 20 steps). Its slope is now tested at
+    IMPROVING_ALPHA: 1,000 such runs through `diagnose`, validated every 20 and every 100 of 600 steps
+    (benchmarks/word_rates.py `diagnosis`: every noise level, 2,000 runs each)."""
+    calls = simulated_findings("flat", every, 0.015, 1000).get(STILL_IMPROVING, 0)
+    assert rate_not_above(calls, 1000, IMPROVING_ALPHA), calls
+    assert calls > 0  # at its level, not blind
+
+
+@pytest.mark.parametrize("every", [20, 100])
+def test_a_validation_curve_still_falling_at_its_end_is_still_improving(every):
+    """The test's power: a fall of 0.05 nats per 100 steps (0.03 per tenth, 6× IMPROVING_DROP) under noise of
+    sd 0.015 is found in most runs, as often as the two-point rule found it (170/200 validated every 20 steps,
+    192/200 every 100, at this seed): the end's drop, read from two validations, is the noisier part."""
+    calls = simulated_findings("falling", every, 0.015, 200, slope=0.05).get(STILL_IMPROVING, 0)
+    assert calls >= 160, calls
+
+
+def test_a_flat_validation_curve_with_one_zigzag_is_not_still_improving():
+    """Issue 64's run whose validation split was another kind of text: flat at 3.20-3.28 after step 100, and
+    the two-point rule read the last zigzag (3.28 -> 3.20) as still improving. Its slope over the last third
+    is flat."""
+    run = constructed([4.2, 3.22, 3.26, 3.21, 3.27, 3.28, 3.20], HEALTHY)
+    assert kinds(run) == set()
+
+
+def test_too_few_validations_to_test_a_slope_read_the_training_curve_and_show_no_stall():
+    """Three validations (under IMPROVING_POINTS) cannot be tested for a slope, and can't tell is not flat: the
+    training curve is read, as with one validation, and no stall is named from them."""
+    flat = LEVELS["unigram"] + 0.01
+    run = constructed([4.2, 4.0, 3.8, 3.6, flat, flat, flat])
+    run.val_curve = run.val_curve[-3:]
+    run.train_curve = [(step, flat + 0.01 * (-1) ** (step // 10)) for step in range(0, 601, 10)]
+    assert kinds(run) == set()  # before: `ignores context` from three flat points
+    run.train_curve = [
+        (step, flat + 0.5 - step / 1000 + 0.01 * (-1) ** (step // 10)) for step in range(0, 601, 10)
+    ]
+    (finding,) = diagnose(run, LEVELS)
+    assert (finding.kind, finding.tag) == (STILL_IMPROVING, "loss/train")
+    assert "read from the training curve: it has 3 validation points, too few to test" in finding.evidence
+
+
+def shifted_run() -> RunSummary:
+    """Issue 64's shift run, at its numbers: validated every 100 of 600 steps, flat at 3.20-3.28 after the first
+    fall, while the training loss (logged every 10 steps) falls 2.69 -> 2.23 from step 100 to the end."""
+    val = [3.22, 3.26, 3.21, 3.27, 3.28, 3.20]
+    train = [
+        (s, 2.69 - 0.46 * (s - 100) / 500 if s >= 100 else 4.17 - 1.48 * s / 100) for s in range(0, 601, 10)
+    ]
+    return RunSummary(
+        path=Path("run"), name="run", status="completed", choices={}, max_steps=600, steps=600,
+        final_val_loss=val[-1], model={"block_size": 64}, train_curve=train,
+        val_curve=[(step, value, 0.0) for step, value in zip(range(100, 601, 100), val, strict=True)],
+    )  # fmt: skip
+
+
+def test_a_validation_split_of_another_kind_of_text_is_a_distribution_shift_not_overfitting():
+    """Issue 64: training fell while validation stayed flat far above it from the start (the gap 0.53 -> 0.97),
+    and nothing named it; the two-point rule called it `still improving`. It is named a distribution shift, a
+    finding about the data (not a failure), never overfitting (its validation never rose) nor still improving."""
+    run = shifted_run()
+    found = diagnose(run, LEVELS)
+    assert [f.kind for f in found] == [DISTRIBUTION_SHIFT]
+    assert (found[0].step, found[0].tag) == (100, "loss/val")
+    assert found[0].evidence == (
+        "the validation loss was 0.53 above the training loss at step 100 (above 0.3) and did not follow it down: "
+        "training 2.690 → 2.244, validation 3.220 → 3.200, the gap 0.53 → 0.96: what it learns of its training "
+        "text does not carry over to its validation text, another distribution. Not overfitting: its validation "
+        "loss did not rise more than 0.1 from its minimum"
+    )
+    assert not failed(shared([run], {run.path: found})) and run_failure(found) is None
+    # The same validation curve with a training curve that follows it down is no shift.
+    run.train_curve = [(s, v - 0.05) for s, v, _ in run.val_curve]
+    assert DISTRIBUTION_SHIFT not in kinds(run)
+
+
+@pytest.mark.parametrize("every", [20, 100])
+def test_a_distribution_shift_is_named_on_the_shift_run_and_on_none_of_its_look_alikes(every):
+    """200 simulated runs of each: the shift run (as the issue's), a healthy run whose gap grows 0 -> 0.2, one
+    memorising while validation stalls (gap 0 -> 0.5), one overfitting (validation rising 0.3): the shift is
+    named on every shift run and on no other, and no shift run is called `still improving`."""
+    shift = simulated_findings("shift", every, 0.015, 200)
+    assert shift.get(DISTRIBUTION_SHIFT) == 200 and STILL_IMPROVING not in shift
+    for scenario in ("normal", "widening", "overfitting"):
+        assert DISTRIBUTION_SHIFT not in simulated_findings(scenario, every, 0.015, 200), scenario
+
+
+def test_a_distribution_shift_is_listed_apart_as_a_finding_about_the_data():
+    """Like `validation is training`: what the validation text is, not how the run trained."""
+    from tinylm.analysis.grouping import group_settings
+    from tinylm.analysis.render_sections import why_section
+    from tinylm.analysis.report import SweepReport
+    from tinylm.analysis.why import why_rows
+
+    run = shifted_run()
+    run.choices, run.seed = {"data": "other"}, "1"
+    settings = group_settings([run], ["data"], 0.95)
+    rows = why_rows(settings, ["data"], {run.path: diagnose(run, LEVELS)}, [])
+    report = SweepReport(Path("sweep"), [run], ["data"], {}, settings, ["data"], None, why=rows)
+    text = "\n".join(why_section(report))
+    assert "lost or failed" not in text and "About the data, not the runs" in text
+    assert (
+        "- **data=other**: distribution shift in 1/1 runs, seed 1 (from step 100: the validation loss was 0.53 "
+        "above the training loss at step 100" in text
+    )

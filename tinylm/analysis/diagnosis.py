@@ -24,11 +24,14 @@ SATURATED_LOGIT = 100.0  # ...with a largest attention logit above this (about 0
 DESTABILISED_RISE = 0.1  # nats/char a validation loss may rise from its minimum before it is destabilised...
 OVERFITTING_TRAIN_DROP = DESTABILISED_RISE  # ...or overfits, when its training loss fell at least this much
 TRAIN_WINDOW = 0.1  # the training loss at a step: its median over this fraction of the steps around it
+SHIFT_FROM = 0.1  # a shift: from its first validation after this share of the steps (past the first fall)...
+SHIFT_GAP = 0.3  # ...the validation loss sits more than this (nats/char) above the training loss...
+SHIFT_FOLLOW = 0.5  # ...and falls less than this share of the training loss's fall (OVERFITTING_TRAIN_DROP+)
 IMPROVING_TAIL = 0.1  # still improving: its loss falls more than IMPROVING_DROP per this share of the steps
-IMPROVING_DROP = MIN_EFFECT / 2  # (a stall is named only below it)
-IMPROVING_TRAIN_SPAN = 1 / 3  # under two validations: the training curve over this last share of the steps...
-IMPROVING_TRAIN_POINTS = 4  # ...or its last this many values, its slope below 0...
-IMPROVING_TRAIN_ALPHA = 0.05  # ...at one-sided p <= this
+IMPROVING_DROP = MIN_EFFECT / 2  # (a stall is named only below it), and falls by its least-squares slope...
+IMPROVING_SPAN = 1 / 3  # ...over this last share of the steps of its validation curve...
+IMPROVING_POINTS = 4  # ...or its last this many values (under this many validations: the training curve's)...
+IMPROVING_ALPHA = 0.05  # ...below 0 at one-sided p <= this
 SPIKE_RISE = 0.5  # nats/char a validation loss must rise above its lowest before to be a loss spike...
 SPIKE_RETURN = 0.5  # ...that came back down: below that lowest + SPIKE_RISE, or by this share of its rise
 DEAD_FRACTION = 0.1  # share of a block's FFN units (a gated FFN: its gate's) never fired on the fixed batch
@@ -47,10 +50,11 @@ DEAD_UNITS = "dead units"
 STILL_IMPROVING = "still improving"
 LOSS_SPIKE = "loss spike"
 VALIDATION_IN_TRAINING = "validation is training"
+DISTRIBUTION_SHIFT = "distribution shift"
 
 NOT_FAILURES = (STILL_IMPROVING, BIGRAM_STALL)  # a setting showing only these has not failed
 FAILURES = (DIVERGED, IGNORES_CONTEXT, COLLAPSED, DESTABILISED)  # lasting to its end (docs/sweeps.md)
-DATA_FINDINGS = (VALIDATION_IN_TRAINING,)  # about the data a run was measured on: never a failure
+DATA_FINDINGS = (VALIDATION_IN_TRAINING, DISTRIBUTION_SHIFT)  # about the data a run was measured on
 STILL_LEARNING = "its budget ended before it stopped learning"  # what `still improving` concludes, no more
 
 Series = Sequence[tuple[int, float]]
@@ -94,13 +98,17 @@ def diagnose(run: RunSummary, reference: Mapping[str, float] | None = None) -> l
     val = [(step, value) for step, value, _ in run.val_curve if math.isfinite(value)]
     spike, calm = _spike(val)
     rose = _rose(run, val)
+    shift = None if rose else _shift(run, val)
     improving = _improving(run, calm, len(val))
-    # A stall only on a flattened curve (one point cannot show that), and not after a rise: that is the cause.
-    stall = _stall(run, reference) if improving is None and rose is None and len(val) >= 2 else None
+    # A stall only on a flattened curve (fewer points than a slope is tested on cannot show that), and not after
+    # a rise: that is the cause.
+    tested = len(val) >= IMPROVING_POINTS
+    stall = _stall(run, reference) if improving is None and rose is None and tested else None
     # One token of context has no spread and no key to choose: its health curves say nothing.
     one_token = (run.model or {}).get("block_size") == 1
     health = [] if one_token else [check(run) for check in (_collapse, _starved, _saturated, _dead_units)]
-    found = [data, rose, spike, stall, *health, None if rose else improving]
+    # A shift's validation slope is another text's, not the run's learning: never `still improving` on it.
+    found = [data, shift, rose, spike, stall, *health, None if rose or shift else improving]
     return [finding for finding in found if finding is not None]
 
 
@@ -152,6 +160,32 @@ def _rose(run: RunSummary, val: Series) -> Finding | None:
     trend = f" (training loss {then:.3f} → {now:.3f})" if trained else ""
     evidence = f"the validation loss rose {rise:.2f} from its minimum {low:.3f}{trend}"
     return Finding(DESTABILISED, evidence, low_step, VAL_LOSS)
+
+
+def _shift(run: RunSummary, val: Series) -> Finding | None:
+    """A distribution shift: from its first validation after SHIFT_FROM of the steps to its last (at least
+    IMPROVING_POINTS of them), the validation loss more than SHIFT_GAP above the training loss and falling less
+    than SHIFT_FOLLOW of the training loss's fall (at least OVERFITTING_TRAIN_DROP): what it learns of its
+    training text does not carry over."""
+    # Not in the first fall, where both curves drop fastest and a training median is read off-centre; and on as
+    # many validations as a slope is tested on (fewer cannot show a flat curve).
+    after = [point for point in val if point[0] >= SHIFT_FROM * (run.max_steps or val[-1][0])]
+    if len(after) < IMPROVING_POINTS:
+        return None
+    (first_step, first), (end_step, end) = after[0], after[-1]
+    then, now = train_loss_near(run, first_step), train_loss_near(run, end_step)
+    if then is None or now is None:
+        return None
+    gap, fell = first - then, then - now
+    if not (gap > SHIFT_GAP and fell >= OVERFITTING_TRAIN_DROP and first - end < SHIFT_FOLLOW * fell):
+        return None
+    evidence = f"the validation loss was {gap:.2f} above the training loss at step {first_step} (above "
+    evidence += f"{SHIFT_GAP:g}) and did not follow it down: training {then:.3f} → {now:.3f}, validation "
+    evidence += f"{first:.3f} → {end:.3f}, the gap {gap:.2f} → {end - now:.2f}: what it learns of its "
+    evidence += "training text does not carry over to its validation text, another distribution. Not "
+    evidence += "overfitting: its "
+    evidence += f"validation loss did not rise more than {DESTABILISED_RISE:g} from its minimum"
+    return Finding(DISTRIBUTION_SHIFT, evidence, first_step, VAL_LOSS)
 
 
 def train_loss_near(run: RunSummary, step: int) -> float | None:
@@ -268,32 +302,41 @@ def _saturated(run: RunSummary) -> Finding | None:
 
 
 def _improving(run: RunSummary, calm: Series, validations: int) -> Finding | None:
-    """Still improving: the last validations fell more than IMPROVING_DROP per IMPROVING_TAIL of the steps;
-    under two, the training loss did, by its least-squares slope over its last IMPROVING_TRAIN_SPAN."""
+    """Still improving: a fall its noise does not explain, its least-squares slope over its last IMPROVING_SPAN
+    of the steps (at least its last IMPROVING_POINTS values) below 0 at one-sided p <= IMPROVING_ALPHA, and
+    steeper than IMPROVING_DROP per IMPROVING_TAIL of the steps at the end. The validation curve's, a spike's
+    fall back left out (`calm`); with under IMPROVING_POINTS validations the training curve's (can't tell is
+    not flat)."""
     if not run.max_steps:
         return None
-    if validations >= 2:
-        if len(calm) < 2:
-            return None
-        end_step, end = calm[-1]
-        tail = IMPROVING_TAIL * run.max_steps
-        start_step, start = ([point for point in calm[:-1] if point[0] <= end_step - tail] or [calm[-2]])[-1]
-        drop = (start - end) * tail / (end_step - start_step)
-        loss, how, tag = "validation", "at the end", VAL_LOSS
-    else:
+    if validations >= IMPROVING_POINTS:
+        curve, loss, tag = calm, "validation", VAL_LOSS
+    elif len(calm) == validations:  # none of them a spike's: the training curve shows no fall back to skip
         curve = [(step, value) for step, value in run.train_curve if math.isfinite(value)]
-        if len(curve) < IMPROVING_TRAIN_POINTS:
-            return None
-        last = [point for point in curve if point[0] >= curve[-1][0] - IMPROVING_TRAIN_SPAN * run.max_steps]
-        last = last if len(last) >= IMPROVING_TRAIN_POINTS else curve[-IMPROVING_TRAIN_POINTS:]
-        fit = linregress([step for step, _ in last], [value for _, value in last])
-        p_value = fit.pvalue / 2 if fit.slope < 0 else 1.0  # one-sided: a fall
-        if not p_value <= IMPROVING_TRAIN_ALPHA:
-            return None
-        drop, loss, tag = -fit.slope * IMPROVING_TAIL * run.max_steps, "training", TRAIN_LOSS
+        loss, tag = "training", TRAIN_LOSS
+    else:
+        return None
+    if len(curve) < IMPROVING_POINTS:
+        return None
+    last = [point for point in curve if point[0] >= curve[-1][0] - IMPROVING_SPAN * run.max_steps]
+    last = last if len(last) >= IMPROVING_POINTS else curve[-IMPROVING_POINTS:]
+    fit = linregress([step for step, _ in last], [value for _, value in last])
+    p_value = fit.pvalue / 2 if fit.slope < 0 else 1.0  # one-sided: a fall
+    if not p_value <= IMPROVING_ALPHA:
+        return None
+    tail = IMPROVING_TAIL * run.max_steps
+    # A validation's drop is the end's own, from the last validation a tail before (a slope lags a flattening).
+    if tag == VAL_LOSS:
+        (end_step, end), earlier = curve[-1], curve[:-1]
+        start_step, start = ([point for point in earlier if point[0] <= end_step - tail] or earlier)[-1]
+        drop = (start - end) * tail / (end_step - start_step)
+        how = f"at the end (the slope of its last {len(last)} validations: p = {p_value:.2g})"
+    else:  # one batch's loss a value: only a slope measures it
+        drop = -fit.slope * tail
         how = f"over its last {len(last)} logged values ({last[0][1]:.2f} at step {last[0][0]} → "
         how += f"{last[-1][1]:.2f} at step {last[-1][0]}; slope p = {p_value:.2g}), read from the training "
-        how += "curve: it has " + ("no validation point" if validations == 0 else "one validation point")
+        counted = {0: "no validation point", 1: "one validation point"}.get(validations)
+        how += f"curve: it has {counted or f'{validations} validation points, too few to test'}"
     if drop <= IMPROVING_DROP:
         return None
     what = f"its {loss} loss was still falling {drop:.3f} per {IMPROVING_TAIL:.0%} of its steps {how}"

@@ -126,7 +126,7 @@ def why_section(report: SweepReport) -> list[str]:
     if about_data:
         text += blocks(
             "About the data, not the runs: a validation loss measures what a model generalises to only where "
-            "its validation text is not its training text (docs/diagnosis.md).",
+            "its validation text is not its training text, and is the same kind of text (docs/diagnosis.md).",
             *about_data,
         )
     return text
