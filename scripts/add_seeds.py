@@ -42,8 +42,8 @@ def main() -> None:
         parser.error("--alpha must lie between 0 and 1")
 
     from tinylm.analysis.estimates import MIN_EFFECT
+    from tinylm.analysis.present.write_report import write_report
     from tinylm.analysis.verdicts import ALPHA
-    from tinylm.analysis.write_report import write_report
     from tinylm.errors import ReportedError
     from tinylm.seed_rounds.plan import Budget  # after parsing: --help stays fast
     from tinylm.seed_rounds.rounds import add_seeds

@@ -59,7 +59,7 @@ def main() -> None:
         parser.error("pass a sweep directory, or --from-json PATH/report.json (one of them)")
 
     # After parsing: --help and usage errors stay fast.
-    from tinylm.analysis.write_report import write_from_json, write_report
+    from tinylm.analysis.present.write_report import write_from_json, write_report
     from tinylm.errors import UserError
 
     try:

@@ -16,9 +16,9 @@ import pytest
 from conftest import REPO, run_script, run_sweep
 
 from tinylm.analysis.estimates import Failures, paired_tests
+from tinylm.analysis.present.write_report import write_report
 from tinylm.analysis.report import build_report
 from tinylm.analysis.runs import ReportError
-from tinylm.analysis.write_report import write_report
 from tinylm.layout import DESIGN_FILE, PREVIOUS_REPORTS, read_run_record, write_run_record
 from tinylm.seed_rounds.plan import ADDED_DIR, Budget
 from tinylm.seed_rounds.rounds import add_seeds

@@ -86,10 +86,27 @@ def test_the_analysis_computes_and_never_reaches_training_even_through_another_p
     assert not launching, launching
 
 
+PRESENT = "tinylm.analysis.present"
+
+
+def test_the_report_is_computed_without_importing_what_presents_it():
+    """tinylm.analysis computes the report value and tinylm.analysis.present renders it (markdown, figures,
+    report.json, files): presenting imports computing, never the reverse, not even for type checkers."""
+    graph = modules(type_only=True)
+    computing = [m for m in graph if part(m) == "tinylm.analysis" and not _within(m, PRESENT)]
+    assert len(computing) > 1 and any(_within(m, PRESENT) for m in graph)  # both sides are where this looks
+    wrong = sorted(f"{m} imports {name}" for m in computing for name in graph[m] if _within(name, PRESENT))
+    assert not wrong, wrong
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
 def test_writing_a_report_imports_neither_training_nor_datasets():
     """A fresh interpreter that imports the report's writer holds no module of tinylm.training, nor Hugging Face
     `datasets` (the data pipeline's): what the report reads of a run's data, it reads through tinylm.layout."""
-    assert loaded_by_fresh_import("tinylm.analysis.write_report", "datasets", "tinylm.training") == []
+    assert loaded_by_fresh_import("tinylm.analysis.present.write_report", "datasets", "tinylm.training") == []
 
 
 def test_no_module_imports_one_that_imports_it_back_even_for_type_checkers_only():

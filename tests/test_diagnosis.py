@@ -51,10 +51,10 @@ from tinylm.analysis.diagnosis import (
     diagnose,
     since,
 )
+from tinylm.analysis.present.write_report import write_report
 from tinylm.analysis.report import shared_reference
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary, read_runs, summarize_run
 from tinylm.analysis.why import failed, run_failure, shared
-from tinylm.analysis.write_report import write_report
 from tinylm.layout import DIVERGED_AT, REPORT_MD, VAL_IN_TRAINING, write_run_record
 
 # Every case logs its health curves and validates every 20 steps; each overrides the shrunk config's budget.
@@ -796,8 +796,8 @@ def test_a_tuned_row_not_yet_judged_is_explained_by_its_runs_at_the_rate_its_see
 def test_the_why_names_the_seed_of_every_run_that_showed_a_finding():
     """Issue 59: `dead units in 2/2 runs (seed 1, …)` named one seed for two runs: each is named, and the
     numbers are one of them's, said so."""
-    from tinylm.analysis.render_sections import why_section
-    from tinylm.analysis.schema import from_json
+    from tinylm.analysis.present.render_sections import why_section
+    from tinylm.analysis.present.schema import from_json
 
     runs = [constructed(CONVERGED, HEALTHY) for _ in range(3)]
     for seed, run in zip(("2", "10", "1"), runs, strict=True):
@@ -820,9 +820,9 @@ def test_the_answer_says_when_the_budget_stopped_every_run_of_both_sides_before_
     value holds the rows where that is so (built once, kept in report.json); the Answer words them."""
     from tinylm.analysis.grouping import Rules, group_settings
     from tinylm.analysis.ladder import judge_family
-    from tinylm.analysis.render import answer_section
+    from tinylm.analysis.present.render import answer_section
+    from tinylm.analysis.present.schema import from_json, to_json
     from tinylm.analysis.report import SweepReport
-    from tinylm.analysis.schema import from_json, to_json
     from tinylm.analysis.why import still_learning
 
     improving = [Finding(STILL_IMPROVING, "falling", None, "loss/val")]
@@ -857,7 +857,7 @@ def test_validation_that_is_training_is_listed_apart_as_a_finding_about_the_data
     failed": it is a finding about the data the runs were measured on, not about how they trained. Listed
     apart; a setting that failed as well keeps its failure in the list, the data finding moves out of it."""
     from tinylm.analysis.grouping import group_settings
-    from tinylm.analysis.render_sections import why_section
+    from tinylm.analysis.present.render_sections import why_section
     from tinylm.analysis.report import SweepReport
     from tinylm.analysis.why import why_rows
 
@@ -1033,7 +1033,7 @@ def test_a_distribution_shift_is_named_on_the_shift_run_and_on_none_of_its_look_
 def test_a_distribution_shift_is_listed_apart_as_a_finding_about_the_data():
     """Like `validation is training`: what the validation text is, not how the run trained."""
     from tinylm.analysis.grouping import group_settings
-    from tinylm.analysis.render_sections import why_section
+    from tinylm.analysis.present.render_sections import why_section
     from tinylm.analysis.report import SweepReport
     from tinylm.analysis.why import why_rows
 

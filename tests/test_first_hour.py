@@ -16,8 +16,8 @@ from omegaconf import OmegaConf
 from script_runner import run_script_in_process
 
 from tinylm import checks, composition
+from tinylm.analysis.present.write_report import write_report
 from tinylm.analysis.runs import read_runs
-from tinylm.analysis.write_report import write_report
 from tinylm.data import CharDataModule, DataConfig
 from tinylm.data.datamodule import FINAL_WINDOWS_PER_TRAINED_WINDOW
 from tinylm.layout import (

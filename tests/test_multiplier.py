@@ -124,7 +124,7 @@ def test_a_failed_seed_has_no_curve_to_compare():
 
 def test_the_answer_states_the_multiplier_with_its_interval_and_the_seeds_apart():
     from tinylm.analysis.multiplier import compare_costs
-    from tinylm.analysis.render import _multiplier_clause
+    from tinylm.analysis.present.render import _multiplier_clause
 
     base = _setting({"act": "gelu"}, 1.0, 0.1)
     slow = _setting({"act": "relu"}, 1.25, 0.1)

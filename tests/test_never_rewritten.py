@@ -17,7 +17,7 @@ from conftest import REPO, compose_train, small_corpus
 from script_runner import run_script_in_process
 from test_stats import fake_run
 
-from tinylm.analysis.plots import ForestRow, forest_rows, report_figure, save_figure
+from tinylm.analysis.present.plots import ForestRow, forest_rows, report_figure, save_figure
 from tinylm.analysis.report import build_report
 from tinylm.errors import Interrupted
 from tinylm.layout import SEGMENTS, earlier_segments, read_run_record, write_run_record

@@ -11,7 +11,7 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from test_stats import fake_run
 
-from tinylm.analysis.plots import RunCurve, health_figure, report_figure, report_title
+from tinylm.analysis.present.plots import RunCurve, health_figure, report_figure, report_title
 from tinylm.analysis.report import build_report
 
 

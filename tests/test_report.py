@@ -20,11 +20,11 @@ from conftest import REPO, run_script, run_sweep
 from omegaconf import OmegaConf
 
 from tinylm.analysis.multiplier import Cost
-from tinylm.analysis.plots import report_figure, save_figure
+from tinylm.analysis.present.plots import report_figure, save_figure
+from tinylm.analysis.present.schema import from_json
+from tinylm.analysis.present.write_report import write_report
 from tinylm.analysis.report import SweepReport, build_report
 from tinylm.analysis.runs import ReportError, read_runs
-from tinylm.analysis.schema import from_json
-from tinylm.analysis.write_report import write_report
 from tinylm.layout import (
     RECORD_FILE,
     REPORT_JSON,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tinylm.analysis.estimates import Estimate
-from tinylm.analysis.formats import fmt_interval, fmt_number, fmt_p
+from tinylm.analysis.present.formats import fmt_interval, fmt_number, fmt_p
 
 DOCS = Path(__file__).parents[1] / "docs"
 PAGE = DOCS / "results.md"
@@ -135,8 +135,8 @@ def test_every_stored_report_renders_again_from_its_json_alone(report):
     """Each stored report.md is what its report.json renders to, byte for byte (issue 47, point 2), and a stored
     ladder's words across levels are re-judged when the rule changes (issues 49 and 59)."""
     from tinylm.analysis.ladder import trends
-    from tinylm.analysis.render import markdown
-    from tinylm.analysis.schema import from_json
+    from tinylm.analysis.present.render import markdown
+    from tinylm.analysis.present.schema import from_json
 
     folder = DOCS / "results" / report
     record = json.loads((folder / "report.json").read_text(encoding="utf-8"))
@@ -169,8 +169,8 @@ def test_no_stored_seed_both_chose_a_rate_and_was_judged_at_it():
 def test_an_answer_open_at_the_designs_horizon_says_add_seeds_adds_no_more_and_what_it_would_take():
     """rms_vs_layer's one row is open after the 12 added seeds its design allows: the Answer must not send
     the reader to add_seeds (which stops there), and says the added seeds the row's spread would need."""
-    from tinylm.analysis.render import markdown
-    from tinylm.analysis.schema import from_json
+    from tinylm.analysis.present.render import markdown
+    from tinylm.analysis.present.schema import from_json
 
     record = json.loads((DOCS / "results" / "rms_vs_layer" / "report.json").read_text(encoding="utf-8"))
     report = from_json(record)
@@ -346,7 +346,7 @@ def test_a_stored_report_reads_with_the_families_its_p_values_were_adjusted_over
     them: Holm over each family's raw p-values, as many as its size, gives the adjusted p-values the report
     stored (a row's added seeds': those of one of its design's looks), all at the report's α."""
     from tinylm.analysis.grouping import Rules
-    from tinylm.analysis.schema import FORMAT, from_json
+    from tinylm.analysis.present.schema import FORMAT, from_json
     from tinylm.analysis.sequential_design import look_tests
 
     record = json.loads((DOCS / "results" / report / "report.json").read_text(encoding="utf-8"))

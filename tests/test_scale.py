@@ -16,10 +16,10 @@ from tinylm.analysis.estimates import Estimate, Failures, PairedTests
 from tinylm.analysis.grouping import Rules, Setting
 from tinylm.analysis.grouping import tests_against as comparison_against
 from tinylm.analysis.ladder import SCALE_KEY, Rung, TrendWord, trends
+from tinylm.analysis.present.write_report import write_report
 from tinylm.analysis.report import build_report
 from tinylm.analysis.verdicts import Comparison, Judgement, Outcome, Verdict
 from tinylm.analysis.verdicts import verdict as judged_verdict
-from tinylm.analysis.write_report import write_report
 from tinylm.layout import LADDER_PNG, REPORT_JSON, SCALE_PNG
 
 
@@ -236,7 +236,7 @@ def test_a_tuned_ladders_family_counts_the_judging_seeds_tests():
     """Issue 59, item 6: a ladder whose rates were tuned on the sweep's seeds and judged on added ones said
     "one family (0 tests, …)": it counted the sweep's own comparisons, which test nothing. The stored
     optimizer ladder's family had two loss tests and one failure test."""
-    from tinylm.analysis.render_sections import ladder_section
+    from tinylm.analysis.present.render_sections import ladder_section
 
     report, ladder = _tuned_ladder()
     (line,) = [line for line in ladder_section(report, ladder) if "one family" in line]
@@ -246,7 +246,7 @@ def test_a_tuned_ladders_family_counts_the_judging_seeds_tests():
 def test_a_tuned_ladders_figure_draws_the_judging_seeds_comparison(monkeypatch):
     """ladder.png drew the sweep's own comparison of a tuned ladder, `not yet judged (nothing to draw)` at
     every level, beside a report that said `better` at both (the stored optimizer ladder's)."""
-    from tinylm.analysis import render_sections as scale
+    from tinylm.analysis.present import render_sections as scale
 
     drawn = {}
     monkeypatch.setattr(scale, "plot_ladder", lambda panels, *args: drawn.setdefault("panels", panels))

@@ -16,14 +16,15 @@ from script_runner import run_script_in_process
 from statsmodels.stats.multitest import multipletests
 
 from tinylm.analysis.estimates import Failures, estimate, paired_tests
-from tinylm.analysis.formats import fmt_interval
 from tinylm.analysis.grouping import LR, Setting, chosen_rate, group_settings, tuned_settings
 from tinylm.analysis.ladder import TrendWord
-from tinylm.analysis.plots import forest_rows
-from tinylm.analysis.render import markdown
+from tinylm.analysis.present.formats import fmt_interval
+from tinylm.analysis.present.plots import forest_rows
+from tinylm.analysis.present.render import markdown
+from tinylm.analysis.present.schema import from_json, to_json
+from tinylm.analysis.present.write_report import keep_previous, write_report
 from tinylm.analysis.report import build_report, portable
 from tinylm.analysis.runs import ReportError, RunSummary
-from tinylm.analysis.schema import from_json, to_json
 from tinylm.analysis.sequential_design import read_design, write_design
 from tinylm.analysis.verdicts import (
     BETTER,
@@ -35,7 +36,6 @@ from tinylm.analysis.verdicts import (
     compare,
     judge,
 )
-from tinylm.analysis.write_report import keep_previous, write_report
 from tinylm.layout import (
     PREVIOUS_REPORTS,
     REFERENCE_LEVELS,

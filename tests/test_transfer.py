@@ -15,8 +15,8 @@ from conftest import REPO, SHRINK, run_sweep
 from hydra import compose, initialize_config_module
 from script_runner import run_script_in_process
 
+from tinylm.analysis.present.write_report import write_report
 from tinylm.analysis.report import build_report
-from tinylm.analysis.write_report import write_report
 from tinylm.layout import DESIGN_FILE, LADDER_PNG
 from tinylm.seed_rounds.plan import ADDED_DIR, Budget
 from tinylm.seed_rounds.rounds import add_seeds

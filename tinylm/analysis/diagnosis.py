@@ -11,7 +11,6 @@ from typing import NamedTuple
 from scipy.stats import linregress
 
 from tinylm.analysis.estimates import MIN_EFFECT
-from tinylm.analysis.formats import plural
 from tinylm.analysis.runs import HEALTH_PREFIX, RunSummary
 from tinylm.layout import TRAIN_LOSS, VAL_IN_TRAINING_SHARE, VAL_LOSS
 
@@ -230,7 +229,7 @@ def _collapse(run: RunSummary) -> Finding | None:
     after = "" if until is None else f", then recovered to {_recovered_to(curve.series, until):.2g}"
     breaks = [f"{value:.2g} at step {step}" for step, value in inside if not _collapsed(value)]
     if breaks:  # named, so that a reader of the curve sees why they are not a recovery
-        readings = f"{plural(len(breaks), 'reading')} ({', '.join(breaks)})"
+        readings = f"{len(breaks)} reading{'' if len(breaks) == 1 else 's'} ({', '.join(breaks)})"
         after += f"; back above {COLLAPSED_SPREAD:g} at {readings}, never {RECOVERY_READINGS} in a row: "
         after += "not a recovery"
     earlier = episode([(s, v) for s, v in curve.series if s < start], _collapsed) if until is None else None

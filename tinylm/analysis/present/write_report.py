@@ -10,11 +10,11 @@ from pathlib import Path
 from cattrs import BaseValidationError
 
 from tinylm import layout
-from tinylm.analysis.plots import draw_why, plot_lr_sensitivity, report_figure, save_figure
-from tinylm.analysis.render import markdown
-from tinylm.analysis.render_sections import draw_ladder, draw_ladder_verdicts
+from tinylm.analysis.present.plots import draw_why, plot_lr_sensitivity, report_figure, save_figure
+from tinylm.analysis.present.render import markdown
+from tinylm.analysis.present.render_sections import draw_ladder, draw_ladder_verdicts
+from tinylm.analysis.present.schema import from_json, to_json
 from tinylm.analysis.report import ReportError, SweepReport, build_report
-from tinylm.analysis.schema import from_json, to_json
 from tinylm.files import write_json
 
 # The figures drawn from the report value alone, with no run's curves: what `--from-json` can draw again.

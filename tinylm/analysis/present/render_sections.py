@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from tinylm import overrides
-from tinylm.analysis import formats
 from tinylm.analysis.estimates import Estimate
-from tinylm.analysis.formats import Column, blocks, choice_columns, md_table, plural
 from tinylm.analysis.grouping import CROSS_FITTED, Setting, setting_label
 from tinylm.analysis.ladder import Ladder, Rung
-from tinylm.analysis.plots import ForestRow, plot_ladder, plot_scale
+from tinylm.analysis.present import formats
+from tinylm.analysis.present.formats import Column, blocks, choice_columns, md_table, plural
+from tinylm.analysis.present.plots import ForestRow, plot_ladder, plot_scale
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.why import Shared, quantity
 from tinylm.layout import DESIGN_FILE, LADDER_PNG, REPORT_PNG, SCALE_PNG, WHY_PNG

@@ -7,11 +7,11 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
-from tinylm.analysis import formats, render_sections
 from tinylm.analysis.estimates import PairedTests
-from tinylm.analysis.formats import Column, blocks, choice_columns, fmt_multiplier, md_table, plural
 from tinylm.analysis.grouping import CROSS_FITTED, Setting, setting_label, varying
 from tinylm.analysis.multiplier import Multiplier, Multipliers, MultiplierTrend, Reading
+from tinylm.analysis.present import formats, render_sections
+from tinylm.analysis.present.formats import Column, blocks, choice_columns, fmt_multiplier, md_table, plural
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.runs import STEPS_TO, RunSummary
 from tinylm.analysis.verdicts import Judgement
