@@ -246,12 +246,12 @@ def test_a_tuned_ladders_family_counts_the_judging_seeds_tests():
 def test_a_tuned_ladders_figure_draws_the_judging_seeds_comparison(monkeypatch):
     """ladder.png drew the sweep's own comparison of a tuned ladder, `not yet judged (nothing to draw)` at
     every level, beside a report that said `better` at both (the stored optimizer ladder's)."""
-    from tinylm.analysis.present import render_sections as scale
+    from tinylm.analysis.present import plots
 
     drawn = {}
-    monkeypatch.setattr(scale, "plot_ladder", lambda panels, *args: drawn.setdefault("panels", panels))
+    monkeypatch.setattr(plots, "plot_ladder", lambda panels, *args: drawn.setdefault("panels", panels))
     report, ladder = _tuned_ladder()
-    scale.draw_ladder_verdicts(report, ladder, Path("unused.png"))
+    plots.draw_ladder_verdicts(report, ladder, Path("unused.png"))
     rows = [row for _, panel in drawn["panels"] for row in panel if not row.baseline]
     assert [round(row.mean, 3) for row in rows] == [-0.157, -0.161]
     assert [row.verdict.outcome for row in rows] == [Outcome.BETTER, Outcome.BETTER]

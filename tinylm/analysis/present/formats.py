@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from tinylm.analysis.estimates import Estimate
+from tinylm.analysis.ladder import Ladder, Rung
 from tinylm.overrides import shown
 
 
@@ -62,3 +63,14 @@ def md_table(columns: Sequence[Column], rows: Iterable[Any]) -> list[str]:
 
 def blocks(*parts: str | Sequence[str]) -> list[str]:
     return [line for part in parts for line in [*([part] if isinstance(part, str) else part), ""]]
+
+
+def ladder_title(ladder: Ladder) -> str:
+    """The ladder's heading in report.md and on ladder.png: `Across sizes`, or the levels' choices."""
+    return "Across sizes" if ladder.noun == "size" else f"Across levels of {', '.join(ladder.axis)}"
+
+
+def level_label(ladder: Ladder, rung: Rung) -> str:
+    """A level's name in the ladder's tables and panels; a size adds its parameters and steps."""
+    params = f"{rung.params / 1e6:.2f}M" if rung.params is not None else "?"
+    return f"{rung.level} ({params}, {rung.steps} steps)" if ladder.noun == "size" else rung.level

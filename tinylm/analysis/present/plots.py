@@ -13,7 +13,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from tinylm.analysis.estimates import Estimate, estimate
-from tinylm.analysis.grouping import LR, Setting
+from tinylm.analysis.grouping import LR, Setting, setting_label
+from tinylm.analysis.ladder import Ladder
+from tinylm.analysis.present.formats import ladder_title, level_label
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.runs import natural_key
 from tinylm.analysis.verdicts import Outcome
@@ -334,3 +336,34 @@ def draw_why(report: SweepReport) -> list[Path]:
         title = f"{report.sweep_dir.name}: {name}, the runs diagnosed and their baselines"
         drawn.append(save_figure(health_figure(curves, title), report.sweep_dir / WHY_PNG.format(name)))
     return drawn
+
+
+def draw_ladder(report: SweepReport, ladder: Ladder, path: Path) -> Path:
+    """scale.png: each design's mean loss (and interval) at each size against the size's parameters."""
+    points: dict[str, list[tuple[float, Estimate]]] = {}
+    for rung in ladder.rungs:
+        for s in rung.settings:
+            if s.estimate is not None and rung.params is not None:
+                points.setdefault(s.label(ladder.columns), []).append((float(rung.params), s.estimate))
+    measured = "final loss" if report.metric.is_loss else report.metric.noun
+    return plot_scale(points, path, report, f"{report.sweep_dir.name}: {measured} against model size")
+
+
+def draw_ladder_verdicts(report: SweepReport, ladder: Ladder, path: Path) -> Path:
+    """ladder.png: each design's difference and verdict, a panel per level, and its verdict across levels."""
+    shown, named = ladder.shown_columns, ladder.noun if ladder.noun == "size" else ", ".join(ladder.axis)
+    order = [tuple(t.design[c] for c in ladder.columns) for t in ladder.trends]  # the same rows in each panel
+    panels = []
+    for rung in ladder.rungs:
+        drawn = {
+            s.key(ladder.columns): ForestRow.of(s.label(shown), c.tests.difference, c.judgement.verdict)
+            for s in rung.settings
+            if s is not rung.baseline and (c := report.shown_comparison(s)) is not None
+        }
+        rows = [ForestRow.of_baseline(rung.baseline.label(shown)), *(drawn[k] for k in order if k in drawn)]
+        panels.append((f"{named} = {level_label(ladder, rung)}", rows))
+    across = [f"{setting_label(t.design, shown)}: {t.verdict}" for t in ladder.trends]
+    base = ladder.rungs[0].baseline.label(shown)
+    title = f"{report.sweep_dir.name}: each design against {base} at each {ladder.noun}"
+    heading = f"{ladder_title(ladder)} (the difference at each in the plots above):"
+    return plot_ladder(panels, [heading, *across], path, report, title)

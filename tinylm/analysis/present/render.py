@@ -293,7 +293,7 @@ def _family_section(report: SweepReport) -> list[str]:
             "counts the seeds judged at each rate.",
         )
     if report.ladder is not None:
-        noun, title = report.ladder.noun, render_sections.ladder_title(report.ladder)
+        noun, title = report.ladder.noun, formats.ladder_title(report.ladder)
         return text + blocks(f"The baseline is judged at each {noun}: see *{title}* below.")
     if base is None:
         example = report.baseline_example

@@ -1,20 +1,25 @@
-"""report.md's sections after the family table, and a ladder's figures; docs/sweeps.md explains them."""
+"""report.md's sections after the family table (a ladder's figures: plots); docs/sweeps.md explains them."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from tinylm import overrides
-from tinylm.analysis.estimates import Estimate
 from tinylm.analysis.grouping import CROSS_FITTED, Setting, setting_label
 from tinylm.analysis.ladder import Ladder, Rung
 from tinylm.analysis.present import formats
-from tinylm.analysis.present.formats import Column, blocks, choice_columns, md_table, plural
-from tinylm.analysis.present.plots import ForestRow, plot_ladder, plot_scale
+from tinylm.analysis.present.formats import (
+    Column,
+    blocks,
+    choice_columns,
+    ladder_title,
+    level_label,
+    md_table,
+    plural,
+)
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.why import Shared, quantity
 from tinylm.layout import DESIGN_FILE, LADDER_PNG, REPORT_PNG, SCALE_PNG, WHY_PNG
@@ -168,18 +173,9 @@ def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
     )
 
 
-def ladder_title(ladder: Ladder) -> str:
-    return "Across sizes" if ladder.noun == "size" else f"Across levels of {', '.join(ladder.axis)}"
-
-
 def rates_cell(s: Setting) -> str:
     counts = sorted(Counter(s.rates.values()).items())
     return ", ".join(f"{overrides.shown(rate)} ×{n}" for rate, n in counts) or "—"
-
-
-def _level_label(ladder: Ladder, rung: Rung) -> str:
-    params = f"{rung.params / 1e6:.2f}M" if rung.params is not None else "?"
-    return f"{rung.level} ({params}, {rung.steps} steps)" if ladder.noun == "size" else rung.level
 
 
 def _level_table(report: SweepReport, rows: list, design: Callable, differences: bool) -> list[str]:
@@ -215,7 +211,7 @@ def _level_table(report: SweepReport, rows: list, design: Callable, differences:
         unigram = rung.reference["unigram"] if bits else None
         return "—" if s is None else difference_at(s, rung, unigram) if differences else mean_at(s, unigram)
 
-    levels = [Column(_level_label(ladder, r), lambda row, r=r: at(row, r)) for r in ladder.rungs]
+    levels = [Column(level_label(ladder, r), lambda row, r=r: at(row, r)) for r in ladder.rungs]
     across = [Column(f"across {ladder.noun}s", lambda t: t.verdict)] if differences else []
     return md_table([*choice_columns(ladder.shown_columns, design), *levels, *across], rows)
 
@@ -268,34 +264,3 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
         f"Every {noun}'s comparisons are one family ({report.family_tests} tests, Holm, "
         f"α = {report.alpha:g}, δ = {report.min_effect:g}{units}). {words}",
     )
-
-
-def draw_ladder(report: SweepReport, ladder: Ladder, path: Path) -> Path:
-    """scale.png: each design's mean loss (and interval) at each size against the size's parameters."""
-    points: dict[str, list[tuple[float, Estimate]]] = {}
-    for rung in ladder.rungs:
-        for s in rung.settings:
-            if s.estimate is not None and rung.params is not None:
-                points.setdefault(s.label(ladder.columns), []).append((float(rung.params), s.estimate))
-    measured = "final loss" if report.metric.is_loss else report.metric.noun
-    return plot_scale(points, path, report, f"{report.sweep_dir.name}: {measured} against model size")
-
-
-def draw_ladder_verdicts(report: SweepReport, ladder: Ladder, path: Path) -> Path:
-    """ladder.png: each design's difference and verdict, a panel per level, and its verdict across levels."""
-    shown, named = ladder.shown_columns, ladder.noun if ladder.noun == "size" else ", ".join(ladder.axis)
-    order = [tuple(t.design[c] for c in ladder.columns) for t in ladder.trends]  # the same rows in each panel
-    panels = []
-    for rung in ladder.rungs:
-        drawn = {
-            s.key(ladder.columns): ForestRow.of(s.label(shown), c.tests.difference, c.judgement.verdict)
-            for s in rung.settings
-            if s is not rung.baseline and (c := report.shown_comparison(s)) is not None
-        }
-        rows = [ForestRow.of_baseline(rung.baseline.label(shown)), *(drawn[k] for k in order if k in drawn)]
-        panels.append((f"{named} = {_level_label(ladder, rung)}", rows))
-    across = [f"{setting_label(t.design, shown)}: {t.verdict}" for t in ladder.trends]
-    base = ladder.rungs[0].baseline.label(shown)
-    title = f"{report.sweep_dir.name}: each design against {base} at each {ladder.noun}"
-    heading = f"{ladder_title(ladder)} (the difference at each in the plots above):"
-    return plot_ladder(panels, [heading, *across], path, report, title)

@@ -10,9 +10,15 @@ from pathlib import Path
 from cattrs import BaseValidationError
 
 from tinylm import layout
-from tinylm.analysis.present.plots import draw_why, plot_lr_sensitivity, report_figure, save_figure
+from tinylm.analysis.present.plots import (
+    draw_ladder,
+    draw_ladder_verdicts,
+    draw_why,
+    plot_lr_sensitivity,
+    report_figure,
+    save_figure,
+)
 from tinylm.analysis.present.render import markdown
-from tinylm.analysis.present.render_sections import draw_ladder, draw_ladder_verdicts
 from tinylm.analysis.present.schema import from_json, to_json
 from tinylm.analysis.report import ReportError, SweepReport, build_report
 from tinylm.files import write_json
