@@ -61,7 +61,9 @@ Episode = tuple["HealthCurve", tuple[int, int | None], Series]  # a curve, its e
 
 
 @dataclass(frozen=True)
-class Finding:  # one thing a run showed
+class Finding:
+    """One thing a run showed: its kind, the evidence in words, the step it began and the curve's tag."""
+
     kind: str
     evidence: str
     step: int | None = None
@@ -69,7 +71,9 @@ class Finding:  # one thing a run showed
     until: int | None = None  # the last step it held, if it ended before the run did (it recovered)
 
 
-class HealthCurve(NamedTuple):  # one `training_health/<quantity>/block_<block>` curve
+class HealthCurve(NamedTuple):
+    """One `training_health/<quantity>/block_<block>` curve: its tag, its block and its readings."""
+
     tag: str
     block: int
     series: Series
@@ -99,8 +103,8 @@ def diagnose(run: RunSummary, reference: Mapping[str, float] | None = None) -> l
     rose = _rose(run, val)
     shift = None if rose else _shift(run, val)
     improving = _improving(run, calm, len(val))
-    # A stall only on a flattened curve (fewer points than a slope is tested on cannot show that), and not after
-    # a rise: that is the cause.
+    # A stall only on a flattened curve (fewer points than a slope is tested on cannot show that), and not
+    # after a rise: that is the cause.
     tested = len(val) >= IMPROVING_POINTS
     stall = _stall(run, reference) if improving is None and rose is None and tested else None
     # One token of context has no spread and no key to choose: its health curves say nothing.
@@ -163,11 +167,11 @@ def _rose(run: RunSummary, val: Series) -> Finding | None:
 
 def _shift(run: RunSummary, val: Series) -> Finding | None:
     """A distribution shift: from its first validation after SHIFT_FROM of the steps to its last (at least
-    IMPROVING_POINTS of them), the validation loss more than SHIFT_GAP above the training loss and falling less
-    than SHIFT_FOLLOW of the training loss's fall (at least OVERFITTING_TRAIN_DROP): what it learns of its
-    training text does not carry over."""
-    # Not in the first fall, where both curves drop fastest and a training median is read off-centre; and on as
-    # many validations as a slope is tested on (fewer cannot show a flat curve).
+    IMPROVING_POINTS of them), the validation loss more than SHIFT_GAP above the training loss and falling
+    less than SHIFT_FOLLOW of the training loss's fall (at least OVERFITTING_TRAIN_DROP): what it learns of
+    its training text does not carry over."""
+    # Not in the first fall, where both curves drop fastest and a training median is read off-centre; and on
+    # as many validations as a slope is tested on (fewer cannot show a flat curve).
     after = [point for point in val if point[0] >= SHIFT_FROM * (run.max_steps or val[-1][0])]
     if len(after) < IMPROVING_POINTS:
         return None
@@ -301,11 +305,11 @@ def _saturated(run: RunSummary) -> Finding | None:
 
 
 def _improving(run: RunSummary, calm: Series, validations: int) -> Finding | None:
-    """Still improving: a fall its noise does not explain, its least-squares slope over its last IMPROVING_SPAN
-    of the steps (at least its last IMPROVING_POINTS values) below 0 at one-sided p <= IMPROVING_ALPHA, and
-    steeper than IMPROVING_DROP per IMPROVING_TAIL of the steps at the end. The validation curve's, a spike's
-    fall back left out (`calm`); with under IMPROVING_POINTS validations the training curve's (can't tell is
-    not flat)."""
+    """Still improving: a fall its noise does not explain, its least-squares slope over its last
+    IMPROVING_SPAN of the steps (at least its last IMPROVING_POINTS values) below 0 at one-sided p <=
+    IMPROVING_ALPHA, and steeper than IMPROVING_DROP per IMPROVING_TAIL of the steps at the end. The
+    validation curve's, a spike's fall back left out (`calm`); with under IMPROVING_POINTS validations the
+    training curve's (can't tell is not flat)."""
     if not run.max_steps:
         return None
     if validations >= IMPROVING_POINTS:
@@ -324,7 +328,8 @@ def _improving(run: RunSummary, calm: Series, validations: int) -> Finding | Non
     if not p_value <= IMPROVING_ALPHA:
         return None
     tail = IMPROVING_TAIL * run.max_steps
-    # A validation's drop is the end's own, from the last validation a tail before (a slope lags a flattening).
+    # A validation's drop is the end's own, from the last validation a tail before (a slope lags a
+    # flattening).
     if tag == VAL_LOSS:
         (end_step, end), earlier = curve[-1], curve[:-1]
         start_step, start = ([point for point in earlier if point[0] <= end_step - tail] or earlier)[-1]

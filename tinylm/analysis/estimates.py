@@ -22,6 +22,8 @@ Windows = Mapping[Hashable, Sequence[float]]  # per-window losses of the final e
 
 @dataclass(frozen=True)
 class Estimate:
+    """A mean over `n` values, with their sd and the mean's Student-t interval where there is one."""
+
     mean: float
     n: int
     sd: float | None = None
@@ -30,10 +32,13 @@ class Estimate:
 
     @property
     def has_interval(self) -> bool:
+        """Whether the mean has an interval (two or more finite values)."""
         return self.low is not None and self.high is not None
 
 
 def estimate(values: Sequence[float], confidence: float = 0.95) -> Estimate:
+    """The mean of `values` and its Student-t interval at `confidence`; a non-finite value makes the
+    mean inf (a diverged run) or nan, with no interval."""
     n = len(values)
     if not all(math.isfinite(v) for v in values):
         return Estimate(math.inf if math.inf in values else math.nan, n)
@@ -48,17 +53,23 @@ def estimate(values: Sequence[float], confidence: float = 0.95) -> Estimate:
 
 @dataclass(frozen=True)
 class Failures:
+    """How many of the `n` seeds both sides ran failed on each side, and McNemar's exact p of that."""
+
     mine: int  # of the `n` seeds both sides ran, how many failed on each side
     theirs: int
     n: int
     p_value: float  # McNemar's exact test
 
     def describe(self) -> str:
+        """`2/5 vs 0/5 (exact p = 0.5)`: the failures as the report prints them."""
         return f"{self.mine}/{self.n} vs {self.theirs}/{self.n} (exact p = {self.p_value:.2g})"
 
 
 @dataclass(frozen=True)
 class Power:
+    """What the paired seeds can resolve: the smallest difference found with `POWER`, and the seeds δ
+    would need."""
+
     sd: float  # of the paired differences
     level: float  # of the two-sided paired t test
     resolvable: float | None  # the smallest |difference| the seeds find with `POWER` at `level`
@@ -86,6 +97,9 @@ def paired_tests(
     confidence: float = 0.95,
     window_losses: tuple[Windows, Windows] | None = None,
 ) -> PairedTests:
+    """`values` against `baseline`, paired by seed: the mean difference where both finished, its
+    paired t test, TOST within ±`min_effect`, McNemar's test of failures, and with `window_losses`
+    the evaluation set's own standard error of the difference."""
     seeds = tuple(sorted(set(values) & set(baseline), key=str))
     unmatched = tuple(sorted(set(values) ^ set(baseline), key=str))
     finished = [s for s in seeds if math.isfinite(values[s]) and math.isfinite(baseline[s])]
@@ -113,6 +127,8 @@ def paired_tests(
 
 
 def power(tests: PairedTests, min_effect: float, level: float) -> Power | None:
+    """What the seeds of `tests` can resolve at `level`; None with fewer than two differences or none
+    spread (no sd to size from)."""
     d = tests.difference
     if d is None or d.sd is None or d.n < 2 or d.sd <= IDENTICAL:
         return None

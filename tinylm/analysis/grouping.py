@@ -43,6 +43,7 @@ class Setting:
 
     @property
     def answer(self) -> Comparison | None:
+        """The comparison that answers for this setting: the added seeds' where its own left it open."""
         if self.comparison is not None and not self.comparison.resolved and self.added is not None:
             return self.added
         return self.comparison
@@ -54,6 +55,7 @@ class Setting:
 
     @property
     def fail_interval(self) -> tuple[float, float] | None:
+        """The 95% exact (Clopper-Pearson) interval of its failure rate; None without results."""
         if not self.results:
             return None
         ci = binomtest(self.fails, len(self.results)).proportion_ci(0.95, method="exact")
@@ -72,16 +74,20 @@ class Setting:
 
     @property
     def reference(self) -> dict[str, float] | None:
+        """The reference levels (unigram, bigram) its runs' validation split shares, if one."""
         return shared_reference(self.runs)
 
     @property
     def without_result(self) -> int:
+        """How many of its runs have no result."""
         return sum(run.result is None for run in self.runs)
 
     def label(self, columns: Sequence[str]) -> str:
+        """Its choices in `columns` as `key=value` words (the report's row name)."""
         return setting_label(self.choices, columns)
 
     def key(self, columns: Sequence[str]) -> tuple[Any, ...]:
+        """Its choices in `columns`, in order (`—` where it has none): what matches it across tables."""
         return tuple(self.choices.get(c, "—") for c in columns)
 
 
@@ -92,6 +98,7 @@ def setting_label(choices: dict[str, Any], columns: Sequence[str] | None = None)
 
 
 def varying(columns: Sequence[str], choices: Sequence[dict[str, Any]]) -> list[str]:
+    """The `columns` whose value differs between some of the `choices` rows, in order."""
     return [c for c in columns if len({row.get(c, "—") for row in choices}) > 1]
 
 
@@ -121,6 +128,7 @@ def group_settings(
 
 
 def trained(results: dict[str, float], confidence: float) -> Estimate | None:
+    """The estimate of the finite `results` (a diverged run left out); None when none is finite."""
     values = [v for v in results.values() if math.isfinite(v)]
     return estimate(values, confidence) if values else None
 
@@ -192,10 +200,13 @@ def groups_of(items: Sequence[Chosen], columns: Sequence[str]) -> dict[tuple[Any
 
 
 def pick_baseline(settings: Sequence[Setting], wanted: dict[str, Any], columns: Sequence[str]) -> Setting:
+    """The one setting whose choices are `wanted`; a ReportError names the choices to pick from
+    when `wanted` names a column that does not vary, or matches no setting or several."""
     unknown = sorted(set(wanted) - set(columns))
     if unknown:
         raise ReportError(
-            f"the baseline names {unknown}, which do not vary in this sweep; choose among {', '.join(columns)}"
+            f"the baseline names {unknown}, which do not vary in this sweep; "
+            f"choose among {', '.join(columns)}"
         )
     described = ",".join(f"{k}={shown(v)}" for k, v in wanted.items())
     matching = [s for s in settings if all(s.choices.get(k) == v for k, v in wanted.items())]
@@ -212,6 +223,7 @@ def pick_baseline(settings: Sequence[Setting], wanted: dict[str, Any], columns: 
 def tests_against(
     setting: Setting, base: Setting, rules: Rules, seeds: Collection[str] | None = None
 ) -> PairedTests:
+    """`setting` paired by seed with `base` under `rules` (on `seeds` only, where given)."""
     mine, theirs, my_windows, their_windows = (
         {k: v for k, v in values.items() if seeds is None or k in seeds}
         for values in (setting.results, base.results, setting.windows, base.windows)

@@ -45,10 +45,13 @@ class Rung:
 
     @property
     def reference(self) -> dict[str, float] | None:
+        """The reference levels every run at this level shares (a corpus ladder: each its own)."""
         return shared_reference([run for s in self.settings for run in s.runs])
 
 
 class TrendWord(enum.StrEnum):
+    """What a design's difference did across a ladder's levels: the word after `across …`."""
+
     FLIPS = "flips"
     GROWS = "grows"
     SHRINKS = "shrinks"
@@ -71,6 +74,8 @@ class Trend:
 
 @dataclass(frozen=True)
 class Ladder:
+    """A family judged level by level along `axis`: each level's rung, and each design's trend."""
+
     axis: list[str]  # the choices whose values make a level
     columns: list[str]  # the design columns: the family's, less the axis
     rungs: list[Rung]  # in the axis's order (smallest first, for sizes)
@@ -78,10 +83,12 @@ class Ladder:
 
     @property
     def ordered(self) -> bool:
+        """Whether the levels have an order (numbers), so that a word compares the ends."""
         return ordered(self.axis, [rung.level for rung in self.rungs])
 
     @property
     def noun(self) -> str:
+        """`size` for the model-size ladder, else `level`: how the report names a rung."""
         return noun(self.axis)
 
     @property
@@ -92,11 +99,13 @@ class Ladder:
 
     @property
     def shown_columns(self) -> list[str]:
+        """The design columns that tell the ladder's designs apart (all, if none varies)."""
         designs = [s.choices for rung in self.rungs for s in rung.settings]
         return varying(self.columns, designs) or self.columns
 
 
 def noun(axis: Sequence[str]) -> str:
+    """`size` where the axis is the model size (SCALE_KEY) alone, else `level`."""
     return "size" if list(axis) == [SCALE_KEY] else "level"
 
 
@@ -192,7 +201,8 @@ def trends(
 
 
 def change_family(ladder: Ladder, alpha: float) -> Family | None:
-    """The change tests `trends` adjusts together over the designs; None on unordered levels (no such test)."""
+    """The change tests `trends` adjusts together over the designs; None on unordered levels (no such
+    test)."""
     if not ladder.ordered:
         return None
     tested = sum(t.p_value is not None for t in ladder.trends)

@@ -74,6 +74,7 @@ class SeedReach:
 
     @property
     def ratio(self) -> float:
+        """The design's cost over the baseline's for this seed (< 1: the design got there sooner)."""
         return self.design / self.baseline
 
 

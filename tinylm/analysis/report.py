@@ -73,6 +73,8 @@ class SweepReport:
 
     @cached_property
     def lr_varies(self) -> bool:
+        """Whether each setting is judged at its own tuned learning rate (the rate is swept
+        and is not the ladder's axis)."""
         return rate_tuned(self.setting_columns, self.axis)
 
     @cached_property
@@ -82,30 +84,38 @@ class SweepReport:
 
     @cached_property
     def family(self) -> list[Setting]:
+        """The settings judged together: each at its tuned rate when the rate varies."""
         return self.tuned if self.lr_varies else self.settings
 
     @cached_property
     def family_columns(self) -> list[str]:
+        """The columns that tell the family's settings apart (the rate left out when it
+        is tuned)."""
         return family_columns_of(self.setting_columns, self.lr_varies)
 
     @cached_property
     def family_baseline(self) -> Setting | None:
+        """The family's baseline (at its tuned rate when the rate varies)."""
         return self.tuned_baseline if self.lr_varies else self.baseline
 
     @cached_property
     def baselines(self) -> list[Setting]:
+        """Every baseline: each ladder level's, else the family's one (none without)."""
         return baselines_of(self.ladder, self.family_baseline)
 
     @cached_property
     def shown_family_columns(self) -> list[str]:
+        """The family columns whose value varies: those the tables show."""
         return grouping.varying(self.family_columns, [s.choices for s in self.family])
 
     @cached_property
     def swept_columns(self) -> list[str]:
+        """The setting columns whose value varies across the sweep's settings."""
         return grouping.varying(self.setting_columns, [s.choices for s in self.settings])
 
     @cached_property
     def shown_comparisons(self) -> list[Comparison]:
+        """The comparison the report shows for each setting of the family that has one."""
         return [c for s in self.family if (c := self.shown_comparison(s)) is not None]
 
     @cached_property
@@ -115,6 +125,7 @@ class SweepReport:
 
     @cached_property
     def equivalence_tests(self) -> int:
+        """How many of the shown comparisons ran an equivalence test (TOST)."""
         return sum(c.tests.p_equivalence is not None for c in self.shown_comparisons)
 
     @cached_property
@@ -126,10 +137,12 @@ class SweepReport:
 
     @cached_property
     def run_statuses(self) -> dict[str, int]:
+        """How many runs ended in each status (completed, diverged, …)."""
         return dict(Counter(run.status for run in self.runs))
 
     @cached_property
     def most_seeds(self) -> int:
+        """The most seeds with a result any setting has."""
         return max((len(s.results) for s in self.settings), default=0)
 
     @cached_property
@@ -174,9 +187,12 @@ class SweepReport:
         return next((m for m in self.costs if m.design == setting.choices), None)
 
     def shown_comparison(self, setting: Setting) -> Comparison | None:
+        """The comparison the report shows for `setting`: where seeds are judged apart,
+        its answer (added seeds' where its own left it open), else its own."""
         return setting.answer if self.judged_apart else setting.comparison
 
     def baseline_of(self, setting: Setting) -> Setting | None:
+        """The baseline `setting` is compared with: its ladder level's, else the family's."""
         return baseline_in(setting, self.ladder, self.family_baseline)
 
 
@@ -224,10 +240,12 @@ def rate_tuned(setting_columns: Sequence[str], axis: Sequence[str]) -> bool:
 
 
 def family_columns_of(setting_columns: Sequence[str], lr_varies: bool) -> list[str]:
+    """The columns that tell a family's settings apart: all but the rate when it is tuned."""
     return [c for c in setting_columns if c != LR] if lr_varies else list(setting_columns)
 
 
 def baselines_of(ladder: Ladder | None, base: Setting | None) -> list[Setting]:
+    """Each level's baseline on a ladder, else `base` alone (none without one)."""
     return [rung.baseline for rung in ladder.rungs] if ladder else [base] if base else []
 
 
@@ -246,6 +264,9 @@ def parse_choices(text: str) -> dict[str, Any]:
 
 
 class Scope(NamedTuple):
+    """What a sweep is judged on: the columns telling settings apart, the baseline's choices, a
+    ladder's axis, the rules and the sequential design."""
+
     setting_columns: list[str]  # the columns that tell settings apart (all but seed)
     wanted: dict[str, Any] | None  # the baseline's choices (None: no verdicts)
     axis: list[str]  # a ladder's; [] for none
@@ -331,6 +352,9 @@ def _against_design(asked: str, how: str, holds: str) -> ReportError:
 
 
 def judge(runs: Sequence[RunSummary], findings: dict[Path, list[Finding]], scope: Scope) -> dict[str, Any]:
+    """The report's judged fields, by SweepReport field name: the settings (and tuned family), the
+    baseline, the ladder, the families of tests, the why rows, the sizing and the compute multipliers.
+    A dict because the report splits the family into settings/tuned by whether the rate is tuned."""
     rules, design, tuned = scope.rules, scope.design, scope.rules.lr_varies
     columns = family_columns_of(scope.setting_columns, tuned)
     failed = {path for path, found in findings.items() if why.run_failure(found) is not None}

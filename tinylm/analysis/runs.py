@@ -42,6 +42,7 @@ class Metric:
 
     @property
     def is_loss(self) -> bool:
+        """Whether the result is the final validation loss (not steps or seconds to a level)."""
         return self.kind == LOSS
 
     @property
@@ -58,12 +59,14 @@ class Metric:
 
     @property
     def noun(self) -> str:
+        """The result in words: `final validation loss`, `steps to 1.88`."""
         if self.level is None:
             return "final validation loss"
         return f"{'steps' if self.kind == STEPS_TO else 'seconds'} to {self.level:g}"
 
     @property
     def units(self) -> str:
+        """The result's units: nats/char, steps or s."""
         return {LOSS: "nats/char", STEPS_TO: "steps", TIME_TO: "s"}[self.kind]
 
     @property
@@ -106,6 +109,8 @@ def parse_metric(text: str | None) -> Metric:
 
 @dataclass
 class RunSummary:
+    """One run as the report reads it: its choices, status and result, and its curves."""
+
     path: Path
     name: str
     status: str
@@ -156,6 +161,8 @@ class RunSummary:
         return None
 
     def watches(self, level: float | None) -> bool:
+        """Whether the run watched `level` (logged when its validation loss first reached it):
+        an unwatched level is not one never reached."""
         return self.watched is not None and any(math.isclose(level or 0.0, w) for w in self.watched)
 
 

@@ -51,6 +51,7 @@ class Look:
     horizon: int
 
     def level(self, alpha: float) -> float:
+        """This look's level for its paired t test: the last of `t_levels` over its seed counts."""
         return t_levels(self.counts, self.horizon, alpha)[-1]
 
 
@@ -92,9 +93,11 @@ class Design:
 
     @property
     def first_seeds(self) -> tuple[str, ...]:
+        """The sweep's own seeds: the first look's."""
         return self.looks[0] if self.looks else ()
 
     def added_seeds(self, look: int) -> list[str]:
+        """The seeds added by look `look` (its seeds less the sweep's own)."""
         return [seed for seed in self.looks[look] if seed not in self.first_seeds]
 
     @property
@@ -103,6 +106,8 @@ class Design:
         return self.max_seeds - len(self.first_seeds)
 
     def added_plan(self) -> list[Look | None]:
+        """Each later look on the added seeds (None: a look that judges nothing; every one, where
+        the horizon is under two seeds)."""
         counts = [len(self.added_seeds(look)) for look in range(1, len(self.looks))]
         return sequential_plan(counts, self.horizon) if self.horizon >= 2 else [None] * len(counts)
 
@@ -240,4 +245,5 @@ _DESIGN.register_structure_hook_func(lambda kind: kind is Any, lambda value, _: 
 
 
 def write_design(sweep_dir: Path, design: Design) -> None:
+    """The sequential design written to the sweep's DESIGN_FILE."""
     write_json(sweep_dir / DESIGN_FILE, design)

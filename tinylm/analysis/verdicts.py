@@ -23,6 +23,8 @@ Key = TypeVar("Key", bound=Hashable)
 
 
 class Outcome(enum.StrEnum):
+    """What a verdict states, whatever its words: better, worse, equivalent, identical, not resolved."""
+
     BETTER = BETTER
     WORSE = WORSE
     EQUIVALENT = "equivalent"
@@ -45,6 +47,7 @@ class Verdict(str):
         return (Verdict, (str(self), self.outcome))
 
     def noted(self, note: str) -> Verdict:
+        """This verdict with `note` after its words, the same outcome."""
         return Verdict(f"{self}{note}", self.outcome)
 
     def _read_back(self, *args: object, **kwargs: object) -> NoReturn:
@@ -83,6 +86,7 @@ class Comparison:
 
     @property
     def resolved(self) -> bool:
+        """Whether its verdict resolved (anything but `not resolved`)."""
         return self.judgement.verdict.outcome is not Outcome.NOT_RESOLVED
 
 
@@ -167,6 +171,7 @@ def step_down(p_values: Mapping[Key, float], alpha: float, level: Callable[[floa
 
 
 def holm(p_values: Mapping[Key, float]) -> dict[Key, float]:
+    """Each p-value of `p_values` adjusted by Holm's step-down over all of them, by the same key."""
     if not p_values:
         return {}
     # multipletests' closing gc.collect(), slow with torch loaded, skips frozen objects (docs/performance.md).
@@ -205,6 +210,9 @@ def failure_words(failures: Failures | None, fails_differently: bool) -> str | N
 
 
 def loss_verdict(t: PairedTests, differs: bool, within_min_effect: bool, min_effect: float) -> Verdict:
+    """The verdict on a difference: better/worse where the t test `differs`, equivalent where TOST
+    finds it `within_min_effect`, identical where every seed gave the same difference, else
+    not resolved with the reason (one seed, every seed failed)."""
     d, open_, equivalent = t.difference, Outcome.NOT_RESOLVED, f"equivalent within ±{min_effect:g}"
     if d is None:
         return Verdict(f"{UNRESOLVED}: every seed failed on one side or both", open_)

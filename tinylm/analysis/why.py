@@ -19,7 +19,9 @@ Settings = Sequence[Setting]
 
 
 @dataclass(frozen=True)
-class Shared:  # a finding over a setting's runs
+class Shared:
+    """A finding over a setting's runs: how many showed it, from which steps, and one run's example."""
+
     kind: str
     count: int  # how many of the `of` runs with a result showed it, from `steps`
     of: int
@@ -30,6 +32,7 @@ class Shared:  # a finding over a setting's runs
     seeds: tuple[str, ...] = ()  # each run's that showed it, `count` of them
 
     def describe(self) -> str:
+        """`dead units (3/5, from step 200-400)`: the finding as the report prints it."""
         began = ""
         if self.steps:
             low, high = min(self.steps), max(self.steps)
@@ -63,7 +66,9 @@ def failed(findings: Sequence[Shared]) -> bool:
 
 
 @dataclass(frozen=True)
-class WhyRow:  # one setting explained
+class WhyRow:
+    """One setting explained: its verdict and difference, and the findings its runs share."""
+
     setting: Setting
     design: dict[str, Any]
     verdict: Verdict | None  # and its difference: None without a comparison
@@ -79,10 +84,12 @@ class WhyRow:  # one setting explained
 
     @property
     def about_runs(self) -> tuple[Shared, ...]:
+        """The findings about the runs' training (not about their data)."""
         return tuple(f for f in self.findings if f.kind not in DATA_FINDINGS)
 
     @property
     def about_data(self) -> tuple[Shared, ...]:
+        """The findings about the data the runs were measured on."""
         return tuple(f for f in self.findings if f.kind in DATA_FINDINGS)
 
 
@@ -127,12 +134,16 @@ def still_learning(family: Settings, base: Setting | None, findings: Findings) -
     return tuple(rows)
 
 
-def quantity(tag: str | None) -> str | None:  # training_health/token_spread/block_12 -> token_spread
+def quantity(tag: str | None) -> str | None:
+    """The health quantity a tag logs (`training_health/token_spread/block_12` -> `token_spread`);
+    None for another tag."""
     return tag.split("/")[1] if tag and tag.startswith(HEALTH_PREFIX) else None
 
 
 @dataclass(frozen=True)
-class RowSize:  # one open row
+class RowSize:
+    """One open row's size: the seeds it needs and has, and the runs and run time to add."""
+
     design: dict[str, Any]
     needed: int | None  # the seeds it needs (None: too few finished to size it), of which it `has` some
     has: int
@@ -144,11 +155,14 @@ class RowSize:  # one open row
 
     @property
     def spent(self) -> bool:
+        """Whether its added seeds reached the sequential design's horizon (add_seeds adds no more)."""
         return self.added and self.horizon is not None and self.has >= self.horizon
 
 
 @dataclass(frozen=True)
-class Sizing:  # every open row's size
+class Sizing:
+    """Every open row's size, and the runs and run time of all of them."""
+
     rows: tuple[RowSize, ...]
     runs: int  # the runs (and `seconds` the run time) of all rows, the baseline's counted once
     seconds: float

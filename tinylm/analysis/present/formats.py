@@ -12,6 +12,8 @@ from tinylm.overrides import shown
 
 
 def fmt_number(value: float | Estimate | None, digits: int = 4, signed: bool = False) -> str:
+    """`value` (an Estimate: its mean) to `digits` decimals, `+` with `signed`; `—` for None and
+    `diverged` for inf."""
     value = value.mean if isinstance(value, Estimate) else value
     if value is None:
         return "—"
@@ -21,6 +23,7 @@ def fmt_number(value: float | Estimate | None, digits: int = 4, signed: bool = F
 
 
 def fmt_interval(e: Estimate | None, signed: bool = False, digits: int = 4) -> str:
+    """`[low, high]` of `e`'s interval, as `fmt_number` prints them; `—` without one."""
     if e is None or not e.has_interval:
         return "—"
     return f"[{fmt_number(e.low, digits, signed)}, {fmt_number(e.high, digits, signed)}]"
@@ -35,19 +38,24 @@ def fmt_multiplier(ratio: Estimate | None) -> str:
 
 
 def fmt_p(value: float | None) -> str:
+    """A p-value to two significant digits; `—` for none (no test)."""
     return "—" if value is None else f"{value:.2g}"
 
 
 def plural(count: int, noun: str) -> str:
+    """`1 seed`, `2 seeds`: the count and its noun."""
     return f"{count} {noun}{'s' if count != 1 else ''}"
 
 
 class Column(NamedTuple):
+    """One column of a markdown table: its header and the function giving a row's cell."""
+
     header: str
     cell: Callable[[Any], Any]  # the row's cell
 
 
 def choice_columns(columns: Sequence[str], choices: Callable = lambda row: row.choices) -> list[Column]:
+    """A column per choice in `columns`, each cell the row's value as an override prints it."""
     return [Column(c, lambda row, c=c: shown(choices(row).get(c, "—"))) for c in columns]
 
 
@@ -62,6 +70,7 @@ def md_table(columns: Sequence[Column], rows: Iterable[Any]) -> list[str]:
 
 
 def blocks(*parts: str | Sequence[str]) -> list[str]:
+    """The parts (a line, or a block of lines) as report.md's lines, a blank line after each part."""
     return [line for part in parts for line in [*([part] if isinstance(part, str) else part), ""]]
 
 

@@ -28,6 +28,7 @@ SEED_MARKERS = tuple("os^vD<>ph8*PXdHx+1234")  # hollow, one per seed (past a de
 
 
 def save_figure(figure: Figure, path: Path) -> Path:
+    """`figure` written to `path` as PNG at the report's one resolution; returns `path`."""
     figure.savefig(path, dpi=120)  # every figure at one resolution
     return path
 
@@ -66,7 +67,10 @@ def _reference_lines(axes: Axes, report: SweepReport, levels: Sequence[str]) -> 
                       annotation_clip=True, in_layout=False)  # fmt: skip
 
 
-class ForestRow(NamedTuple):  # a setting's difference from the baseline (0 for itself), or with none its mean
+class ForestRow(NamedTuple):
+    """A setting's row in a forest plot: its difference from the baseline (0 for itself), or with no
+    baseline its mean, with its interval and verdict."""
+
     label: str
     mean: float | None  # None: no finite difference (no result, or every seed diverged)
     low: float | None
@@ -76,27 +80,33 @@ class ForestRow(NamedTuple):  # a setting's difference from the baseline (0 for 
 
     @classmethod
     def of_baseline(cls, label: str) -> Self:
+        """The baseline's own row: drawn at 0, labelled as the baseline."""
         return cls(label, 0.0, None, None, "baseline", baseline=True)
 
     @classmethod
     def of(cls, label: str, e: Estimate | None, verdict: str) -> Self:
+        """The row of an estimate `e` (a difference or a mean); nothing to draw where it is not finite."""
         if e is None or not math.isfinite(e.mean):
             return cls(label, None, None, None, verdict)
         low, high = (e.low, e.high) if e.has_interval else (None, None)
         return cls(label, e.mean, low, high, verdict)
 
     def name(self) -> str:
+        """Its label as the plot prints it, wrapped (the baseline's marked)."""
         return textwrap.fill(f"{self.label}  (baseline)" if self.baseline else self.label, NAME_WIDTH)
 
     def verdict_text(self) -> str:
-        # Wrapped: a long verdict (why there is no test) would squeeze the plot.
+        """Its verdict as the plot prints it, wrapped: a long one (why there is no test) would squeeze the
+        plot."""
         text = str(self.verdict) if self.mean is not None else f"{self.verdict} (nothing to draw)"
         return textwrap.fill(text, VERDICT_WIDTH)
 
     def lines(self) -> int:
+        """The text lines the row takes in the plot: its height."""
         return max(self.name().count("\n"), self.verdict_text().count("\n")) + 1
 
     def colour(self) -> str:
+        """Its marker's colour: red for worse, green for better, black for the baseline, else blue."""
         colours = {Outcome.WORSE: "tab:red", Outcome.BETTER: "tab:green"}  # a plain word: no outcome
         return "black" if self.baseline else colours.get(getattr(self.verdict, "outcome", None), "tab:blue")
 
@@ -247,7 +257,9 @@ def plot_lr_sensitivity(report: SweepReport, path: Path) -> Path:
     return save_figure(_finish(figure, axes, title, columns), path)
 
 
-class RunCurve(NamedTuple):  # one run's curve in a why figure
+class RunCurve(NamedTuple):
+    """One run's curve in a why figure: its seed, the tag it logged, its finite (step, value) readings."""
+
     seed: str
     tag: str  # the tag it logged
     points: Sequence[tuple[int, float]]  # its finite (step, value) readings

@@ -119,12 +119,13 @@ def _multiplier_clause(costs: Multipliers) -> str:
 
 def _multiplier_promise(confidence: float) -> str:
     return (
-        "The multiplier is the steps a design takes to reach the loss both sides reached (the baseline's final "
-        "validation loss, or the design's own where it never came down to it) over the baseline's, from each "
-        f"run's validation curve, paired by seed, with a {confidence:.0%} interval of the mean log ratio; "
-        "below 1 the design needs less training for the same loss. Steps come first because a sweep's "
-        "jobs share the cores and their seconds vary with what else runs, while a step is the same work on any "
-        "machine; the training time (validation left out) follows, and differs from it by what a step costs."
+        "The multiplier is the steps a design takes to reach the loss both sides reached (the baseline's "
+        "final validation loss, or the design's own where it never came down to it) over the baseline's, "
+        f"from each run's validation curve, paired by seed, with a {confidence:.0%} interval of the mean log "
+        "ratio; below 1 the design needs less training for the same loss. Steps come first because a "
+        "sweep's jobs share the cores and their seconds vary with what else runs, while a step is the same "
+        "work on any machine; the training time (validation left out) follows, and differs from it by what a "
+        "step costs."
     )
 
 
@@ -298,15 +299,15 @@ def _family_section(report: SweepReport) -> list[str]:
     if base is None:
         example = report.baseline_example
         how = (
-            f"run report.py again with `--baseline {shlex.quote(example)}` (the setting the sweep ran first) or "
-            "another setting's choices"
+            f"run report.py again with `--baseline {shlex.quote(example)}` (the setting the sweep ran first) "
+            "or another setting's choices"
             if example is not None
             else "run report.py again with `--baseline key=value[,key=value]`"
         )
         return text + blocks(
             f"No verdicts: no baseline was named. For verdicts against one of these settings, {how}, or set "
-            "`baseline:` in the experiment preset. The best setting is not used as one: it is picked from the "
-            "same runs it would be judged on, which tilts every other row toward `worse`."
+            "`baseline:` in the experiment preset. The best setting is not used as one: it is picked from "
+            "the same runs it would be judged on, which tilts every other row toward `worse`."
         )
     if not report.lr_varies:
         text += blocks(f"## Against the baseline `{base.label(named)}`")

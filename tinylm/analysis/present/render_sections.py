@@ -73,6 +73,8 @@ def added_section(report: SweepReport) -> list[str]:
 
 
 def cost_lines(report: SweepReport) -> list[str]:
+    """The lines on what resolving the open rows would take (seeds, runs, run time); none when
+    nothing is open."""
     sizing = report.sizing
     if sizing is None or not (sizing.rows or sizing.runs):
         return []
@@ -109,6 +111,8 @@ def _cost_line(row: Any) -> str:
 
 
 def why_section(report: SweepReport) -> list[str]:
+    """The `why` section: each setting that lost or failed with what its curves show, and what the
+    runs show of their data."""
     explained, about_data, digits = [], [], report.metric.digits - 1
     for row in report.why:
         named = f"- **{setting_label(row.design)}**"
@@ -150,6 +154,7 @@ def _sentence(f: Shared) -> str:
 
 
 def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The depth probe's table at each of the runs' shapes; none without probe rows."""
     if not rows:
         return []
     from tinylm.probe.depth import label  # torch: only where a sweep has probe rows
@@ -174,6 +179,7 @@ def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def rates_cell(s: Setting) -> str:
+    """The rates a setting's seeds chose, each with its count: `0.001 ×3, 0.003 ×2`."""
     counts = sorted(Counter(s.rates.values()).items())
     return ", ".join(f"{overrides.shown(rate)} ×{n}" for rate, n in counts) or "—"
 
@@ -217,6 +223,8 @@ def _level_table(report: SweepReport, rows: list, design: Callable, differences:
 
 
 def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
+    """The ladder's section: each design's mean and its difference from the level's baseline at
+    every level, the word across levels, and what the words mean."""
     pct, noun, metric, axis = f"{report.confidence:.0%}", ladder.noun, report.metric, ", ".join(ladder.axis)
     bits, across = ladder.in_bits and metric.is_loss, f"across {noun}s"
     loss = "Mean final loss" if metric.is_loss else f"Mean {metric.noun}"
