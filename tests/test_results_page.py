@@ -92,26 +92,34 @@ def test_each_stored_report_states_the_numbers_of_its_json(source):
     text = (DOCS / source).read_text(encoding="utf-8")
     record = json.loads((DOCS / source).with_name("report.json").read_text(encoding="utf-8"))
     family = record["tuned"] or record["settings"]
-    compared = [s for s in family if s["vs_baseline"]]
+    compared = [s for s in family if comparison_of(s, False)]
     assert compared, source
     judged_apart = record.get("rule") == "tuned then judged" and record["tuned"]
     for s in compared:
         # Tuned then judged, the family table shows the judging seeds' comparison (the sweep's judges nothing).
-        c = (judged_apart and s["added_seeds_vs_baseline"]) or s["vs_baseline"]
-        d = c["difference"] and Estimate(*(c["difference"][k] for k in ("mean", "n", "sd", "low", "high")))
-        numbers = (
-            fmt_number(d.mean if d else None, signed=True),
-            fmt_interval(d, signed=True),
-            fmt_p(c["p_holm"]),
-        )
+        difference, p, verdict = comparison_of(s, judged_apart)
+        d = difference and Estimate(*(difference[k] for k in ("mean", "n", "sd", "low", "high")))
+        numbers = (fmt_number(d.mean if d else None, signed=True), fmt_interval(d, signed=True), fmt_p(p))
         # The family table's cells, or a ladder's cell of each level: `mean [low, high], p p_holm: verdict`
         # (across corpora, the difference's share of the baseline's gain between the interval and the p).
-        if "scale" in record:
+        if "scale" in record or record.get("ladder"):
             row = (re.escape("{} {}".format(*numbers[:2])) + r"( \([+-][\d.]+% of the baseline's gain\))?"
-                   + re.escape(f", p {numbers[2]}: {c['verdict']}"))  # fmt: skip
+                   + re.escape(f", p {numbers[2]}: {verdict}"))  # fmt: skip
             assert re.search(row, text), (source, s["choices"], row)
         else:
             assert " | ".join(numbers) in text, (source, s["choices"], numbers)
+
+
+def comparison_of(setting: dict, judged_apart: bool) -> tuple[dict | None, float | None, str] | None:
+    """A stored setting's comparison as (difference, Holm-adjusted p, verdict text), in the json of any
+    format: before format 6 `vs_baseline` with `p_holm`, from 6 on `comparison` with tests and judgement."""
+    if "vs_baseline" in setting:
+        c = (judged_apart and setting["added_seeds_vs_baseline"]) or setting["vs_baseline"]
+        return (c["difference"], c["p_holm"], c["verdict"]) if c else None
+    c = (judged_apart and setting["added"]) or setting["comparison"]
+    if not c:
+        return None
+    return c["tests"]["difference"], c["judgement"]["p_adjusted"], c["judgement"]["verdict"]["text"]
 
 
 def test_the_cost_table_is_what_the_runs_took():
@@ -199,7 +207,8 @@ README = DOCS.parent / "README.md"
 
 
 def report_verdicts(sweep: str) -> list[str]:
-    """Every verdict a stored report's json records: each comparison's and each word across levels."""
+    """Every verdict a stored report's json records: each comparison's, each word across levels (the loss's
+    and the step multiplier's), in the json of any format."""
     found: list[str] = []
 
     def walk(value: object) -> None:
@@ -207,6 +216,10 @@ def report_verdicts(sweep: str) -> list[str]:
             for key, item in value.items():
                 if key == "verdict" and isinstance(item, str):
                     found.append(item)
+                elif key == "verdict" and isinstance(item, dict) and isinstance(item.get("text"), str):
+                    found.append(item["text"])  # format 6 on: the words beside their outcome
+                elif key == "word" and isinstance(item, str):
+                    found.append(item)  # a word across levels (the loss's, or a multiplier's)
                 walk(item)
         elif isinstance(value, list):
             for item in value:
