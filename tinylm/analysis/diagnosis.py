@@ -6,6 +6,7 @@ import math
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
 from scipy.stats import linregress
@@ -71,6 +72,15 @@ class Finding:
     until: int | None = None  # the last step it held, if it ended before the run did (it recovered)
 
 
+class _Spike(NamedTuple):
+    """A rise above the lowest loss before it, compared by its peak first (then its low, its span)."""
+
+    peak: float
+    low: float
+    index: int  # in the validation curve: its first reading above low + SPIKE_RISE...
+    end: int  # ...and the first back under it (the curve's length: none was)
+
+
 class HealthCurve(NamedTuple):
     """One `training_health/<quantity>/block_<block>` curve: its tag, its block and its readings."""
 
@@ -117,7 +127,8 @@ def diagnose(run: RunSummary, reference: Mapping[str, float] | None = None) -> l
 
 def _spike(val: Series) -> tuple[Finding | None, Series]:
     """The highest loss spike of `val`, and `val` without it and its fall back (what a slope reads)."""
-    spikes, low, index = [], math.inf, 0  # each rise above its lowest before + SPIKE_RISE that came back down
+    spikes: list[_Spike] = []  # each rise above its lowest before + SPIKE_RISE that came back down
+    low, index = math.inf, 0
     while index < len(val):
         if val[index][1] <= low + SPIKE_RISE:
             low, index = min(low, val[index][1]), index + 1
@@ -125,7 +136,7 @@ def _spike(val: Series) -> tuple[Finding | None, Series]:
         end = next((i for i in range(index, len(val)) if val[i][1] <= low + SPIKE_RISE), len(val))
         peak, after = max(value for _, value in val[index:end]), val[min(end, len(val) - 1)][1]
         if end < len(val) or peak - after >= SPIKE_RETURN * (peak - low):
-            spikes.append((peak, low, index, end))
+            spikes.append(_Spike(peak, low, index, end))
         index = end
     if not spikes:
         return None, val
@@ -150,7 +161,7 @@ def _rose(run: RunSummary, val: Series) -> Finding | None:
     """A validation loss ending more than DESTABILISED_RISE above its minimum: overfitting or destabilised."""
     if len(val) < 2:
         return None
-    (low_step, low), (end_step, end) = min(val, key=lambda point: point[1]), val[-1]
+    (low_step, low), (end_step, end) = min(val, key=itemgetter(1)), val[-1]
     if not end - low > DESTABILISED_RISE:
         return None
     rise, then, now = end - low, train_loss_near(run, low_step), train_loss_near(run, end_step)
@@ -198,7 +209,10 @@ def train_loss_near(run: RunSummary, step: int) -> float | None:
         return None
     half = TRAIN_WINDOW * (run.max_steps or curve[-1][0]) / 2
     near = [v for s, v in curve if abs(s - step) <= half]
-    return statistics.median(near) if near else min(curve, key=lambda point: abs(point[0] - step))[1]
+    if near:
+        return statistics.median(near)
+    _, _, nearest = min((abs(s - step), index, v) for index, (s, v) in enumerate(curve))  # the first nearest
+    return nearest
 
 
 def _stall(run: RunSummary, reference: Mapping[str, float] | None) -> Finding | None:
@@ -217,7 +231,11 @@ def _stall(run: RunSummary, reference: Mapping[str, float] | None) -> Finding | 
         what = f"is the bigram level {bigram:.3f}: it predicts from the last character alone"
     else:
         return None
-    step = since([(step, value) for step, value, _ in run.val_curve], lambda v: v <= level + STALL_MARGIN)
+
+    def at_level(value: float) -> bool:
+        return value <= level + STALL_MARGIN
+
+    step = since([(step, value) for step, value, _ in run.val_curve], at_level)
     return Finding(kind, f"its final loss {final:.3f} {what}", step, VAL_LOSS)
 
 
@@ -247,19 +265,26 @@ def _collapse(run: RunSummary) -> Finding | None:
 
 def _dead_units(run: RunSummary) -> Finding | None:
     """The block with the most FFN units dead above DEAD_FRACTION in an episode (one to the end first)."""
-    episodes = _episodes(_by_block(run, "dead_units").values(), lambda fraction: fraction > DEAD_FRACTION)
-    found = [
-        (until is None, max(v for _, v in inside), -start, curve.tag, curve, start, until)
-        for curve, (start, until), inside in episodes
-    ]
+    found = list(_episodes(_by_block(run, "dead_units").values(), _mostly_dead))
     if not found:
         return None
-    _, worst, *_, curve, start, until = max(found)
+    curve, (start, until), inside = max(found, key=_dead_first)
+    worst = max(v for _, v in inside)
     after = "" if until is None else f", then {_recovered_to(curve.series, until):.0%}"
     evidence = f"up to {worst:.0%} of block {curve.block}'s FFN units never fired on the fixed batch"
     evidence += f"{_span(start, until)} (above {DEAD_FRACTION:.0%}; healthy runs under 1%){after}: width the "
     evidence += "run pays for and does not use"
     return Finding(DEAD_UNITS, evidence, start, curve.tag, until)
+
+
+def _mostly_dead(fraction: float) -> bool:
+    return fraction > DEAD_FRACTION
+
+
+def _dead_first(found: Episode) -> tuple[bool, float, int, str]:
+    """Which dead-units episode is named: one lasting to the end, then the most units dead, the earliest."""
+    curve, (start, until), inside = found
+    return until is None, max(v for _, v in inside), -start, curve.tag
 
 
 def _starved(run: RunSummary) -> Finding | None:
@@ -269,7 +294,7 @@ def _starved(run: RunSummary) -> Finding | None:
     q, k, v, o = (dict(curve.series) for curve in grads)
     steps = sorted(set(q) & set(k) & set(v) & set(o))
     ratios = [(s, max(q[s], k[s]) / max(v[s], o[s])) for s in steps if min(v[s], o[s]) > 0]
-    found = episode(ratios, lambda ratio: ratio < STARVED_RATIO)
+    found = episode(ratios, _q_k_starved)
     if found is None:
         return None
     step, until = found
@@ -277,6 +302,29 @@ def _starved(run: RunSummary) -> Finding | None:
     evidence = f"the last block's W_q gradient norm is {q[last]:.1e} against W_v's {v[last]:.1e}"
     evidence += f"{_span(step, until)} (below {STARVED_RATIO:g}×): its attention cannot learn where to look"
     return Finding(STARVED, evidence, step, grads[0].tag, until)
+
+
+def _q_k_starved(ratio: float) -> bool:
+    return ratio < STARVED_RATIO
+
+
+class _Saturation(NamedTuple):
+    """A block's saturated episode: where it began and ended, its last low entropy and its largest logit."""
+
+    step: int
+    until: int | None
+    block: int
+    entropy: float
+    logit: float
+    tag: str
+
+    def named_first(self) -> tuple[bool, int, int]:
+        """One lasting to the end first, then the earliest, then the shallowest block."""
+        return self.until is not None, self.step, self.block
+
+
+def _low_entropy(entropy: float) -> bool:
+    return entropy < SATURATED_ENTROPY
 
 
 def _saturated(run: RunSummary) -> Finding | None:
@@ -289,14 +337,14 @@ def _saturated(run: RunSummary) -> Finding | None:
         if c.block in logits
     ]
     found = []
-    for curve, (step, until), inside in _episodes(joint, lambda entropy: entropy < SATURATED_ENTROPY):
+    for curve, (step, until), inside in _episodes(joint, _low_entropy):
         logit = max(logits[curve.block][s] for s, _ in inside)
         if logit > SATURATED_LOGIT:
-            held = [v for _, v in inside if v < SATURATED_ENTROPY]  # not a brief break's reading
-            found.append((until is not None, step, curve.block, held[-1], logit, until, curve.tag))
+            held = [v for _, v in inside if _low_entropy(v)]  # not a brief break's reading
+            found.append(_Saturation(step, until, curve.block, held[-1], logit, curve.tag))
     if not found:
         return None
-    _, step, block, entropy, logit, until, tag = min(found)
+    step, until, block, entropy, logit, tag = min(found, key=_Saturation.named_first)
     # What the two curves show and no more: a real saturated run's W_q gradient did not vanish (issue 64).
     evidence = f"block {block}'s mean attention entropy is {entropy:.3f} nats with logits up to {logit:.0f}"
     evidence += f"{_span(step, until)} (below {SATURATED_ENTROPY:g} nats, above {SATURATED_LOGIT:g}): its "
@@ -363,8 +411,13 @@ def episode(series: Series, holds: Callable[[float], bool]) -> tuple[int, int | 
     named = [(first, end) for first, end in spans if end - first + 1 >= RECOVERED_EPISODE]
     if not named:
         return None
-    first, end = max(named, key=lambda span: (span[1] - span[0], -span[0]))
+    first, end = max(named, key=_longest_then_earliest)
     return series[first][0], series[end][0]
+
+
+def _longest_then_earliest(span: tuple[int, int]) -> tuple[int, int]:
+    first, end = span
+    return end - first, -first
 
 
 def _episodes(curves: Iterable[HealthCurve], holds: Callable[[float], bool]) -> Iterator[Episode]:
@@ -399,4 +452,4 @@ def _by_block(run: RunSummary, quantity: str) -> dict[int, HealthCurve]:
 
 
 def _deepest(run: RunSummary, quantity: str) -> HealthCurve | None:
-    return max(_by_block(run, quantity).values(), key=lambda curve: curve.block, default=None)
+    return max(_by_block(run, quantity).values(), key=attrgetter("block"), default=None)

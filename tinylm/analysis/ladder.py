@@ -9,7 +9,7 @@ import math
 import statistics
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from scipy.stats import ttest_ind_from_stats
 
@@ -31,6 +31,20 @@ from tinylm.overrides import shown
 
 # The choice a scale ladder varies (conf/size/): a sweep over it is a ladder unless its baseline names it.
 SCALE_KEY = "size"
+
+
+class Level(NamedTuple):
+    """One level of a ladder's axis before it is judged: its name, its runs' median parameters and steps (None
+    where none logged them), and the settings at it."""
+
+    name: str
+    params: int | None
+    steps: int | None
+    settings: list[Setting]
+
+    def by_size(self) -> tuple[bool, int, str]:
+        """Sizes in order of their parameters (unknown last), then by name."""
+        return self.params is None, self.params or 0, self.name
 
 
 @dataclass(frozen=True)
@@ -129,9 +143,9 @@ def judge_family(
 ) -> tuple[list[Setting], Setting | None, Ladder | None]:
     """The family judged against the baseline `wanted` names, level by level along `axis`, on a design's first
     look; rows left open, on the seeds added since. Returns its rows, its baseline (or None), its ladder."""
-    levels = ladder_levels(family, axis) if axis else [("", None, None, list(family))]
+    levels = ladder_levels(family, axis) if axis else [Level("", None, None, list(family))]
     design_columns = [c for c in columns if c not in axis]
-    groups = [(group, pick_baseline(group, wanted, design_columns)) for *_, group in levels]
+    groups = [(level.settings, pick_baseline(level.settings, wanted, design_columns)) for level in levels]
     rows = [(s, base) for group, base in groups for s in group if s is not base]
     if rules.lr_varies:  # the sweep's own seeds chose each rate and judge nothing: each row says so
         compared = []
@@ -155,28 +169,30 @@ def judge_family(
     if not axis:
         return list(judged.values()), groups[0][1], None
     rungs = [
-        Rung(level, params, steps, base, [judged[s.key(columns)] for s in group])
-        for (level, params, steps, group), (_, base) in zip(levels, groups, strict=True)
+        Rung(level.name, level.params, level.steps, base, [judged[s.key(columns)] for s in level.settings])
+        for level, (_, base) in zip(levels, groups, strict=True)
     ]
     ladder = Ladder(list(axis), design_columns, rungs, trends(rungs, design_columns, rules.alpha, axis))
     return list(judged.values()), None, ladder
 
 
-def ladder_levels(
-    family: Sequence[Setting], axis: Sequence[str]
-) -> list[tuple[str, int | None, int | None, list[Setting]]]:
+def ladder_levels(family: Sequence[Setting], axis: Sequence[str]) -> list[Level]:
     """Each level of `axis` as a `Rung` has it; by parameters for sizes, by value for one numeric choice."""
-    levels = []
+    levels: list[Level] = []
     for value, group in groups_of(family, axis).items():
         runs = [run for s in group for run in s.runs]
         params = [r.params for r in runs if r.params is not None]
         steps = [r.max_steps for r in runs if r.max_steps is not None]
         medians = [int(statistics.median(known)) if known else None for known in (params, steps)]
-        levels.append(("/".join(shown(v) for v in value), *medians, group))
+        levels.append(Level("/".join(shown(v) for v in value), *medians, group))
     if list(axis) == [SCALE_KEY]:
-        levels.sort(key=lambda level: (level[1] is None, level[1] or 0, level[0]))
-    elif ordered(axis, [name for name, *_ in levels]):
-        levels.sort(key=lambda level: float(level[3][0].choices[axis[0]]))
+        levels.sort(key=Level.by_size)
+    elif ordered(axis, [level.name for level in levels]):
+
+        def value(level: Level) -> float:  # the one choice's, as a number
+            return float(level.settings[0].choices[axis[0]])
+
+        levels.sort(key=value)
     return levels
 
 

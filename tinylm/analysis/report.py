@@ -169,9 +169,7 @@ class SweepReport:
         if self.family_baseline is not None or self.ladder is not None or len(self.family) < 2:
             return None
         columns = self.shown_family_columns
-        in_job_order = sorted(
-            (s for s in self.family if s.runs), key=lambda s: min(natural_key(run.name) for run in s.runs)
-        )
+        in_job_order = sorted((s for s in self.family if s.runs), key=_first_job)
         for setting in in_job_order:
             # As the flag takes it: a float's str reads back as itself, a value with a comma cannot
             text = ",".join(f"{c}={setting.choices[c]}" for c in columns)
@@ -237,6 +235,16 @@ def families_of(
 def rate_tuned(setting_columns: Sequence[str], axis: Sequence[str]) -> bool:
     """The rate varies and is tuned per setting: a rate that is the ladder's axis is a level."""
     return LR in setting_columns and LR not in axis
+
+
+def _first_job(setting: Setting) -> list[Any]:
+    """Where a setting's first run stands in the sweep's job order."""
+    return min(natural_key(run.name) for run in setting.runs)
+
+
+def _by_result(run: RunSummary) -> tuple[bool, float]:
+    """Runs ranked by result, diverged (inf) after the finite, then those without one."""
+    return run.result is None, run.result or 0.0
 
 
 def family_columns_of(setting_columns: Sequence[str], lr_varies: bool) -> list[str]:
@@ -315,7 +323,7 @@ def build_report(
     findings = {run.path: diagnose(run, run.reference) for run in runs}
     return SweepReport(
         sweep_dir,
-        sorted(runs, key=lambda r: (r.result is None, r.result or 0.0)),  # diverged (inf) after the finite
+        sorted(runs, key=_by_result),
         columns,
         common,
         setting_columns=setting_columns,

@@ -198,7 +198,11 @@ def find_run_dirs(sweep_dir: Path) -> list[Path]:
             f"no runs in {str(sweep_dir)!r} (no */.hydra/overrides.yaml); pass a sweep directory made by "
             "`scripts/train.py -m ...`, e.g. runs/multirun/<date>/<time>"
         )
-    return sorted(runs, key=lambda p: natural_key(p.relative_to(sweep_dir).as_posix()))
+
+    def job_order(path: Path) -> list[Any]:
+        return natural_key(path.relative_to(sweep_dir).as_posix())
+
+    return sorted(runs, key=job_order)
 
 
 def natural_key(text: str) -> list[Any]:

@@ -239,9 +239,17 @@ def read_design(sweep_dir: Path) -> Design | None:
         raise ReportError(f"{path} is not a sequential design scripts/add_seeds.py wrote: {err}") from None
 
 
-# A round's choices written as text, before choices kept their type, are typed as Hydra would.
+def _is_any(kind: object) -> bool:
+    return kind is Any
+
+
+def _typed(value: Any, _kind: object) -> Any:
+    return typed_choice(value)
+
+
 _DESIGN = Converter(detailed_validation=False)
-_DESIGN.register_structure_hook_func(lambda kind: kind is Any, lambda value, _: typed_choice(value))
+# A round's choices written as text, before choices kept their type, are typed as Hydra would.
+_DESIGN.register_structure_hook_func(_is_any, _typed)
 
 
 def write_design(sweep_dir: Path, design: Design) -> None:

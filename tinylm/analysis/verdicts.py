@@ -6,6 +6,7 @@ import enum
 import gc
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import NoReturn, TypeVar
 
 from statsmodels.stats.multitest import multipletests
@@ -162,7 +163,7 @@ def family_size(comparisons: Sequence[Comparison]) -> int:
 def step_down(p_values: Mapping[Key, float], alpha: float, level: Callable[[float], float]) -> set[Key]:
     """Holm's step-down at `level(α / (m - k + 1))`: ours, as `multipletests` compares with the share."""
     rejected: set[Key] = set()
-    ordered = sorted(p_values.items(), key=lambda item: item[1])
+    ordered = sorted(p_values.items(), key=itemgetter(1))
     for rank, (key, p) in enumerate(ordered):
         if p > level(alpha / (len(ordered) - rank)):
             break

@@ -151,7 +151,7 @@ def report_figure(
     for setting, label, colour in zip(report.settings, labels, _colours(len(labels)), strict=True):
         points = list(setting_curve(setting, x_axis, band, report.confidence))
         style = {"color": colour} if setting.results else {"color": colour, "alpha": 0.45, "linestyle": "--"}
-        seeds = max((p[4] for p in points), default=0)
+        seeds = max((p.seeds for p in points), default=0)
         label = f"{label} (n={seeds})" + ("" if setting.results else ", no result")
         if not points:
             axes.plot([], [], label=f"{label}, nothing logged", **style)
@@ -210,8 +210,18 @@ class _RoomyTicks(ticker.MaxNLocator):
         return super().__call__()
 
 
-def setting_curve(setting: Setting, x_axis: str, band: str, confidence: float) -> Iterator[tuple[float, ...]]:
-    """(x, mean, band low, band high, seeds) per step of its runs' finite values (not in the report value)."""
+class CurvePoint(NamedTuple):
+    """A setting's curve at one step: the mean over its seeds, the band around it, and how many seeds."""
+
+    x: float
+    mean: float
+    low: float
+    high: float
+    seeds: int
+
+
+def setting_curve(setting: Setting, x_axis: str, band: str, confidence: float) -> Iterator[CurvePoint]:
+    """A point per step of its runs' finite values (the curves are not in the report value)."""
     by_step: dict[int, list[tuple[float, float]]] = {}
     for run in setting.runs:
         for step, value, seconds in run.curve:
@@ -223,7 +233,7 @@ def setting_curve(setting: Setting, x_axis: str, band: str, confidence: float) -
         xs, values = zip(*by_step[step], strict=True)
         e = estimate(values, confidence) if band == "ci" and len(values) > 1 else None
         low, high = (e.low, e.high) if e is not None else (min(values), max(values))
-        yield statistics.fmean(xs), statistics.fmean(values), low, high, len(values)
+        yield CurvePoint(statistics.fmean(xs), statistics.fmean(values), low, high, len(values))
 
 
 def plot_lr_sensitivity(report: SweepReport, path: Path) -> Path:

@@ -142,13 +142,29 @@ def _why(row: Mapping[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
     return kept | {"setting": named["choices"], "verdict": _verdict(row), "findings": findings}
 
 
+def _is_hashable(kind: object) -> bool:
+    return kind is Hashable
+
+
+def _as_written(value: Any, _kind: object) -> Any:
+    return value
+
+
+def _write_verdict(verdict: Verdict) -> dict[str, str]:
+    return {"text": str(verdict), "outcome": verdict.outcome.value}
+
+
+def _read_verdict(value: dict[str, str], _kind: object) -> Verdict:
+    return Verdict(value["text"], Outcome(value["outcome"]))
+
+
 def _converter(runs: Mapping[str, RunSummary] | None) -> Converter:
     """The schema: for writing (`runs` None), or for reading a report whose runs are `runs`, by name."""
     c = Converter()
     read: dict[frozenset[tuple[str, Any]], Setting] = {}  # each setting read, by its choices
-    c.register_structure_hook_func(lambda kind: kind is Hashable, lambda v, _: v)  # a seed, as written
-    c.register_unstructure_hook(Verdict, lambda v: {"text": str(v), "outcome": v.outcome.value})
-    c.register_structure_hook(Verdict, lambda v, _: Verdict(v["text"], Outcome(v["outcome"])))
+    c.register_structure_hook_func(_is_hashable, _as_written)  # a seed, as written
+    c.register_unstructure_hook(Verdict, _write_verdict)
+    c.register_structure_hook(Verdict, _read_verdict)
 
     def ref(setting: Setting | list[Setting] | None) -> Any:
         return [s.choices for s in setting] if isinstance(setting, list) else setting and setting.choices
@@ -165,16 +181,28 @@ def _converter(runs: Mapping[str, RunSummary] | None) -> Converter:
         """A settings row with, for readers, its seeds (a tuned row's: those judged on) and its failures."""
         return c.unstructure(setting, Setting) | {seeds: list(setting.seeds), "fails": setting.fails}
 
+    def tuned_rows(rows: list[Setting]) -> list[dict[str, Any]]:
+        return [row(s, "judged_on") for s in rows]
+
+    def settings_rows(rows: list[Setting]) -> list[dict[str, Any]]:
+        return [row(s, "seeds") for s in rows]
+
+    def run_names(settings_runs: list[RunSummary]) -> list[str]:
+        return [run.name for run in settings_runs]
+
+    def named_runs(names: list[str], _kind: object) -> list[RunSummary]:
+        return [runs[name] for name in names]
+
     for kind in (RunSummary, Setting, Rung, WhyRow, SweepReport):  # each after those it holds
         omitted = {name: override(omit=True) for name in _LEFT_OUT.get(kind, ())}
         written = omitted | {name: override(unstruct_hook=ref) for name in _REFERENCES.get(kind, ())}
         read_as = omitted | {name: override(struct_hook=deref) for name in _REFERENCES.get(kind, ())}
         if kind is Setting:
-            written["runs"] = override(unstruct_hook=lambda rs: [r.name for r in rs])
-            read_as["runs"] = override(struct_hook=lambda names, _: [runs[name] for name in names])
+            written["runs"] = override(unstruct_hook=run_names)
+            read_as["runs"] = override(struct_hook=named_runs)
         if kind is SweepReport:
-            written["tuned"] = override(unstruct_hook=lambda rows: [row(s, "judged_on") for s in rows])
-            written["settings"] = override(unstruct_hook=lambda rows: [row(s, "seeds") for s in rows])
+            written["tuned"] = override(unstruct_hook=tuned_rows)
+            written["settings"] = override(unstruct_hook=settings_rows)
         c.register_unstructure_hook(kind, make_dict_unstructure_fn(kind, c, **written))
         made = make_dict_structure_fn(kind, c, **read_as)
         c.register_structure_hook(kind, partial(remembered, made=made) if kind is Setting else made)
