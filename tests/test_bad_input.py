@@ -499,6 +499,12 @@ ROWS = [
         ["threads=-1 must be a positive whole number"],
     ),
     BadInput(
+        "negative-compile-warmup-steps",
+        "train.py",
+        lambda t, e: ["compile=true", "compile_warmup_steps=-1"],
+        ["compile_warmup_steps=-1 must be a whole number >= 0 (0: no warm-up)"],
+    ),
+    BadInput(
         "zero-sample-temperature",
         "train.py",
         lambda t, e: ["sample.temperature=0"],

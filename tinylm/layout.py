@@ -62,6 +62,11 @@ def target_tags(level: float) -> tuple[str, str]:
     return f"{TARGET_PREFIX}{level:g}/step", f"{TARGET_PREFIX}{level:g}/time_s"
 
 
+# A compiled run's warm-up before the training clock starts (tinylm/training/callbacks/warmup.py): its seconds,
+# in TensorBoard and metrics.json, left out of every `target/<level>/time_s`.
+COMPILE_WARMUP = "compile/warmup_s"
+
+
 CONFIG_FILE = "config.yaml"
 TOKENIZER_FILE = "tokenizer.json"
 RECORD_FILE = "metrics.json"

@@ -40,6 +40,7 @@ from tinylm.data import CharDataModule, VocabularyError
 from tinylm.errors import ConfigError, Interrupted, ReportedError, TrainingDiverged
 from tinylm.layout import (
     BEST_VAL_LOSS,
+    COMPILE_WARMUP,
     CONFIG_FILE,
     DIVERGED_AT,
     FINAL_SPLIT_WINDOWS,
@@ -66,7 +67,7 @@ from tinylm.model import GPT
 from tinylm.model.sampling import sample_text
 from tinylm.overrides import NOT_A_DESIGN_GROUP, choices
 from tinylm.training import slurm
-from tinylm.training.callbacks import LossTargets, TensorBoardHParams, in_order
+from tinylm.training.callbacks import CompileWarmUp, LossTargets, TensorBoardHParams, in_order
 from tinylm.training.checkpoints import (
     AtomicCheckpointIO,
     check_resumable,
@@ -249,6 +250,8 @@ def build_trainer(
     cfg = settings.cfg
     configured = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     always = [*checkpoint_callbacks(settings.run_dir), TensorBoardHParams(hparams_for_tensorboard(cfg))]
+    if settings.compile:
+        always.append(CompileWarmUp(settings.compile_warmup_steps))
     callbacks = in_order(configured, always, settings.trainer.get("enable_progress_bar", True), observers)
     # The run directory carries the run's name (a single run's and a sweep job's alike): events go straight
     # into <run dir>/tb, and a run resumed in place continues the same TensorBoard run.
@@ -405,10 +408,13 @@ def summary_line(
     """How the run ended, in one line: its result, how long it took, and where it is. The result is the final
     loss (`loss/val_full`, what the sweep report compares); the periodic validations' losses follow, named as
     such, for runs that ended before the final evaluation; then which of the `targets` levels (nats/char,
-    `callbacks.targets.levels`) the validation loss reached, at which step and after how much training."""
+    `callbacks.targets.levels`) the validation loss reached, at which step and after how much training. A
+    compiled run's time says how much of it went to compiling before training (`compile/warmup_s`)."""
     loss, best, full = metrics.get(VAL_LOSS), metrics.get(BEST_VAL_LOSS), metrics.get(FINAL_VAL_LOSS)
     minutes, seconds = divmod(round(metrics["wall_time_s"]), 60)
     took = f"in {minutes}m{seconds:02d}s ({metrics['chars_per_s']:,.0f} chars/s)"
+    if COMPILE_WARMUP in metrics:  # a compiled run's warm-up: in the wall time, not in the training time
+        took += f", {metrics[COMPILE_WARMUP]:.1f} s of it compiling before training"
     step, resumed_at = metrics["step"], metrics.get(RESUMED_AT)
     if resumed_at is None:
         parts = [f"{step} steps {took}"]

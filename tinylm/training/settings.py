@@ -148,6 +148,8 @@ class RunSettings:
     precision_reason: str
     ckpt_path: str | None = None
     compile: bool = False
+    # Training steps a compiled run takes, and undoes, before its clock starts (callbacks/warmup.py).
+    compile_warmup_steps: int = 2
     multirun: bool = False  # a job of a Hydra multirun (`-m`)
 
     @classmethod
@@ -183,6 +185,9 @@ class RunSettings:
             ),
             ckpt_path=cfg.get("ckpt_path") or None,
             compile=checks.boolean("compile", cfg.get("compile", False)),
+            compile_warmup_steps=checks.whole_number(
+                "compile_warmup_steps", cfg.get("compile_warmup_steps", 2), minimum=0, hint="0: no warm-up"
+            ),
             multirun=multirun,
         )
 

@@ -13,6 +13,7 @@ from tinylm.training.callbacks.safety import StopOnNonFiniteLoss, StopOnSignal, 
 from tinylm.training.callbacks.targets import LossTargets
 from tinylm.training.callbacks.tensorboard import StepTensorBoardLogger, TensorBoardHParams
 from tinylm.training.callbacks.throughput import StepThroughput
+from tinylm.training.callbacks.warmup import CompileWarmUp
 
 
 def in_order(
@@ -42,6 +43,7 @@ def in_order(
 
 
 __all__ = [
+    "CompileWarmUp",
     "LossTargets",
     "StepProgressBar",
     "StepTensorBoardLogger",

@@ -23,7 +23,8 @@ class LossTargets(L.Callback):
     at it, is left out: the clock stops when a validation starts and runs again at the next training batch),
     written to the loggers at that step and kept among the run's final metrics (metrics.json). A level never
     reached has neither. The levels reached and the time so far are saved in checkpoints, so a resumed run
-    continues them."""
+    continues them. The clock starts at `on_train_start`: a compiled run's warm-up, at `on_fit_start`, is not
+    in it (callbacks/warmup.py)."""
 
     def __init__(self, levels: Sequence[float] = ()) -> None:
         self.levels = sorted(
