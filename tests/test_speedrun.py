@@ -4,6 +4,7 @@ seed that never reached the target apart from the times it compares."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 import pytest
 from conftest import REPO, TINYSHAKESPEARE
@@ -11,7 +12,7 @@ from hydra import compose, initialize_config_module
 from scipy import stats
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-from speedrun import EVERY_RUN, RECIPES, TARGET, Result, summary
+from speedrun import EVERY_RUN, RECIPES, TARGET, Result, compile_cache, summary, train, warmup_phrase
 
 
 def composed(*overrides: str):
@@ -50,3 +51,45 @@ def test_the_summary_counts_failures_apart_and_compares_each_recipe_with_the_one
         [20.0, 21.0, 19.0, 22.0], [80.0, 84.0, 82.0], equal_var=False, alternative="less"
     )
     assert b["p_faster"] == pytest.approx(expected.pvalue) and b["p_faster"] < 0.01
+
+
+def test_each_recipe_compiles_into_its_own_cache_cold_until_a_run_fills_it(tmp_path):
+    env, cache = compile_cache(tmp_path, "speedrun")
+    assert cache == "cold" and env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "speedrun")
+    assert env["TRITON_CACHE_DIR"].startswith(env["TORCHINDUCTOR_CACHE_DIR"])
+    (tmp_path / "speedrun").mkdir()
+    assert compile_cache(tmp_path, "speedrun")[1] == "cold"  # an empty directory holds nothing compiled
+    (tmp_path / "speedrun" / "fxgraph").mkdir()
+    assert compile_cache(tmp_path, "speedrun")[1] == "warm"
+    assert compile_cache(tmp_path, "other")[1] == "cold"
+
+
+def test_the_summary_reports_a_compiled_recipes_warm_up_cold_and_warm_apart_from_its_time():
+    eager = [run("a", 1, 80.0), run("a", 2, 84.0)]
+    compiled = [
+        replace(run("b", 1, 20.0), warmup_s=40.0, cache="cold"),
+        replace(run("b", 2, 21.0), warmup_s=9.0, cache="warm"),
+        replace(run("b", 3, 19.0), warmup_s=11.0, cache="warm"),
+    ]
+    a, b = summary([*eager, *compiled], ["a", "b"])
+    assert "warmup_s" not in a
+    assert b["warmup_s"] == {"cold": [40.0], "warm": [9.0, 11.0]} and b["mean_s"] == 20.0
+    assert warmup_phrase(b["warmup_s"]) == "compile warm-up 40.0 s cold (1 run), 10.0 s warm (mean of 2)"
+
+
+@pytest.mark.slow  # two compiled runs in fresh processes
+def test_a_compiled_recipes_runs_record_their_warm_up_the_first_cold_the_next_warm(tmp_path):
+    model = ["model.n_layer=1", "model.n_head=1", "model.d_model=16", "model.block_size=32"]
+    tiny = [
+        *model,
+        "data.batch_size=8",
+        "trainer.max_steps=2",
+        "trainer.val_check_interval=2",
+        "compile=true",
+    ]
+    cache = tmp_path / "inductor"
+    first = train("tiny", tiny, 1, str(TINYSHAKESPEARE), tmp_path, threads=1, inductor_cache=cache)
+    second = train("tiny", tiny, 2, str(TINYSHAKESPEARE), tmp_path, threads=1, inductor_cache=cache)
+    assert (first.cache, second.cache) == ("cold", "warm")
+    assert first.warmup_s > 0 and second.warmup_s > 0
+    assert any((cache / "tiny").iterdir())
