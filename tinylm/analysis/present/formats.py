@@ -22,6 +22,22 @@ def fmt_number(value: float | Estimate | None, digits: int = 4, signed: bool = F
     return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
 
 
+BITS_PER_NAT = 1 / math.log(2)  # a loss in nats/char times this is in bits/char
+
+
+def fmt_gain(unigram: float, mean: float, scale: float = 1.0) -> str:
+    """`+0.8123`: how far `mean` got below its corpus's unigram level, in nats (in bits with `scale`
+    BITS_PER_NAT). The unigram level is what a model learns of the characters' frequencies alone, so the
+    gain over it compares settings across corpora."""
+    return fmt_number((unigram - mean) * scale, signed=True)
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """A run's wall time: `12m05s`, `41.3s` under a minute, `—` for none."""
+    minutes, secs = divmod(round(seconds or 0), 60)
+    return "—" if seconds is None else f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
+
+
 def fmt_interval(e: Estimate | None, signed: bool = False, digits: int = 4) -> str:
     """`[low, high]` of `e`'s interval, as `fmt_number` prints them; `—` without one."""
     if e is None or not e.has_interval:

@@ -182,13 +182,14 @@ def _of(header: str, cell: Callable[[Any], object]) -> Column:
 
 def _settings_columns(report: SweepReport, gains: str | None) -> list[Column]:
     """`gains`: "nats" adds the gain over the runs' shared unigram level; "bits", mean and gain in bits."""
-    digits, scale = report.metric.digits, 1.0 if gains == "nats" else 1 / math.log(2)
+    digits, scale = report.metric.digits, 1.0 if gains == "nats" else formats.BITS_PER_NAT
 
     def scaled(s: Setting, gain: bool) -> str:
         if s.estimate is None or not math.isfinite(s.estimate.mean) or s.reference is None:
             return "—"
-        value = s.reference["unigram"] - s.estimate.mean if gain else s.estimate.mean
-        return formats.fmt_number(value * scale, signed=gain)
+        if gain:
+            return formats.fmt_gain(s.reference["unigram"], s.estimate.mean, scale)
+        return formats.fmt_number(s.estimate.mean * scale)
 
     def fails(s: Setting) -> str:
         ci = s.fail_interval
@@ -424,10 +425,6 @@ def _runs_columns(report: SweepReport, run_columns: list[str]) -> list[Column]:
         text = run.status if not run.error else f"{run.status}: {run.error}"
         return text if len(text) <= 120 else text[:117] + "..."
 
-    def wall_time(seconds: float | None) -> str:
-        minutes, secs = divmod(round(seconds or 0), 60)
-        return "—" if seconds is None else f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
-
     return [
         Column("rank", lambda r: r[0] if r[1].result is not None else "—"),
         _of("run", lambda run: run.name),
@@ -439,7 +436,7 @@ def _runs_columns(report: SweepReport, run_columns: list[str]) -> list[Column]:
         _of("best val loss", lambda run: formats.fmt_number(run.best_val_loss)),
         _of("bits/char", lambda run: formats.fmt_number(run.final_bpc, 3)),
         _of("tokens/s", lambda run: "—" if run.tokens_per_s is None else f"{run.tokens_per_s:,.0f}"),
-        _of("wall time", lambda run: wall_time(run.wall_time_s)),
+        _of("wall time", lambda run: formats.fmt_duration(run.wall_time_s)),
         _of("steps", steps),
         _of("status", status),
     ]

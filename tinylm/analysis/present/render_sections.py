@@ -191,11 +191,10 @@ def _level_table(report: SweepReport, rows: list, design: Callable, differences:
     def mean_at(s: Setting, unigram: float | None) -> str:
         if s.estimate is None:
             return "—"
-        mean, per_bit = s.estimate.mean, 1 / math.log(2)
+        mean, per_bit = s.estimate.mean, formats.BITS_PER_NAT
         text = formats.fmt_number(mean, digits)
         if unigram is not None and math.isfinite(mean):
-            gain = formats.fmt_number((unigram - mean) * per_bit, signed=True)
-            text = f"{formats.fmt_number(mean * per_bit)} ({gain})"
+            text = f"{formats.fmt_number(mean * per_bit)} ({formats.fmt_gain(unigram, mean, per_bit)})"
         return text + (f" ({rates_cell(s)})" if report.lr_varies else "")
 
     def difference_at(s: Setting, rung: Rung, unigram: float | None) -> str:
