@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from tinylm.analysis.estimates import Estimate
@@ -67,12 +69,50 @@ class Column(NamedTuple):
     """One column of a markdown table: its header and the function giving a row's cell."""
 
     header: str
-    cell: Callable[[Any], Any]  # the row's cell
+    cell: Callable[[Any], object]  # the row's cell
 
 
-def choice_columns(columns: Sequence[str], choices: Callable = lambda row: row.choices) -> list[Column]:
-    """A column per choice in `columns`, each cell the row's value as an override prints it."""
-    return [Column(c, lambda row, c=c: shown(choices(row).get(c, "—"))) for c in columns]
+def as_is(value: object) -> object:
+    """The value itself: a cell printed as `str` prints it."""
+    return value
+
+
+class Cell(NamedTuple):
+    """A cell read off its row: the attribute at `path` (dotted, as `operator.attrgetter` reads it),
+    printed by `show`. `Column("p", Cell("judgement.p_adjusted", fmt_p))` shows each row's
+    `fmt_p(row.judgement.p_adjusted)`."""
+
+    path: str
+    show: Callable[[Any], object] = as_is
+
+    def __call__(self, row: Any) -> object:
+        return self.show(attrgetter(self.path)(row))
+
+
+class Numbered(NamedTuple):
+    """A row of a ranked table: its rank, the setting or run it shows, and (a setting's) the findings its
+    runs share."""
+
+    rank: int
+    item: Any
+    why: tuple[Any, ...] = ()
+
+
+def listed(values: Iterable[str]) -> str:
+    """`a, b`; `—` for none."""
+    return ", ".join(values) or "—"
+
+
+def choice_columns(
+    columns: Sequence[str], choices: Callable[[Any], Mapping[str, Any]] = attrgetter("choices")
+) -> list[Column]:
+    """A column per choice in `columns`, each cell the row's value (`choices` of the row) as an override
+    prints it."""
+    return [Column(c, partial(_choice, choices, c)) for c in columns]
+
+
+def _choice(choices: Callable[[Any], Mapping[str, Any]], column: str, row: Any) -> str:
+    return shown(choices(row).get(column, "—"))
 
 
 def md_table(columns: Sequence[Column], rows: Iterable[Any]) -> list[str]:

@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import shlex
 from collections.abc import Callable
-from typing import Any
+from functools import partial
+from operator import attrgetter, itemgetter
 
-from tinylm.analysis.estimates import PairedTests
+from tinylm.analysis.estimates import Estimate, PairedTests, Power
 from tinylm.analysis.grouping import CROSS_FITTED, Setting, setting_label, varying
 from tinylm.analysis.multiplier import Multiplier, Multipliers, MultiplierTrend, Reading
 from tinylm.analysis.present import formats, render_sections
-from tinylm.analysis.present.formats import Column, blocks, choice_columns, fmt_multiplier, md_table, plural
+from tinylm.analysis.present.formats import (
+    Cell,
+    Column,
+    Numbered,
+    blocks,
+    choice_columns,
+    fmt_multiplier,
+    md_table,
+    plural,
+)
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.runs import STEPS_TO, RunSummary
-from tinylm.analysis.verdicts import Judgement
+from tinylm.analysis.verdicts import Comparison
+from tinylm.analysis.why import Shared
 from tinylm.overrides import shown
 
 
@@ -176,15 +188,21 @@ def _steps_at(report: SweepReport, trend: MultiplierTrend) -> list[Multiplier]:
     return found
 
 
-def _of(header: str, cell: Callable[[Any], object]) -> Column:
-    return Column(header, lambda row: cell(row[1]))  # rows of a numbered table: (rank, item, ...)
+def _setting_rank(row: Numbered) -> int | str:
+    """A setting's rank; `—` for one without a result (ranked after those with one)."""
+    return row.rank if row.item.estimate is not None else "—"
+
+
+def _run_rank(row: Numbered) -> int | str:
+    """A run's rank; `—` for one without a result (ranked after those with one)."""
+    return row.rank if row.item.result is not None else "—"
 
 
 def _settings_columns(report: SweepReport, gains: str | None) -> list[Column]:
     """`gains`: "nats" adds the gain over the runs' shared unigram level; "bits", mean and gain in bits."""
     digits, scale = report.metric.digits, 1.0 if gains == "nats" else formats.BITS_PER_NAT
 
-    def scaled(s: Setting, gain: bool) -> str:
+    def scaled(s: Setting, gain: bool = True) -> str:
         if s.estimate is None or not math.isfinite(s.estimate.mean) or s.reference is None:
             return "—"
         if gain:
@@ -195,20 +213,35 @@ def _settings_columns(report: SweepReport, gains: str | None) -> list[Column]:
         ci = s.fail_interval
         return f"{s.fails}/{len(s.results)}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
-    gain = _of("gain over unigram" + (" (bits/char)" if gains == "bits" else ""), lambda s: scaled(s, True))
+    def sd(e: Estimate | None) -> str:
+        return formats.fmt_number(e.sd if e else None, digits)
+
+    def why(findings: tuple[Shared, ...]) -> str:
+        return "; ".join(f.describe() for f in findings) or "—"
+
+    def note(s: Setting) -> str:
+        return "baseline" if s is report.baseline else ""
+
+    number = partial(formats.fmt_number, digits=digits)
+    gain = Column("gain over unigram" + (" (bits/char)" if gains == "bits" else ""), Cell("item", scaled))
+    failed = (
+        ("diverged", Cell("item.fails")) if report.rule == CROSS_FITTED else ("fails", Cell("item", fails))
+    )
     return [
-        Column("rank", lambda r: r[0] if r[1].estimate is not None else "—"),
-        *choice_columns(report.swept_columns, lambda r: r[1].choices),
-        _of("seeds", lambda s: len(s.results)),
-        _of("mean", lambda s: formats.fmt_number(s.estimate, digits)),
-        _of("sd", lambda s: formats.fmt_number(s.estimate.sd if s.estimate else None, digits)),
-        _of(f"{report.confidence:.0%} CI", lambda s: formats.fmt_interval(s.estimate, digits=digits)),
-        *([_of("bits/char", lambda s: scaled(s, False))] if gains == "bits" else []),
+        Column("rank", _setting_rank),
+        *choice_columns(report.swept_columns, attrgetter("item.choices")),
+        Column("seeds", Cell("item.results", len)),
+        Column("mean", Cell("item.estimate", number)),
+        Column("sd", Cell("item.estimate", sd)),
+        Column(
+            f"{report.confidence:.0%} CI", Cell("item.estimate", partial(formats.fmt_interval, digits=digits))
+        ),
+        *([Column("bits/char", Cell("item", partial(scaled, gain=False)))] if gains == "bits" else []),
         *([gain] if gains else []),
-        _of("diverged", lambda s: s.fails) if report.rule == CROSS_FITTED else _of("fails", fails),
-        _of("no result", lambda s: s.without_result),
-        Column("why", lambda r: "; ".join(f.describe() for f in r[2]) or "—"),
-        _of("note", lambda s: "baseline" if s is report.baseline else ""),
+        Column(*failed),
+        Column("no result", Cell("item.without_result")),
+        Column("why", Cell("why", why)),
+        Column("note", Cell("item", note)),
     ]
 
 
@@ -221,10 +254,10 @@ def _reference_lines(report: SweepReport) -> list[str]:
             "frequencies and nothing of their context; `gain over unigram` is how far below it a setting got."
         )
     names = ("uniform", "unigram", "bigram")
-    columns = [
-        Column("corpus", lambda corpus: corpus[0]),
-        *(Column(f"{k} (ln V)" if k == "uniform" else k, lambda c, k=k: f"{c[1][k]:.4f}") for k in names),
-        *(Column(f"{k} bits/char", lambda c, k=k: f"{c[1][k] / math.log(2):.3f}") for k in names),
+    columns = [  # a row: (the corpus's name, its levels)
+        Column("corpus", itemgetter(0)),
+        *(Column(f"{k} (ln V)" if k == "uniform" else k, partial(_level_in_nats, k)) for k in names),
+        *(Column(f"{k} bits/char", partial(_level_in_bits, k)) for k in names),
     ]
     return blocks(
         f"The settings are on {len(report.corpora)} corpora, each with its own reference levels (validation "
@@ -235,43 +268,68 @@ def _reference_lines(report: SweepReport) -> list[str]:
     )
 
 
+def _level_in_nats(level: str, corpus: tuple[str, dict[str, float]]) -> str:
+    return f"{corpus[1][level]:.4f}"
+
+
+def _level_in_bits(level: str, corpus: tuple[str, dict[str, float]]) -> str:
+    return f"{corpus[1][level] / math.log(2):.3f}"
+
+
 def _family_columns(report: SweepReport) -> list[Column]:
     base, digits, apart = report.family_baseline, report.metric.digits, report.judged_apart
     pct, delta = f"{report.confidence:.0%}", f"{report.min_effect:g}"
 
-    def judged(header: str, cell: Callable[..., object], on_base: object = "") -> Column:
-        tested = report.shown_comparison  # a cell of a row's tests and judgement; the baseline's: `on_base`
-        return Column(header, lambda s: on_base if s is base else cell(tested(s).tests, tested(s).judgement))
+    def judged(header: str, cell: Callable[[Comparison], object], on_base: object = "") -> Column:
+        """A column of each row's comparison as the report shows it; the baseline's cell: `on_base`."""
+        return Column(header, partial(judged_cell, cell, on_base))
 
-    def seeds(t: PairedTests, _: Judgement) -> str:
+    def judged_cell(cell: Callable[[Comparison], object], on_base: object, s: Setting) -> object:
+        return on_base if s is base else cell(report.shown_comparison(s))
+
+    def seeds(t: PairedTests) -> str:
         unpaired = f" (unpaired, not used: seed {', '.join(t.unmatched)})" if t.unmatched else ""
         return f"{len(t.seeds)}{unpaired}"
 
-    def failures(t: PairedTests, _: Judgement) -> str:
+    def failures(t: PairedTests) -> str:
         n = len(t.seeds)
         return t.failures.describe() if t.failures else f"0/{n} vs 0/{n}" if n else "—"
 
-    def paired_sd(t: PairedTests, j: Judgement) -> str:
+    def paired_sd(c: Comparison) -> str:
+        t, j = c.tests, c.judgement
         sd = j.power.sd if j.power else t.difference.sd if apart and t.difference else None
         return formats.fmt_number(sd, digits)
 
+    def resolves(power: Power | None) -> str:
+        return formats.fmt_number(power and power.resolvable, digits - 1)
+
+    def seeds_for_delta(power: Power | None) -> int | str:
+        return power.seeds_for_min_effect if power else "—"
+
+    signed = partial(formats.fmt_number, digits=digits, signed=True)
     return [
         *choice_columns(report.shown_family_columns),
-        *([Column("rate", lambda s: shown(s.rate))] if apart else []),
-        *([Column("tuned on", lambda s: ", ".join(s.tuned_on) or "—")] if apart else []),
+        *([Column("rate", Cell("rate", shown))] if apart else []),
+        *([Column("tuned on", Cell("tuned_on", formats.listed))] if apart else []),
         *([Column("rates chosen", render_sections.rates_cell)] if report.lr_varies and not apart else []),
-        *([Column("mean", lambda s: formats.fmt_number(s.estimate, digits))] if report.lr_varies else []),
-        judged("seeds", seeds, report.baseline_seeds),
-        judged("difference", lambda t, _: formats.fmt_number(t.difference, digits, signed=True), "baseline"),
-        judged(f"{pct} CI", lambda t, _: formats.fmt_interval(t.difference, signed=True, digits=digits)),
-        judged("p (Holm)", lambda _, j: formats.fmt_p(j.p_adjusted)),
-        judged("equivalence p (Holm)", lambda _, j: formats.fmt_p(j.p_equivalence_adjusted)),
-        judged("verdict", lambda _, j: j.verdict),
-        judged("diverged" if report.rule == CROSS_FITTED else "fails", failures),
+        *(
+            [Column("mean", Cell("estimate", partial(formats.fmt_number, digits=digits)))]
+            if report.lr_varies
+            else []
+        ),
+        judged("seeds", Cell("tests", seeds), report.baseline_seeds),
+        judged("difference", Cell("tests.difference", signed), "baseline"),
+        judged(
+            f"{pct} CI", Cell("tests.difference", partial(formats.fmt_interval, signed=True, digits=digits))
+        ),
+        judged("p (Holm)", Cell("judgement.p_adjusted", formats.fmt_p)),
+        judged("equivalence p (Holm)", Cell("judgement.p_equivalence_adjusted", formats.fmt_p)),
+        judged("verdict", Cell("judgement.verdict")),
+        judged("diverged" if report.rule == CROSS_FITTED else "fails", Cell("tests", failures)),
         judged("paired sd", paired_sd),
-        judged("resolves (80%)", lambda _, j: formats.fmt_number(j.power and j.power.resolvable, digits - 1)),
-        judged(f"seeds for ±{delta}", lambda _, j: j.power.seeds_for_min_effect if j.power else "—"),
-        judged("eval SE", lambda t, _: formats.fmt_number(t.eval_se)),
+        judged("resolves (80%)", Cell("judgement.power", resolves)),
+        judged(f"seeds for ±{delta}", Cell("judgement.power", seeds_for_delta)),
+        judged("eval SE", Cell("tests.eval_se", formats.fmt_number)),
     ]
 
 
@@ -384,7 +442,7 @@ def markdown(report: SweepReport) -> str:
     gains = levels if report.metric.is_loss else None
     why = report.setting_why or [()] * len(report.settings)
     run_columns = varying(report.columns, [run.choices for run in report.runs])  # the runs table's choices
-    ranked = [(n, s, w) for n, (s, w) in enumerate(zip(report.settings, why, strict=True), start=1)]
+    ranked = [Numbered(n, s, w) for n, (s, w) in enumerate(zip(report.settings, why, strict=True), start=1)]
     text = [
         f"# Sweep report: {report.sweep_dir}" + ("" if report.metric.is_loss else f", {report.metric.noun}"),
         "",
@@ -400,7 +458,10 @@ def markdown(report: SweepReport) -> str:
         *(render_sections.ladder_section(report, report.ladder) if report.ladder else []),
         *render_sections.why_section(report),
         *render_sections.probe_section(report.probe),
-        *blocks("## Runs", md_table(_runs_columns(report, run_columns), enumerate(report.runs, start=1))),
+        *blocks(
+            "## Runs",
+            md_table(_runs_columns(report, run_columns), map(Numbered, itertools.count(1), report.runs)),
+        ),
         f"{len(report.runs)} runs: "
         + ", ".join(f"{n} {s}" for s, n in report.run_statuses.items())
         + ". bits/char = nats / ln 2; params without position embeddings; tokens/s and wall time depend on "
@@ -425,18 +486,24 @@ def _runs_columns(report: SweepReport, run_columns: list[str]) -> list[Column]:
         text = run.status if not run.error else f"{run.status}: {run.error}"
         return text if len(text) <= 120 else text[:117] + "..."
 
+    def params(count: int | None) -> str:
+        return "—" if count is None else f"{count:,}"
+
+    def rate(tokens_per_s: float | None) -> str:
+        return "—" if tokens_per_s is None else f"{tokens_per_s:,.0f}"
+
     return [
-        Column("rank", lambda r: r[0] if r[1].result is not None else "—"),
-        _of("run", lambda run: run.name),
-        *choice_columns(run_columns, lambda r: r[1].choices),
-        _of("params", lambda run: "—" if run.params is None else f"{run.params:,}"),
-        *([_of(metric.noun, reached)] if metric.tag is not None else []),
-        _of("final val loss", lambda run: formats.fmt_number(run.final_val_loss)),
-        _of("evaluated on", lambda run: run.evaluated),
-        _of("best val loss", lambda run: formats.fmt_number(run.best_val_loss)),
-        _of("bits/char", lambda run: formats.fmt_number(run.final_bpc, 3)),
-        _of("tokens/s", lambda run: "—" if run.tokens_per_s is None else f"{run.tokens_per_s:,.0f}"),
-        _of("wall time", lambda run: formats.fmt_duration(run.wall_time_s)),
-        _of("steps", steps),
-        _of("status", status),
+        Column("rank", _run_rank),
+        Column("run", Cell("item.name")),
+        *choice_columns(run_columns, attrgetter("item.choices")),
+        Column("params", Cell("item.params", params)),
+        *([Column(metric.noun, Cell("item", reached))] if metric.tag is not None else []),
+        Column("final val loss", Cell("item.final_val_loss", formats.fmt_number)),
+        Column("evaluated on", Cell("item.evaluated")),
+        Column("best val loss", Cell("item.best_val_loss", formats.fmt_number)),
+        Column("bits/char", Cell("item.final_bpc", partial(formats.fmt_number, digits=3))),
+        Column("tokens/s", Cell("item.tokens_per_s", rate)),
+        Column("wall time", Cell("item.wall_time_s", formats.fmt_duration)),
+        Column("steps", Cell("item", steps)),
+        Column("status", Cell("item", status)),
     ]

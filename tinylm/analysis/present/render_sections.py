@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from tinylm import overrides
@@ -12,6 +14,7 @@ from tinylm.analysis.grouping import CROSS_FITTED, Setting, setting_label
 from tinylm.analysis.ladder import Ladder, Rung
 from tinylm.analysis.present import formats
 from tinylm.analysis.present.formats import (
+    Cell,
     Column,
     blocks,
     choice_columns,
@@ -31,12 +34,12 @@ def added_section(report: SweepReport) -> list[str]:
     pct, design, alpha = f"{report.confidence:.0%}", report.design, report.alpha
     columns = [
         *choice_columns(report.shown_family_columns),
-        Column("sweep's verdict", lambda s: s.comparison.judgement.verdict),
-        Column("added seeds", lambda s: len(s.added.tests.seeds)),
-        Column("difference", lambda s: formats.fmt_number(s.added.tests.difference, signed=True)),
-        Column(f"{pct} CI", lambda s: formats.fmt_interval(s.added.tests.difference, signed=True)),
-        Column("p", lambda s: formats.fmt_p(s.added.tests.p_value)),
-        Column("verdict on added seeds", lambda s: s.added.judgement.verdict),
+        Column("sweep's verdict", Cell("comparison.judgement.verdict")),
+        Column("added seeds", Cell("added.tests.seeds", len)),
+        Column("difference", Cell("added.tests.difference", partial(formats.fmt_number, signed=True))),
+        Column(f"{pct} CI", Cell("added.tests.difference", partial(formats.fmt_interval, signed=True))),
+        Column("p", Cell("added.tests.p_value", formats.fmt_p)),
+        Column("verdict on added seeds", Cell("added.judgement.verdict")),
     ]
     first = f"{len(design.first_seeds)} seeds ({', '.join(design.first_seeds)})"
     looks = ", ".join(
@@ -159,13 +162,14 @@ def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
         return []
     from tinylm.probe.depth import label  # torch: only where a sweep has probe rows
 
-    def value(v: float) -> str:  # nan and inf print as such
+    def value(key: str, row: dict[str, Any]) -> str:  # nan and inf print as such
+        v = row[key]
         return f"{v:.3f}" if 0.01 <= abs(v) < 1000 else f"{v:.2e}"
 
     names = {"norm": "norm", "act": "act", "n_layer": "blocks", "d_model": "d_model"}
     columns = [
-        *(Column(header, lambda row, key=key: row[key]) for key, header in names.items()),
-        *(Column(f"{label(key)}, block n", lambda row, key=key: value(row[key])) for key in SHOWN),
+        *(Column(header, itemgetter(key)) for key, header in names.items()),
+        *(Column(f"{label(key)}, block n", partial(value, key)) for key in SHOWN),
     ]
     return blocks(
         "## At initialisation: the depth probe at this sweep's shapes",
@@ -184,7 +188,12 @@ def rates_cell(s: Setting) -> str:
     return ", ".join(f"{overrides.shown(rate)} ×{n}" for rate, n in counts) or "—"
 
 
-def _level_table(report: SweepReport, rows: list, design: Callable, differences: bool) -> list[str]:
+def _level_table(
+    report: SweepReport, rows: list[Any], design: Callable[[Any], Mapping[str, Any]], differences: bool
+) -> list[str]:
+    """A ladder's table, a row per design (`design` of a row: its choices) and a column per level: each
+    design's mean there, or with `differences` its difference from the level's baseline and the word
+    across levels."""
     ladder, columns, digits = report.ladder, report.ladder.columns, report.metric.digits
     bits = ladder.in_bits and report.metric.is_loss
 
@@ -216,8 +225,8 @@ def _level_table(report: SweepReport, rows: list, design: Callable, differences:
         unigram = rung.reference["unigram"] if bits else None
         return "—" if s is None else difference_at(s, rung, unigram) if differences else mean_at(s, unigram)
 
-    levels = [Column(level_label(ladder, r), lambda row, r=r: at(row, r)) for r in ladder.rungs]
-    across = [Column(f"across {ladder.noun}s", lambda t: t.verdict)] if differences else []
+    levels = [Column(level_label(ladder, r), partial(at, rung=r)) for r in ladder.rungs]
+    across = [Column(f"across {ladder.noun}s", Cell("verdict"))] if differences else []
     return md_table([*choice_columns(ladder.shown_columns, design), *levels, *across], rows)
 
 
@@ -263,11 +272,11 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
         f"## {ladder_title(ladder)}",
         f"Each design against the baseline `{ladder.rungs[0].baseline.label(ladder.shown_columns)}` of its "
         f"own {along}{rates}",
-        _level_table(report, list(designs.values()), lambda s: s.choices, differences=False),
+        _level_table(report, list(designs.values()), attrgetter("choices"), differences=False),
         f"Difference from the baseline in {metric.units} (< 0: {lower}), its {pct} interval"
         f"{share if bits else ''}, p (Holm) and verdict at each {noun}, and the verdict {across} "
         f"({LADDER_PNG} draws it):",
-        _level_table(report, ladder.trends, lambda t: t.design, differences=True),
+        _level_table(report, ladder.trends, attrgetter("design"), differences=True),
         f"Every {noun}'s comparisons are one family ({report.family_tests} tests, Holm, "
         f"α = {report.alpha:g}, δ = {report.min_effect:g}{units}). {words}",
     )
