@@ -123,7 +123,16 @@ def paired_tests(
         # Per seed, the SE of its mean window-by-window difference (both runs saw the same windows).
         variances = [float(np.var(np.subtract(a, b, dtype=float), ddof=1)) / len(a) for a, b in pairs]
         eval_se = math.sqrt(sum(variances)) / len(variances)
-    return PairedTests(seeds, unmatched, difference, p_value, p_equivalence, constant, failures, eval_se)
+    return PairedTests(
+        seeds,
+        unmatched,
+        difference,
+        p_value=p_value,
+        p_equivalence=p_equivalence,
+        constant=constant,
+        failures=failures,
+        eval_se=eval_se,
+    )
 
 
 def power(tests: PairedTests, min_effect: float, level: float) -> Power | None:

@@ -116,11 +116,18 @@ def judge(
     judged = []
     for i, t in enumerate(rows):
         differs, fails, within = (i, "loss") in rejected, (i, "failures") in rejected, i in rejected_eq
-        p_values = adjusted.get((i, "loss")), adjusted_eq.get(i), adjusted.get((i, "failures"))
-        found = power(t, min_effect, alpha / size) if with_power else None
         words = verdict(t, differs, within, fails, min_effect)
-        words = words.noted(note(t)) if note is not None else words
-        judged.append(Comparison(t, Judgement(*p_values, differs, within, fails, found, words)))
+        judgement = Judgement(
+            p_adjusted=adjusted.get((i, "loss")),
+            p_equivalence_adjusted=adjusted_eq.get(i),
+            p_failures_adjusted=adjusted.get((i, "failures")),
+            differs=differs,
+            within_min_effect=within,
+            fails_differently=fails,
+            power=power(t, min_effect, alpha / size) if with_power else None,
+            verdict=words.noted(note(t)) if note is not None else words,
+        )
+        judged.append(Comparison(t, judgement))
     return judged
 
 
