@@ -55,7 +55,10 @@ def page_tables() -> list[tuple[str, list[str], list[list[str]]]]:
 
 def test_every_table_on_the_page_names_its_report_or_is_the_cost_table():
     for source, header, _ in page_tables():
-        assert source or header[0] == "experiment", f"a table with no stored report above it: {header}"
+        seed_claims = header[0] == CLAIM
+        assert source or seed_claims or header[0] == "experiment", (
+            f"a table with no stored report above it: {header}"
+        )
         if source:
             assert (DOCS / source).is_file() and (DOCS / source).with_name("report.json").is_file(), source
 
@@ -64,7 +67,7 @@ def test_every_table_on_the_page_names_its_report_or_is_the_cost_table():
 def test_each_row_is_a_row_of_its_report_cell_for_cell(number):
     source, header, rows = page_tables()[number]
     if not source:
-        return
+        return  # the cost table and the seed claims table have their own tests
     report = tables((DOCS / source).read_text(encoding="utf-8"))
     # The report's table that has every column the page keeps; its rows keyed by the choices they show.
     candidates = sorted(((h, r) for _, h, r in report if set(header) <= set(h)), key=lambda t: t[0] != header)
@@ -78,6 +81,22 @@ def test_each_row_is_a_row_of_its_report_cell_for_cell(number):
         assert key in theirs, f"{source}: no row {dict(zip(keys, key, strict=True))}"
         for column, cell in zip(header, row, strict=True):
             assert cell == theirs[key][their_header.index(column)], (source, key, column)
+
+
+CLAIM = "claim (the seed's words)"  # the seed claims table's first column: its rows cite several reports
+
+
+def test_the_seed_claims_table_quotes_only_the_verdicts_of_the_reports_each_row_names():
+    """Each claim's row names its stored reports (their sweeps in backquotes), and every verdict it quotes is
+    one of theirs, failures included, as the page's prose is held to (issue 64, point 5)."""
+    (rows,) = [rows for source, header, rows in page_tables() if header[0] == CLAIM]
+    stored = {p.name for p in (DOCS / "results").iterdir()}
+    assert len(rows) >= 5
+    for row in rows:
+        text = " ".join(row)
+        cited = set(re.findall(r"`([\w-]+)`", text)) & stored
+        assert cited, f"a claim that names no stored report: {row[0]}"
+        assert not sentences_beyond_their_verdicts(row[0], text, cited)
 
 
 # The columns that name a setting in the reports the page cites (the report's own column names).
@@ -123,7 +142,7 @@ def comparison_of(setting: dict, judged_apart: bool) -> tuple[dict | None, float
 
 
 def test_the_cost_table_is_what_the_runs_took():
-    (table,) = [(h, r) for s, h, r in page_tables() if not s]
+    (table,) = [(h, r) for s, h, r in page_tables() if not s and h[0] == "experiment"]
     header, rows = table
     for row in rows:
         sweep = re.search(r"`([\w./-]+)`", row[header.index("stored report")]).group(1)
@@ -355,8 +374,8 @@ def same(found: list[float | None], stored: list[float | None]) -> bool:
 
 @pytest.mark.parametrize("report", sorted(p.name for p in (DOCS / "results").iterdir()))
 def test_a_stored_report_reads_with_the_families_its_p_values_were_adjusted_over(report):
-    """Each stored report.json predates the families report.json records (issue 67, point 4) and reads with
-    them: Holm over each family's raw p-values, as many as its size, gives the adjusted p-values the report
+    """Each stored report.json records the families its p-values were adjusted over, or predates them (issue 67,
+    point 4) and reads with them: Holm over each family's raw p-values, as many as its size, gives the adjusted p-values the report
     stored (a row's added seeds': those of one of its design's looks), all at the report's α."""
     from tinylm.analysis.grouping import Rules
     from tinylm.analysis.present.schema import FORMAT, from_json
@@ -364,7 +383,10 @@ def test_a_stored_report_reads_with_the_families_its_p_values_were_adjusted_over
 
     record = json.loads((DOCS / "results" / report / "report.json").read_text(encoding="utf-8"))
     rebuilt = from_json(record)
-    assert record["format"] < FORMAT and "families" not in record and rebuilt.families
+    # Format 7 on stores them; an older file reads with them derived.
+    assert (
+        record["format"] <= FORMAT and ("families" in record) == (record["format"] >= 7) and rebuilt.families
+    )
     assert all(f.method == "holm" and f.alpha == rebuilt.alpha == 0.05 for f in rebuilt.families)
     families = {(f.tests, f.look): f.size for f in rebuilt.families}
 

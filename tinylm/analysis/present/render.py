@@ -52,7 +52,7 @@ def answer_section(report: SweepReport) -> list[str]:
     )
     lines = ["## Answer", "", *(_answer_line(report, s, base) for s in rows), "", promise]
     if report.costs:
-        lines.append(_multiplier_promise(report.confidence))
+        lines += ["", _multiplier_promise(report.confidence)]
     still_open = [s for s in rows if not s.answer.resolved]
     spent = [row for row in report.sizing.rows if row.spent] if report.sizing is not None else []
     if spent and len(spent) == len(still_open):
@@ -168,7 +168,7 @@ def _ladder_answer(report: SweepReport) -> list[str]:
         + (f" (change of its log p (Holm) = {t.p_adjusted:.2g})" if t.p_adjusted is not None else "")
         for t in report.cost_trends
     ]
-    multiplied = [*costs, "", _multiplier_promise(report.confidence)] if costs else []
+    multiplied = [*costs, "", _multiplier_promise(report.confidence), ""] if costs else []
     return ["## Answer", "", *trends, "", *multiplied, promise, *([judging] if unjudged else []), ""]
 
 
