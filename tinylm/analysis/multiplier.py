@@ -180,9 +180,9 @@ class Multipliers:
 
 
 def compared_costs(rows: Sequence[tuple[Setting, Setting]], confidence: float) -> tuple[Multipliers, ...]:
-    """Each (setting, its baseline) of a family by steps and by time; none where no run logged a curve (a
-    report read back from json has none: its multipliers are stored)."""
-    return tuple(compare_costs(s, base, confidence) for s, base in rows if s.runs and base.runs)
+    """Each (setting, its baseline) of a family by steps and by time (a report read back from json does not
+    compute them: they are stored with it, as the curves are not)."""
+    return tuple(compare_costs(s, base, confidence) for s, base in rows)
 
 
 def costs_across(ladder: Ladder, costs: Sequence[Multipliers], alpha: float) -> list[MultiplierTrend]:
@@ -209,11 +209,16 @@ class MultiplierTrend:
 
     design: dict[str, Any]  # its choices, less the ladder's axis
     levels: tuple[str, ...]
-    readings: tuple[Reading, ...]  # at each level
+    at_levels: tuple[Multiplier, ...]  # its step multiplier at each of `levels`
     change: float | None  # log multiplier at the last level less that at the first
     p_value: float | None
     p_adjusted: float | None
     word: TrendWord
+
+    @property
+    def readings(self) -> tuple[Reading, ...]:
+        """What its multiplier reads at each level."""
+        return tuple(m.reading for m in self.at_levels)
 
 
 def multiplier_trends(
@@ -249,8 +254,8 @@ def multiplier_trends(
             word = TrendWord.CHANGES
         else:
             word = TrendWord.UNRESOLVED
-        levels_named = tuple(level for level, _ in levels)
-        trends.append(MultiplierTrend(design, levels_named, readings, change, p, p_adjusted, word))
+        named, at_levels = (tuple(column) for column in zip(*levels, strict=True))
+        trends.append(MultiplierTrend(design, named, at_levels, change, p, p_adjusted, word))
     return trends
 
 

@@ -11,7 +11,7 @@ from operator import attrgetter, itemgetter
 
 from tinylm.analysis.estimates import Estimate, PairedTests, Power
 from tinylm.analysis.grouping import CROSS_FITTED, Setting, setting_label, varying
-from tinylm.analysis.multiplier import Multiplier, Multipliers, MultiplierTrend, Reading
+from tinylm.analysis.multiplier import Multipliers, Reading
 from tinylm.analysis.present import formats, render_sections
 from tinylm.analysis.present.formats import (
     Cell,
@@ -163,29 +163,13 @@ def _ladder_answer(report: SweepReport) -> list[str]:
         f"- `{setting_label(t.design, shown)}`'s step multiplier along `{axis}`: **{t.word.value}**: "
         + ", ".join(
             f"{fmt_multiplier(m.ratio)} ({_READ[m.reading]}) at {level}"
-            for level, m in zip(t.levels, _steps_at(report, t), strict=True)
+            for level, m in zip(t.levels, t.at_levels, strict=True)
         )
         + (f" (change of its log p (Holm) = {t.p_adjusted:.2g})" if t.p_adjusted is not None else "")
         for t in report.cost_trends
     ]
     multiplied = [*costs, "", _multiplier_promise(report.confidence), ""] if costs else []
     return ["## Answer", "", *trends, "", *multiplied, promise, *([judging] if unjudged else []), ""]
-
-
-def _steps_at(report: SweepReport, trend: MultiplierTrend) -> list[Multiplier]:
-    """The trend's design's step multiplier at each of its levels, in order."""
-    found = []
-    for rung in report.ladder.rungs:
-        for s in rung.settings:
-            costs = report.costs_of(s)
-            if (
-                costs is not None
-                and rung.level in trend.levels
-                and s.key(report.ladder.columns)
-                == tuple(trend.design.get(c, "—") for c in report.ladder.columns)
-            ):
-                found.append(costs.steps)
-    return found
 
 
 def _setting_rank(row: Numbered) -> int | str:
