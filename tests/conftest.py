@@ -185,7 +185,8 @@ def simulated_words(
     from tinylm.analysis.verdicts import judge
 
     rng = np.random.default_rng(seed)
-    names = {"size": "s{}", "trainer.max_steps": "{}00", "data": "corpus_{}"}[axis]
+    # Each level's value as the runs' choices type it: a budget is a number, so its levels are ordered.
+    values = {"size": "s{}".format, "trainer.max_steps": (100).__mul__, "data": "corpus_{}".format}[axis]
     counts = dict.fromkeys(TrendWord, 0)
     for _ in range(replicates):
         tested = []
@@ -194,10 +195,10 @@ def simulated_words(
             tested.append(paired_tests(dict(enumerate(2.0 + differences)), dict.fromkeys(range(seeds), 2.0)))
         rungs = []
         for number, comparison in enumerate(judge(tested, with_power=False)):
-            level = names.format(number + 1)
+            level = values(number + 1)
             base = Setting({"norm": "pre", axis: level}, [])
             other = Setting({"norm": "post", axis: level}, [], comparison=comparison)
-            rungs.append(Rung(level, 10**number, 100, base, [base, other]))
+            rungs.append(Rung(str(level), 10**number, 100, base, [base, other]))
         (trend,) = trends(rungs, ["norm"], alpha=0.05, axis=[axis])
         counts[trend.word] += 1
     return counts

@@ -63,6 +63,19 @@ class Rung:
         return shared_reference([run for s in self.settings for run in s.runs])
 
 
+class LadderKind(enum.StrEnum):
+    """What a ladder's levels are, and so how the report names one: model sizes (the scale ladder, along
+    SCALE_KEY alone, drawn against parameters), or the values of any other choices."""
+
+    SIZE = "size"
+    LEVEL = "level"
+
+    @classmethod
+    def of(cls, axis: Sequence[str]) -> LadderKind:
+        """The kind of a ladder along `axis`."""
+        return cls.SIZE if list(axis) == [SCALE_KEY] else cls.LEVEL
+
+
 class TrendWord(enum.StrEnum):
     """What a design's difference did across a ladder's levels: the word after `across …`."""
 
@@ -98,12 +111,12 @@ class Ladder:
     @property
     def ordered(self) -> bool:
         """Whether the levels have an order (numbers), so that a word compares the ends."""
-        return ordered(self.axis, [rung.level for rung in self.rungs])
+        return ordered(self.axis, [rung.settings for rung in self.rungs])
 
     @property
-    def noun(self) -> str:
-        """`size` for the model-size ladder, else `level`: how the report names a rung."""
-        return noun(self.axis)
+    def kind(self) -> LadderKind:
+        """Sizes or levels: how the report names a rung (`at each size`)."""
+        return LadderKind.of(self.axis)
 
     @property
     def in_bits(self) -> bool:
@@ -118,18 +131,13 @@ class Ladder:
         return varying(self.columns, designs) or self.columns
 
 
-def noun(axis: Sequence[str]) -> str:
-    """`size` where the axis is the model size (SCALE_KEY) alone, else `level`."""
-    return "size" if list(axis) == [SCALE_KEY] else "level"
-
-
-def ordered(axis: Sequence[str], levels: Sequence[str]) -> bool:
-    """Whether `grows` and `shrinks` mean something: the levels are sizes, or values of one numeric choice."""
-    try:
-        numbers = [float(level) for level in levels]
-    except ValueError:
-        numbers = None
-    return list(axis) == [SCALE_KEY] or (len(axis) == 1 and numbers is not None)
+def ordered(axis: Sequence[str], levels: Sequence[Sequence[Setting]]) -> bool:
+    """Whether `grows` and `shrinks` mean something: the levels (each its settings) are sizes, or values of
+    one numeric choice."""
+    if LadderKind.of(axis) is LadderKind.SIZE:
+        return True
+    values = [settings[0].choices[axis[0]] for settings in levels] if len(axis) == 1 else []
+    return bool(values) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
 
 
 def judge_family(
@@ -185,9 +193,9 @@ def ladder_levels(family: Sequence[Setting], axis: Sequence[str]) -> list[Level]
         steps = [r.max_steps for r in runs if r.max_steps is not None]
         medians = [int(statistics.median(known)) if known else None for known in (params, steps)]
         levels.append(Level("/".join(shown(v) for v in value), *medians, group))
-    if list(axis) == [SCALE_KEY]:
+    if LadderKind.of(axis) is LadderKind.SIZE:
         levels.sort(key=Level.by_size)
-    elif ordered(axis, [level.name for level in levels]):
+    elif ordered(axis, [level.settings for level in levels]):
 
         def value(level: Level) -> float:  # the one choice's, as a number
             return float(level.settings[0].choices[axis[0]])
@@ -200,7 +208,7 @@ def trends(
     rungs: list[Rung], columns: list[str], alpha: float, axis: Sequence[str] = (SCALE_KEY,)
 ) -> list[Trend]:
     """Each design's verdict across `rungs`; the change tests (ordered levels only) Holm over the designs."""
-    along = ordered(axis, [rung.level for rung in rungs])
+    along = ordered(axis, [rung.settings for rung in rungs])
     designs: dict[tuple[Any, ...], list[tuple[Rung, Setting]]] = {}
     for rung in rungs:
         for setting in rung.settings:
@@ -211,7 +219,7 @@ def trends(
     said = []
     for key, found in designs.items():
         (change, p), p_adjusted = tests[key], adjusted.get(key)
-        text, word = _verdict(found, p_adjusted, alpha, noun(axis), ", ".join(axis))
+        text, word = _verdict(found, p_adjusted, alpha, LadderKind.of(axis), ", ".join(axis))
         said.append(Trend(dict(zip(columns, key, strict=True)), change, p, p_adjusted, text, word))
     return said
 
@@ -249,7 +257,7 @@ def _failures_at(found: list[tuple[Rung, Setting]], stated: Collection[str] = ()
 
 
 def _verdict(
-    found: list[tuple[Rung, Setting]], p: float | None, alpha: float, noun: str, axis: str
+    found: list[tuple[Rung, Setting]], p: float | None, alpha: float, kind: LadderKind, axis: str
 ) -> tuple[str, TrendWord]:
     """The text and word across levels; `p`: the change test's, Holm-adjusted (None on an unordered axis)."""
     signs = {Outcome.WORSE: 1, Outcome.BETTER: -1, Outcome.EQUIVALENT: 0, Outcome.IDENTICAL: 0}
@@ -278,7 +286,7 @@ def _verdict(
     if len({d for *_, d in said}) == 1 and said[0][2] is not None:
         # Equivalent everywhere can hold while the change test rejects (a change within ±δ): say which.
         failures = _failures_at(found)  # the outcome alone would drop them
-        text = f"holds at every {noun}: {said[0][1].outcome}" + (" when trained" if failures else "")
+        text = f"holds at every {kind}: {said[0][1].outcome}" + (" when trained" if failures else "")
         if p is not None:
             shown_change = "a change within the margin" if changed else "no change"
             text += f" ({shown_change} with {axis} shown, p (Holm) = {p:.2g})"
@@ -286,4 +294,4 @@ def _verdict(
     if changed:
         # A change of the difference is shown, not its sign: an end's sign is known only where it is resolved.
         return f"{TrendWord.CHANGES.value} with {axis}: {at_ends}{tested}; {every}", TrendWord.CHANGES
-    return f"not resolved across {noun}s: {every}", TrendWord.UNRESOLVED
+    return f"not resolved across {kind}s: {every}", TrendWord.UNRESOLVED

@@ -9,7 +9,7 @@ from operator import attrgetter
 from typing import Any, NamedTuple
 
 from tinylm.analysis.estimates import Estimate
-from tinylm.analysis.ladder import Ladder, Rung
+from tinylm.analysis.ladder import Ladder, LadderKind, Rung
 from tinylm.overrides import shown
 
 
@@ -132,10 +132,10 @@ def blocks(*parts: str | Sequence[str]) -> list[str]:
 
 def ladder_title(ladder: Ladder) -> str:
     """The ladder's heading in report.md and on ladder.png: `Across sizes`, or the levels' choices."""
-    return "Across sizes" if ladder.noun == "size" else f"Across levels of {', '.join(ladder.axis)}"
+    return "Across sizes" if ladder.kind is LadderKind.SIZE else f"Across levels of {', '.join(ladder.axis)}"
 
 
 def level_label(ladder: Ladder, rung: Rung) -> str:
     """A level's name in the ladder's tables and panels; a size adds its parameters and steps."""
     params = f"{rung.params / 1e6:.2f}M" if rung.params is not None else "?"
-    return f"{rung.level} ({params}, {rung.steps} steps)" if ladder.noun == "size" else rung.level
+    return f"{rung.level} ({params}, {rung.steps} steps)" if ladder.kind is LadderKind.SIZE else rung.level

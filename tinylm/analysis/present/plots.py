@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from tinylm.analysis.estimates import Estimate, estimate
 from tinylm.analysis.grouping import LR, Setting, setting_label
-from tinylm.analysis.ladder import Ladder
+from tinylm.analysis.ladder import Ladder, LadderKind
 from tinylm.analysis.present.formats import ladder_title, level_label
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.runs import natural_key
@@ -373,7 +373,8 @@ def draw_ladder(report: SweepReport, ladder: Ladder, path: Path) -> Path:
 
 def draw_ladder_verdicts(report: SweepReport, ladder: Ladder, path: Path) -> Path:
     """ladder.png: each design's difference and verdict, a panel per level, and its verdict across levels."""
-    shown, named = ladder.shown_columns, ladder.noun if ladder.noun == "size" else ", ".join(ladder.axis)
+    shown = ladder.shown_columns
+    named = ladder.kind if ladder.kind is LadderKind.SIZE else ", ".join(ladder.axis)
     order = [tuple(t.design[c] for c in ladder.columns) for t in ladder.trends]  # the same rows in each panel
     panels = []
     for rung in ladder.rungs:
@@ -386,6 +387,6 @@ def draw_ladder_verdicts(report: SweepReport, ladder: Ladder, path: Path) -> Pat
         panels.append((f"{named} = {level_label(ladder, rung)}", rows))
     across = [f"{setting_label(t.design, shown)}: {t.verdict}" for t in ladder.trends]
     base = ladder.rungs[0].baseline.label(shown)
-    title = f"{report.sweep_dir.name}: each design against {base} at each {ladder.noun}"
+    title = f"{report.sweep_dir.name}: each design against {base} at each {ladder.kind}"
     heading = f"{ladder_title(ladder)} (the difference at each in the plots above):"
     return plot_ladder(panels, [heading, *across], path, report, title)

@@ -156,7 +156,7 @@ def _ladder_answer(report: SweepReport) -> list[str]:
         for t in ladder.trends
     ]
     promise = (
-        f"Lower is better. Every {ladder.noun}'s comparisons are one family (Holm): the chance of any false "
+        f"Lower is better. Every {ladder.kind}'s comparisons are one family (Holm): the chance of any false "
         f"`better`/`worse` among them is at most α = {report.alpha:g}. The tables and the methods are below."
     )
     costs = [
@@ -337,8 +337,8 @@ def _family_section(report: SweepReport) -> list[str]:
             "counts the seeds judged at each rate.",
         )
     if report.ladder is not None:
-        noun, title = report.ladder.noun, formats.ladder_title(report.ladder)
-        return text + blocks(f"The baseline is judged at each {noun}: see *{title}* below.")
+        kind, title = report.ladder.kind, formats.ladder_title(report.ladder)
+        return text + blocks(f"The baseline is judged at each {kind}: see *{title}* below.")
     if base is None:
         example = report.baseline_example
         how = (

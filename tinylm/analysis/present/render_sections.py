@@ -11,7 +11,7 @@ from typing import Any
 
 from tinylm import overrides
 from tinylm.analysis.grouping import CROSS_FITTED, Setting, setting_label
-from tinylm.analysis.ladder import Ladder, Rung
+from tinylm.analysis.ladder import Ladder, LadderKind, Rung
 from tinylm.analysis.present import formats
 from tinylm.analysis.present.formats import (
     Cell,
@@ -226,26 +226,26 @@ def _level_table(
         return "—" if s is None else difference_at(s, rung, unigram) if differences else mean_at(s, unigram)
 
     levels = [Column(level_label(ladder, r), partial(at, rung=r)) for r in ladder.rungs]
-    across = [Column(f"across {ladder.noun}s", Cell("verdict"))] if differences else []
+    across = [Column(f"across {ladder.kind}s", Cell("verdict"))] if differences else []
     return md_table([*choice_columns(ladder.shown_columns, design), *levels, *across], rows)
 
 
 def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
     """The ladder's section: each design's mean and its difference from the level's baseline at
     every level, the word across levels, and what the words mean."""
-    pct, noun, metric, axis = f"{report.confidence:.0%}", ladder.noun, report.metric, ", ".join(ladder.axis)
-    bits, across = ladder.in_bits and metric.is_loss, f"across {noun}s"
+    pct, kind, metric, axis = f"{report.confidence:.0%}", ladder.kind, report.metric, ", ".join(ladder.axis)
+    bits, across = ladder.in_bits and metric.is_loss, f"across {kind}s"
     loss = "Mean final loss" if metric.is_loss else f"Mean {metric.noun}"
     loss += " in bits/char (gain over its corpus's unigram level)" if bits else ""
     chosen = "cross-fitted rate" if report.rule == CROSS_FITTED else "rate its tuning seeds chose"
     rates = (
-        f", each at its own {chosen} per {noun}. {loss} (rates chosen):"
-        if report.lr_varies or noun == "size"
+        f", each at its own {chosen} per {kind}. {loss} (rates chosen):"
+        if report.lr_varies or kind is LadderKind.SIZE
         else f". {loss}:"
     )
-    along = "size" if noun == "size" else f"level (`{axis}`)"
+    along = "size" if kind is LadderKind.SIZE else f"level (`{axis}`)"
     flips = "the losses resolved in opposite directions (not a `better`/`worse` that failures decided)"
-    if noun == "size":
+    if kind is LadderKind.SIZE:
         words = (
             "`grows / shrinks with size`: resolved in the same direction at the smallest and largest sizes, "
             "and Welch's t test of the difference at the largest size against that at the smallest, Holm "
@@ -274,9 +274,9 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
         f"own {along}{rates}",
         _level_table(report, list(designs.values()), attrgetter("choices"), differences=False),
         f"Difference from the baseline in {metric.units} (< 0: {lower}), its {pct} interval"
-        f"{share if bits else ''}, p (Holm) and verdict at each {noun}, and the verdict {across} "
+        f"{share if bits else ''}, p (Holm) and verdict at each {kind}, and the verdict {across} "
         f"({LADDER_PNG} draws it):",
         _level_table(report, ladder.trends, attrgetter("design"), differences=True),
-        f"Every {noun}'s comparisons are one family ({report.family_tests} tests, Holm, "
+        f"Every {kind}'s comparisons are one family ({report.family_tests} tests, Holm, "
         f"α = {report.alpha:g}, δ = {report.min_effect:g}{units}). {words}",
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 from cattrs import BaseValidationError
 
 from tinylm import layout
+from tinylm.analysis.ladder import LadderKind
 from tinylm.analysis.present.plots import (
     draw_ladder,
     draw_ladder_verdicts,
@@ -82,7 +83,7 @@ def _write(report: SweepReport, directory: Path, aside: list[Path]) -> tuple[str
     drawn = [plot_lr_sensitivity(report, directory / layout.SENSITIVITY_PNG)] if report.lr_varies else []
     if report.ladder:
         drawn.append(draw_ladder_verdicts(report, report.ladder, directory / layout.LADDER_PNG))
-    if report.ladder and report.ladder.noun == "size":
+    if report.ladder and report.ladder.kind is LadderKind.SIZE:
         drawn.append(draw_ladder(report, report.ladder, directory / layout.SCALE_PNG))
     return text, drawn
 
