@@ -73,7 +73,8 @@ def one_sweep(
 
     rules = Rules(0.95, 0.05, 0.01, lr_varies=True)
     tuned = tuned_settings(settings(), COLUMNS, 0.95, tuning)
-    family, base, _ = judge_family(tuned, {"act": "base"}, COLUMNS, rules, (), None, tuned)
+    judged = judge_family(tuned, {"act": "base"}, COLUMNS, rules, (), None, tuned)
+    family, base = judged.rows, judged.baseline
     chosen = {s.choices["act"]: s.rate for s in tuned}
     for s in seeds[tuning_seeds:]:  # add_seeds runs judging seeds at the chosen rates only
         for name in names:

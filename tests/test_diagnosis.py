@@ -787,7 +787,8 @@ def test_a_tuned_row_not_yet_judged_is_explained_by_its_runs_at_the_rate_its_see
         runs, findings = tuned_runs({("post", rate): dead})
         tuned = tuned_settings(group_settings(runs, [*columns, LR], 0.95), columns, 0.95)
         rules = Rules(0.95, 0.05, 0.01, True)
-        family, base, _ = judge_family(tuned, {"norm": "pre"}, columns, rules, (), None, tuned)
+        judged = judge_family(tuned, {"norm": "pre"}, columns, rules, (), None, tuned)
+        family, base = judged.rows, judged.baseline
         assert all(s.rate == 1e-3 for s in family)
         explained = why_rows(family, columns, findings, [base])
         assert [(f"{f.count}/{f.of}", f.seeds) for row in explained for f in row.findings] == rows
@@ -832,7 +833,8 @@ def test_the_answer_says_when_the_budget_stopped_every_run_of_both_sides_before_
         run.choices.pop("optim.lr")
     settings = group_settings(runs, ["norm"], 0.95)
     rules = Rules(0.95, 0.05, 0.01, False)
-    family, base, _ = judge_family(settings, {"norm": "pre"}, ["norm"], rules, (), None, settings)
+    judged = judge_family(settings, {"norm": "pre"}, ["norm"], rules, (), None, settings)
+    family, base = judged.rows, judged.baseline
     learning = still_learning(family, base, findings)
     assert learning == ({"norm": "post"},)
     assert still_learning(family, None, findings) == ()  # a ladder's Answer states no difference

@@ -140,6 +140,18 @@ def ordered(axis: Sequence[str], levels: Sequence[Sequence[Setting]]) -> bool:
     return bool(values) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
 
 
+@dataclass(frozen=True)
+class JudgedFamily:
+    """A family judged against its baseline: its rows (each with its comparison), its one baseline (None on a
+    ladder, where each level has its own), the ladder, and each compared row with the baseline it was judged
+    against (in the rows' order, level by level)."""
+
+    rows: list[Setting]
+    baseline: Setting | None
+    ladder: Ladder | None
+    pairs: list[tuple[Setting, Setting]]
+
+
 def judge_family(
     family: Sequence[Setting],
     wanted: dict[str, Any],
@@ -148,9 +160,9 @@ def judge_family(
     axis: Sequence[str],
     design: Design | None,
     settings: list[Setting],
-) -> tuple[list[Setting], Setting | None, Ladder | None]:
+) -> JudgedFamily:
     """The family judged against the baseline `wanted` names, level by level along `axis`, on a design's first
-    look; rows left open, on the seeds added since. Returns its rows, its baseline (or None), its ladder."""
+    look; rows left open, on the seeds added since."""
     levels = ladder_levels(family, axis) if axis else [Level("", None, None, list(family))]
     design_columns = [c for c in columns if c not in axis]
     groups = [(level.settings, pick_baseline(level.settings, wanted, design_columns)) for level in levels]
@@ -174,14 +186,15 @@ def judge_family(
         key: replace(s, comparison=own[key][0], added=added.get(key)) if key in own else s
         for s, key in zip(family, keys, strict=True)
     }
+    pairs = [(judged[s.key(columns)], base) for s, base in rows]
     if not axis:
-        return list(judged.values()), groups[0][1], None
+        return JudgedFamily(list(judged.values()), groups[0][1], None, pairs)
     rungs = [
         Rung(level.name, level.params, level.steps, base, [judged[s.key(columns)] for s in level.settings])
         for level, (_, base) in zip(levels, groups, strict=True)
     ]
     ladder = Ladder(list(axis), design_columns, rungs, trends(rungs, design_columns, rules.alpha, axis))
-    return list(judged.values()), None, ladder
+    return JudgedFamily(list(judged.values()), None, ladder, pairs)
 
 
 def ladder_levels(family: Sequence[Setting], axis: Sequence[str]) -> list[Level]:

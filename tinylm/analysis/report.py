@@ -191,38 +191,29 @@ class SweepReport:
 
     def baseline_of(self, setting: Setting) -> Setting | None:
         """The baseline `setting` is compared with: its ladder level's, else the family's."""
-        return baseline_in(setting, self.ladder, self.family_baseline)
-
-
-def baseline_in(setting: Setting, ladder: Ladder | None, base: Setting | None) -> Setting | None:
-    """The setting `setting` is judged against: the family's baseline `base`, or on a ladder its level's."""
-    if ladder is None:
-        return base
-    rungs = [rung for rung in ladder.rungs if any(s is setting for s in rung.settings)]
-    return rungs[0].baseline if rungs else None
+        if self.ladder is None:
+            return self.family_baseline
+        rungs = [rung for rung in self.ladder.rungs if any(s is setting for s in rung.settings)]
+        return rungs[0].baseline if rungs else None
 
 
 def families_of(
-    family: Sequence[Setting],
+    pairs: Sequence[tuple[Setting, Setting]],
     settings: list[Setting],
     columns: Sequence[str],
     rules: Rules,
     design: Design | None,
     ladder: Ladder | None,
-    base: Setting | None,
     judged_apart: bool,
 ) -> tuple[Family, ...]:
-    """Each family of tests a judged report adjusts apart (Holm): the sweep's own (none where its seeds only
-    chose rates: `judged_apart`), each later look's of a sequential design (the rows the sweep left open, on
-    the added seeds, as `judge_added` forms them), and a ladder's tests of change across levels."""
-    own = [s.comparison.tests for s in family if s.comparison is not None]
+    """Each family of tests a judged report adjusts apart (Holm) over its compared rows (`pairs`: each row and
+    its baseline): the sweep's own (none where its seeds only chose rates: `judged_apart`), each later look's
+    of a sequential design (the rows the sweep left open, on the added seeds, as `judge_added` forms them),
+    and a ladder's tests of change across levels."""
+    own = [s.comparison.tests for s, _ in pairs if s.comparison is not None]
     looks: tuple[Family, ...] = ()
     if design is not None and len(design.looks) > 1:
-        bases = {
-            s.key(columns): baseline.key(columns)
-            for s in family
-            if s.added is not None and (baseline := baseline_in(s, ladder, base)) is not None
-        }
+        bases = {s.key(columns): baseline.key(columns) for s, baseline in pairs if s.added is not None}
         looks = look_families(look_tests(bases, settings, columns, rules, design), rules.alpha)
     change = change_family(ladder, rules.alpha) if ladder is not None else None
     return (
@@ -321,6 +312,7 @@ def build_report(
     delta = design.min_effect if design else (measured.min_effect if min_effect is None else min_effect)
     rules = Rules(confidence, design.alpha if design else ALPHA, delta, rate_tuned(setting_columns, axis))
     findings = {run.path: diagnose(run, run.reference) for run in runs}
+    judged = judge_sweep(runs, findings, Scope(setting_columns, wanted, axis, rules, design))
     return SweepReport(
         sweep_dir,
         sorted(runs, key=_by_result),
@@ -337,7 +329,20 @@ def build_report(
         findings=findings,
         metric=measured,
         probe=probe_rows(run.model for run in runs if run.model) if probe else [],
-        **judge(runs, findings, Scope(setting_columns, wanted, axis, rules, design)),
+        settings=judged.settings,
+        # Stored apart by whether the rate is tuned (report.json's format): `family` reads them back as one.
+        tuned=judged.family if rules.lr_varies else [],
+        baseline=None if rules.lr_varies else judged.baseline,
+        tuned_baseline=judged.baseline if rules.lr_varies else None,
+        ladder=judged.ladder,
+        families=judged.families,
+        setting_why=judged.setting_why,
+        why=judged.why,
+        still_learning=judged.still_learning,
+        sizing=judged.sizing,
+        look_levels=design.look_levels(rules.alpha) if design is not None else (),
+        costs=judged.costs,
+        cost_trends=judged.cost_trends,
     )
 
 
@@ -359,10 +364,26 @@ def _against_design(asked: str, how: str, holds: str) -> ReportError:
     )
 
 
-def judge(runs: Sequence[RunSummary], findings: dict[Path, list[Finding]], scope: Scope) -> dict[str, Any]:
-    """The report's judged fields, by SweepReport field name: the settings (and tuned family), the
-    baseline, the ladder, the families of tests, the why rows, the sizing and the compute multipliers.
-    A dict because the report splits the family into settings/tuned by whether the rate is tuned."""
+@dataclass(frozen=True)
+class JudgedSweep:
+    """What judging a sweep's settings gives its report (`judge_sweep`), each quantity once."""
+
+    settings: list[Setting]  # every setting (at each rate it ran, where the rate is tuned)
+    family: list[Setting]  # the rows judged together: each setting at its tuned rate where the rate is tuned
+    baseline: Setting | None  # the family's (None without one, or on a ladder: each level has its own)
+    ladder: Ladder | None
+    families: tuple[Family, ...]  # the families of tests adjusted apart (`families_of`)
+    setting_why: list[tuple[Shared, ...]]  # what each of `settings`' runs showed
+    why: list[WhyRow]
+    still_learning: tuple[dict[str, Any], ...]  # rows judged on still-improving runs only
+    sizing: Sizing | None
+    costs: tuple[Multipliers, ...]  # each compared row's compute multipliers against its baseline
+    cost_trends: tuple[MultiplierTrend, ...]  # on a ladder over ordered levels, each design's across them
+
+
+def judge_sweep(runs: Sequence[RunSummary], findings: dict[Path, list[Finding]], scope: Scope) -> JudgedSweep:
+    """The sweep's runs grouped into settings, the family judged against the scope's baseline (level by
+    level on a ladder), and what explains, sizes and costs each row."""
     rules, design, tuned = scope.rules, scope.design, scope.rules.lr_varies
     columns = family_columns_of(scope.setting_columns, tuned)
     failed = {path for path, found in findings.items() if why.run_failure(found) is not None}
@@ -371,38 +392,30 @@ def judge(runs: Sequence[RunSummary], findings: dict[Path, list[Finding]], scope
         grouping.tuned_settings(settings, columns, rules.confidence, own_seeds(design)) if tuned else settings
     )
     base = ladder = None
+    pairs: list[tuple[Setting, Setting]] = []
     families: tuple[Family, ...] = ()
     if scope.wanted is not None:
         named = {k: v for k, v in scope.wanted.items() if not (tuned and k == LR)}
-        family, base, ladder = judge_family(family, named, columns, rules, scope.axis, design, settings)
+        judged = judge_family(family, named, columns, rules, scope.axis, design, settings)
+        family, base, ladder, pairs = judged.rows, judged.baseline, judged.ladder, judged.pairs
         # A report built now judges apart wherever the rate is tuned (its rule: TUNED_THEN_JUDGED).
-        families = families_of(family, settings, columns, rules, design, ladder, base, judged_apart=tuned)
-    shown = settings if tuned else family
+        families = families_of(pairs, settings, columns, rules, design, ladder, judged_apart=tuned)
     explained = (family, columns) if len(family) > 1 else (settings, scope.setting_columns)
-    plan = design.added_plan() if design is not None else []
-    horizon = design.horizon if design is not None else None
-    if ladder is not None:
-        compared = [
-            (s, rung.baseline) for rung in ladder.rungs for s in rung.settings if s is not rung.baseline
-        ]
-    else:
-        compared = [(s, base) for s in family if base is not None and s is not base]
-    costs = multiplier.compared_costs(compared, rules.confidence)
-    return {
-        "settings": shown,
-        "tuned": family if tuned else [],
-        "baseline": None if tuned else base,
-        "tuned_baseline": base if tuned else None,
-        "ladder": ladder,
-        "setting_why": [tuple(why.shared(s.runs, findings)) for s in shown],
-        "why": why.why_rows(*explained, findings, baselines_of(ladder, base)),
-        "still_learning": why.still_learning(family, base, findings),  # none on a ladder (no one baseline)
-        "sizing": why.size_open_rows(family, base, columns, rules, horizon),
-        "look_levels": tuple(None if look is None else look.level(rules.alpha) for look in plan),
-        "families": families,
-        "costs": costs,
-        "cost_trends": tuple(multiplier.costs_across(ladder, costs, rules.alpha)) if ladder else (),
-    }
+    shown = settings if tuned else family  # the settings table: where the rate is not tuned, the judged rows
+    costs = multiplier.compared_costs(pairs, rules.confidence)
+    return JudgedSweep(
+        settings=shown,
+        family=family,
+        baseline=base,
+        ladder=ladder,
+        families=families,
+        setting_why=[tuple(why.shared(s.runs, findings)) for s in shown],
+        why=why.why_rows(*explained, findings, baselines_of(ladder, base)),
+        still_learning=why.still_learning(family, base, findings),  # none on a ladder (no one baseline)
+        sizing=why.size_open_rows(family, base, columns, rules, design.horizon if design else None),
+        costs=costs,
+        cost_trends=tuple(multiplier.costs_across(ladder, costs, rules.alpha)) if ladder else (),
+    )
 
 
 def ladder_axis(

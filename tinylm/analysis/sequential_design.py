@@ -111,6 +111,10 @@ class Design:
         counts = [len(self.added_seeds(look)) for look in range(1, len(self.looks))]
         return sequential_plan(counts, self.horizon) if self.horizon >= 2 else [None] * len(counts)
 
+    def look_levels(self, alpha: float) -> tuple[float | None, ...]:
+        """Each later look's judging level at family-wise `alpha` (None: a look that judges nothing)."""
+        return tuple(None if look is None else look.level(alpha) for look in self.added_plan())
+
 
 def own_seeds(design: Design | None) -> tuple[str, ...] | None:
     """The sweep's own seeds (the first look), the only ones its verdicts use; None without a design."""

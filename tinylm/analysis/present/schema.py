@@ -75,9 +75,8 @@ def upgrade(old: dict[str, Any]) -> dict[str, Any]:
     new, report = _format_6(new) if version < 6 else (new, from_json(new))
     # Format 7 records each family's adjustment, size and α, derived from what the report holds.
     r, rules = report, Rules(report.confidence, report.alpha, report.min_effect, report.lr_varies)
-    families = families_of(
-        r.family, r.settings, r.family_columns, rules, r.design, r.ladder, r.family_baseline, r.judged_apart
-    )
+    pairs = [(s, base) for s in r.family if (base := r.baseline_of(s)) is not None and s is not base]
+    families = families_of(pairs, r.settings, r.family_columns, rules, r.design, r.ladder, r.judged_apart)
     return new | {"families": plain(families if r.baselines else ())}
 
 
@@ -112,10 +111,9 @@ def _format_6(old: dict[str, Any]) -> tuple[dict[str, Any], SweepReport]:
             ]
             counted = sorted(showed, key=natural_key) if len(showed) == found.count else []
             written["seeds"] = list(found.seeds) or counted
-    plan = report.design.added_plan() if report.design else []
     return new | {
         "still_learning": list(still_learning(report.family, report.family_baseline, report.findings)),
-        "look_levels": [None if look is None else look.level(report.alpha) for look in plan],
+        "look_levels": list(report.design.look_levels(report.alpha) if report.design else ()),
     }, report
 
 
