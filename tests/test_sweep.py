@@ -13,7 +13,7 @@ import optuna
 import pytest
 import tbparse
 import tinylm.conf
-from conftest import job_cfg, run_sweep, small_corpus, sweep_args
+from conftest import job_cfg, run_sweep, script_objective, small_corpus, sweep_args
 from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
@@ -25,7 +25,6 @@ from tinylm.layout import read_run_record
 from tinylm.model import GPT, ModelConfig
 from tinylm.training.distributed import ScaleOutError
 from tinylm.training.resolvers import threads_per_job
-from tinylm.training.sweep import objective
 
 
 def _run_dirs(sweep_dir: Path) -> list[Path]:
@@ -104,7 +103,7 @@ def fake_run(monkeypatch):
 
 def test_run_job_returns_the_optimized_metric(tmp_path, fake_run):
     fake_run({"loss/val": 1.25, "loss/train": 1.0})
-    assert objective(job_cfg(tmp_path)) == 1.25
+    assert script_objective(job_cfg(tmp_path)) == 1.25
 
 
 @pytest.mark.parametrize(
@@ -119,7 +118,7 @@ def test_run_job_in_a_sweep_records_a_failure_and_returns(
     tmp_path, fake_run, caplog, error, status, returned
 ):
     fake_run(error)
-    assert objective(job_cfg(tmp_path), keep_going=True) == returned
+    assert script_objective(job_cfg(tmp_path), keep_going=True) == returned
     (logged,) = [r for r in caplog.records if "the sweep goes on" in r.getMessage()]
     assert logged.exc_info is not None  # not one of tinylm's reported errors: logged with its traceback
     record = read_run_record(tmp_path)
@@ -129,7 +128,7 @@ def test_run_job_in_a_sweep_records_a_failure_and_returns(
 
 def test_a_reported_error_in_a_sweep_is_logged_as_one_line(tmp_path, fake_run, caplog):
     fake_run(ConfigError("model.d_model=30 must be divisible by n_head=4"))
-    assert objective(job_cfg(tmp_path), keep_going=True) is None
+    assert script_objective(job_cfg(tmp_path), keep_going=True) is None
     (logged,) = [r for r in caplog.records if "the sweep goes on" in r.getMessage()]
     assert logged.exc_info is None
     assert logged.getMessage() == (
@@ -140,20 +139,20 @@ def test_a_reported_error_in_a_sweep_is_logged_as_one_line(tmp_path, fake_run, c
 def test_run_job_single_run_records_and_reraises(tmp_path, fake_run):
     fake_run(ValueError("bad config"))
     with pytest.raises(ValueError, match="bad config"):
-        objective(job_cfg(tmp_path), keep_going=False)
+        script_objective(job_cfg(tmp_path), keep_going=False)
     assert read_run_record(tmp_path)["status"] == "failed"
 
 
 def test_run_job_stops_the_sweep_on_an_error_every_job_would_hit(tmp_path, fake_run):
     fake_run(ScaleOutError("-m (a sweep) with trainer.strategy=DDPStrategy on 2 devices"))
     with pytest.raises(ScaleOutError):
-        objective(job_cfg(tmp_path), keep_going=True)
+        script_objective(job_cfg(tmp_path), keep_going=True)
     assert read_run_record(tmp_path)["status"] == "failed"
 
 
 def test_run_job_treats_a_non_finite_objective_as_divergence(tmp_path, fake_run):
     fake_run({"loss/val": math.nan, "step": 6})
-    assert objective(job_cfg(tmp_path), keep_going=True) == math.inf
+    assert script_objective(job_cfg(tmp_path), keep_going=True) == math.inf
     record = read_run_record(tmp_path)
     assert record["status"] == "diverged" and math.isnan(record["loss/val"])
 
@@ -161,7 +160,7 @@ def test_run_job_treats_a_non_finite_objective_as_divergence(tmp_path, fake_run)
 def test_run_job_outside_hydra_is_a_single_run(tmp_path, fake_run):
     fake_run(RuntimeError("boom"))
     with pytest.raises(RuntimeError):
-        objective(job_cfg(tmp_path))
+        script_objective(job_cfg(tmp_path))
 
 
 # --- Optuna: a search kept in SQLite, resumed by a second invocation --------------------------------------
@@ -340,6 +339,20 @@ def test_the_design_presets_train_with_muon_annealed_to_its_floor_and_the_old_re
         100,
     )
     assert old.trainer.val_check_interval == 100 and old.hydra.sweeper.params["optim.lr"] == "1e-3,3e-3,1e-2"
+
+
+@pytest.mark.parametrize(
+    ("recipe", "rates", "lr", "warmup"),
+    [("muon_300", "2e-3,8e-3,3.2e-2", 2e-3, 20), ("adamw_600", "3e-3,1e-2,3e-2,1e-1", 3e-3, 100)],
+)
+def test_the_qk_norm_and_warmup_presets_take_their_rates_and_warmup_from_the_recipe(recipe, rates, lr, warmup):
+    """Under recipe=adamw_600 each runs as its stored 600-step report ran; under muon_300 at the new budget."""
+    qk = _compose_with_hydra(["experiment=qk_norm_stability", f"recipe={recipe}"])
+    assert qk.hydra.sweeper.params["optim.lr"] == rates
+    ablation = _compose_with_hydra(["experiment=warmup_ablation", f"recipe={recipe}"])
+    assert ablation.optim.lr == pytest.approx(lr)
+    assert ablation.hydra.sweeper.params["optim.warmup_steps"] == f"0,{warmup}"
+    assert ablation.baseline == f"optim.warmup_steps={warmup}"
 
 
 @pytest.mark.parametrize("optim", ["adamw", "muon"])
