@@ -29,7 +29,7 @@ import numpy as np
 from statsmodels.stats.proportion import proportion_confint
 
 from tinylm.analysis.grouping import LR, Rules, Setting, tuned_settings
-from tinylm.analysis.ladder import judge_family
+from tinylm.analysis.judging import judge_family
 from tinylm.analysis.sequential_design import Design, judge_added
 from tinylm.analysis.verdicts import Outcome
 

@@ -778,7 +778,7 @@ def test_a_tuned_row_not_yet_judged_is_explained_by_its_runs_at_the_rate_its_see
     """Issue 59: `dead units in 2/6 runs (seed 1, …)` where the settings table said 2/2: a tuned row before any
     judging seed counted every rate's runs, here the two at lr 1e-2, a rate its seeds did not choose."""
     from tinylm.analysis.grouping import LR, Rules, group_settings, tuned_settings
-    from tinylm.analysis.ladder import judge_family
+    from tinylm.analysis.judging import judge_family
     from tinylm.analysis.why import why_rows
 
     dead = [Finding(DEAD_UNITS, "dead", 100, "training_health/dead_units/block_1")]
@@ -820,7 +820,7 @@ def test_the_answer_says_when_the_budget_stopped_every_run_of_both_sides_before_
     """Issue 59: the Answer gave a difference where every run of both sides was `still improving`. The report
     value holds the rows where that is so (built once, kept in report.json); the Answer words them."""
     from tinylm.analysis.grouping import Rules, group_settings
-    from tinylm.analysis.ladder import judge_family
+    from tinylm.analysis.judging import judge_family
     from tinylm.analysis.present.render import answer_section
     from tinylm.analysis.present.schema import from_json, to_json
     from tinylm.analysis.report import SweepReport

@@ -185,20 +185,23 @@ def compared_costs(rows: Sequence[tuple[Setting, Setting]], confidence: float) -
     return tuple(compare_costs(s, base, confidence) for s, base in rows)
 
 
+def costs_of(costs: Sequence[Multipliers], setting: Setting) -> Multipliers | None:
+    """`setting`'s multipliers among `costs` (None: it was not compared with a baseline)."""
+    return next((m for m in costs if m.design == setting.choices), None)
+
+
 def costs_across(ladder: Ladder, costs: Sequence[Multipliers], alpha: float) -> list[MultiplierTrend]:
     """Each design's step multiplier across an ordered ladder's levels (budgets); none on unordered ones."""
     if not ladder.ordered:
         return []
-    by_choices = [(m.design, m.steps) for m in costs]
     designs: dict[tuple[Any, ...], tuple[dict[str, Any], list[tuple[str, Multiplier]]]] = {}
     for rung in ladder.rungs:
         for s in rung.settings:
-            found = next((m for design, m in by_choices if design == s.choices), None)
+            found = costs_of(costs, s)
             if s is rung.baseline or found is None:
                 continue
-            key = s.key(ladder.columns)
             named = {c: s.choices.get(c) for c in ladder.columns}
-            designs.setdefault(key, (named, []))[1].append((rung.level, found))
+            designs.setdefault(s.key(ladder.columns), (named, []))[1].append((rung.level, found.steps))
     return multiplier_trends(list(designs.values()), alpha)
 
 

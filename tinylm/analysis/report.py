@@ -14,8 +14,10 @@ from tinylm.analysis import grouping, multiplier, why
 from tinylm.analysis.diagnosis import Finding, diagnose
 from tinylm.analysis.estimates import MIN_EFFECT
 from tinylm.analysis.grouping import CROSS_FITTED, LR, TUNED_THEN_JUDGED, Rules, Setting
-from tinylm.analysis.ladder import SCALE_KEY, Ladder, change_family, judge_family
+from tinylm.analysis.judging import judge_family
+from tinylm.analysis.ladder import Ladder, change_family
 from tinylm.analysis.multiplier import Multipliers, MultiplierTrend
+from tinylm.analysis.options import against_design, ladder_axis, named_baseline, parse_choices
 from tinylm.analysis.runs import (
     DESIGN_CHOICES,
     FINAL_LOSS,
@@ -28,10 +30,9 @@ from tinylm.analysis.runs import (
     shared_reference,
 )
 from tinylm.analysis.sequential_design import Design, look_families, look_tests, own_seeds, read_design
+from tinylm.analysis.sizing import Sizing, size_open_rows
 from tinylm.analysis.verdicts import ALPHA, Comparison, Family, family_size, judged_families
-from tinylm.analysis.why import Shared, Sizing, WhyRow
-from tinylm.layout import DESIGN_FILE
-from tinylm.overrides import OverrideError, parse
+from tinylm.analysis.why import Shared, WhyRow
 from tinylm.probe.sweep_shapes import probe_rows
 
 
@@ -182,7 +183,7 @@ class SweepReport:
 
     def costs_of(self, setting: Setting) -> Multipliers | None:
         """`setting`'s multipliers against its baseline (None: not compared, or no curves were read)."""
-        return next((m for m in self.costs if m.design == setting.choices), None)
+        return multiplier.costs_of(self.costs, setting)
 
     def shown_comparison(self, setting: Setting) -> Comparison | None:
         """The comparison the report shows for `setting`: where seeds are judged apart,
@@ -248,20 +249,6 @@ def baselines_of(ladder: Ladder | None, base: Setting | None) -> list[Setting]:
     return [rung.baseline for rung in ladder.rungs] if ladder else [base] if base else []
 
 
-def parse_choices(text: str) -> dict[str, Any]:
-    """`norm=pre,act=gelu` -> {"norm": "pre", "act": "gelu"}, each value typed as Hydra types overrides."""
-    pairs = [part.strip() for part in text.split(",") if part.strip()]
-    if not pairs or any("=" not in pair or pair.startswith("=") for pair in pairs):
-        raise ReportError(
-            f"--baseline {text!r}: write choices as key=value[,key=value], e.g. norm=pre,act=gelu"
-        )
-    try:
-        parsed = parse(pairs)
-    except OverrideError as err:
-        raise ReportError(f"--baseline {text!r}: {err}") from None
-    return {choice.key: choice.typed for choice in parsed}
-
-
 class Scope(NamedTuple):
     """What a sweep is judged on: the columns telling settings apart, the baseline's choices, a
     ladder's axis, the rules and the sequential design."""
@@ -290,14 +277,14 @@ def build_report(
     runs = read_runs(sweep_dir, curve, measured)
     design = read_design(sweep_dir)
     if design is not None and not measured.is_loss:
-        raise _against_design(f"--metric {measured.flag}", "to resolve its final losses", "for them")
+        raise against_design(f"--metric {measured.flag}", "to resolve its final losses", "for them")
     named, source = named_baseline(baseline, runs, design)
     wanted = parse_choices(named) if named is not None else None
     if design is not None and min_effect is not None and min_effect != design.min_effect:
         within = f"to resolve comparisons within ±{design.min_effect:g}"
-        raise _against_design(f"--min-effect {min_effect:g}", within, "at that δ")
+        raise against_design(f"--min-effect {min_effect:g}", within, "at that δ")
     if design is not None and baseline is not None and wanted != parse_choices(design.baseline):
-        raise _against_design(f"--baseline {baseline}", f"against {design.baseline}", "against that baseline")
+        raise against_design(f"--baseline {baseline}", f"against {design.baseline}", "against that baseline")
     # The choices shown per run: the design choices, then every override that varies; and those all share.
     others = sorted({k for r in runs for k in r.choices} - set(DESIGN_CHOICES))
     varied = [k for k in others if len({r.choices.get(k) for r in runs}) > 1]
@@ -308,7 +295,7 @@ def build_report(
     if design is not None and design.ladder is not None and tuple(axis) != design.ladder:
         along = f"along {', '.join(design.ladder)}" if design.ladder else "without a ladder"
         asked = f"--ladder {ladder}" if ladder else f"the experiment's ladder ({', '.join(axis)})"
-        raise _against_design(asked, along, "for the families they were judged in")
+        raise against_design(asked, along, "for the families they were judged in")
     delta = design.min_effect if design else (measured.min_effect if min_effect is None else min_effect)
     rules = Rules(confidence, design.alpha if design else ALPHA, delta, rate_tuned(setting_columns, axis))
     findings = {run.path: diagnose(run, run.reference) for run in runs}
@@ -356,12 +343,6 @@ def portable(value: Any) -> Any:
         return value
     path = PureWindowsPath(value) if PureWindowsPath(value).drive else PurePosixPath(value)
     return f"…/{path.name}" if path.is_absolute() and path.name else value
-
-
-def _against_design(asked: str, how: str, holds: str) -> ReportError:
-    return ReportError(
-        f"{asked}: this sweep's seeds were added {how} ({DESIGN_FILE}); its verdicts hold only {holds}"
-    )
 
 
 @dataclass(frozen=True)
@@ -412,58 +393,7 @@ def judge_sweep(runs: Sequence[RunSummary], findings: dict[Path, list[Finding]],
         setting_why=[tuple(why.shared(s.runs, findings)) for s in shown],
         why=why.why_rows(*explained, findings, baselines_of(ladder, base)),
         still_learning=why.still_learning(family, base, findings),  # none on a ladder (no one baseline)
-        sizing=why.size_open_rows(family, base, columns, rules, design.horizon if design else None),
+        sizing=size_open_rows(family, base, columns, rules, design.horizon if design else None),
         costs=costs,
         cost_trends=tuple(multiplier.costs_across(ladder, costs, rules.alpha)) if ladder else (),
     )
-
-
-def ladder_axis(
-    flag: str | None,
-    runs: Sequence[RunSummary],
-    columns: Sequence[str],
-    wanted: dict[str, Any] | None,
-    design: Sequence[str] | None,
-) -> list[str]:
-    """The choices judged level by level: --ladder, a sequential design's, the experiment's `ladder:`, or
-    `size` where the sweep varies it and the baseline does not name it (older scale ladders); [] for none."""
-    named = flag or ",".join(design or ()) or _named_alike(runs, "ladder")
-    if not named:
-        return [SCALE_KEY] if SCALE_KEY in columns and wanted is not None and SCALE_KEY not in wanted else []
-    where = "--ladder" if flag else f"the ladder of {DESIGN_FILE}" if design else "the experiment's `ladder:`"
-    axis = [key.strip() for key in named.split(",") if key.strip()]
-    text = ",".join(axis) if flag is None else flag
-    still = [key for key in axis if key not in columns]
-    if not axis or still:
-        raise ReportError(
-            f"{where} {text!r}: {', '.join(still) or 'nothing'} does not vary in this sweep; choose among "
-            f"{', '.join(columns)}"
-        )
-    named_level = sorted(set(axis) & set(wanted or {}))
-    if named_level:
-        raise ReportError(
-            f"the baseline names {', '.join(named_level)}, the ladder's axis ({where} {text}): name the "
-            "design only, and it is judged at every level"
-        )
-    return axis
-
-
-def named_baseline(
-    flag: str | None, runs: Sequence[RunSummary], design: Design | None
-) -> tuple[str | None, str | None]:
-    """The baseline and who named it: --baseline, the sequential design, or the experiment's `baseline:`."""
-    if flag:
-        return flag, "--baseline"
-    if design is not None:
-        return design.baseline, design.baseline_source
-    named = _named_alike(runs, "baseline")
-    return (named, "the experiment's `baseline:`") if named else (None, None)
-
-
-def _named_alike(runs: Sequence[RunSummary], key: str) -> str | None:
-    named = {getattr(run, key) for run in runs if getattr(run, key)}  # every run that names one, alike
-    if len(named) > 1:
-        raise ReportError(
-            f"the runs name different {key}s ({', '.join(sorted(named))}); choose one with --{key}"
-        )
-    return named.pop() if named else None

@@ -26,7 +26,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from tinylm.analysis.grouping import LR, Setting, setting_label
-from tinylm.analysis.report import ReportError, SweepReport, build_report, named_baseline, parse_choices
+from tinylm.analysis.options import named_baseline, parse_choices
+from tinylm.analysis.report import ReportError, SweepReport, build_report
 from tinylm.analysis.runs import RunSummary, natural_key, read_runs
 from tinylm.analysis.sequential_design import Design, Round, read_design, write_design
 from tinylm.layout import DESIGN_FILE, HYDRA_DIR
