@@ -51,9 +51,9 @@ import tinylm.training.resolvers  # noqa: F401  (registers the resolvers conf/tr
 from tinylm.data import CharDataModule, RandomWindows
 from tinylm.errors import ConfigError
 from tinylm.model import GPT, ModelConfig
-from tinylm.training.module import weight_decay_groups
+from tinylm.training.optimizers import OptimConfig, decays, weight_decay_groups
 from tinylm.training.precision import compute_dtype
-from tinylm.training.settings import OptimConfig, RunSettings
+from tinylm.training.settings import RunSettings
 
 
 class BareLoop:
@@ -64,8 +64,7 @@ class BareLoop:
     def __init__(self, model_config: ModelConfig, optim: OptimConfig, fast: bool = False) -> None:
         torch.manual_seed(0)
         self.model = GPT(replace(model_config, fused_norms=fast))
-        decayed = {name: p.dim() >= 2 for name, p in self.model.named_parameters()}
-        groups = weight_decay_groups(self.model.named_parameters(), decayed, optim.weight_decay)
+        groups = weight_decay_groups(self.model.named_parameters(), decays(self.model), optim.weight_decay)
         self.optimizer = torch.optim.AdamW(
             groups, lr=optim.lr, betas=(optim.beta1, optim.beta2), fused=True if fast else None
         )

@@ -18,7 +18,7 @@ from paired import Setup, compare, print_summary  # benchmarks/, beside this fil
 
 from tinylm.model import ModelConfig, norms
 from tinylm.training.module import CharLM
-from tinylm.training.settings import OptimConfig
+from tinylm.training.optimizers import OptimConfig
 
 BABY = ModelConfig(vocab_size=65, n_layer=4, n_head=4, d_model=128, block_size=64, fused_norms=True)
 

@@ -17,7 +17,7 @@ import torch
 from norm_speed import BABY, batches, setup  # benchmarks/, beside this file
 from paired import Setup, compare, print_summary
 
-from tinylm.training.settings import OptimConfig
+from tinylm.training.optimizers import OptimConfig
 
 SETUPS = {
     "adamw": OptimConfig(),

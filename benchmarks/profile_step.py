@@ -16,7 +16,7 @@ from paired import cpu_name
 from torch.profiler import ProfilerActivity, profile
 
 from tinylm.training.module import CharLM
-from tinylm.training.settings import OptimConfig
+from tinylm.training.optimizers import OptimConfig
 
 # Op name fragments -> the kind of work they are; the first match wins. (Under norm_type=rms, RMSNorm's own
 # reduction is a linalg_vector_norm too, counted with clipping's.)

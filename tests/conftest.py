@@ -85,6 +85,15 @@ class PickledCode:
         return (Path.touch, (self.marker,))
 
 
+def script_objective(cfg: DictConfig, keep_going: bool | None = None) -> float | None:
+    """`objective` as scripts/train.py calls it: with the settings the script checked before torch loaded."""
+    # Here, not above: torch and Lightning load only for the tests that call this.
+    from tinylm.training.early_checks import check_before_imports
+    from tinylm.training.sweep import objective
+
+    return objective(cfg, keep_going, early=check_before_imports(cfg))
+
+
 @pytest.fixture
 def train_cfg(tmp_path: Path) -> DictConfig:
     return compose_train(tmp_path / "run")

@@ -154,7 +154,7 @@ def test_bench_refuses_an_unknown_reference_loop():
 
 def test_the_fast_reference_loop_runs_the_fused_kernels_and_the_plain_one_the_formulas():
     from tinylm.model import ModelConfig
-    from tinylm.training.settings import OptimConfig
+    from tinylm.training.optimizers import OptimConfig
 
     config = ModelConfig(vocab_size=11, n_layer=1, n_head=2, d_model=16, block_size=8)
     plain, fast = BareLoop(config, OptimConfig()), BareLoop(config, OptimConfig(), fast=True)

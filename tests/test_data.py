@@ -39,7 +39,7 @@ from tinylm.data.corpora import (
 )
 from tinylm.data.reference import reference_levels
 from tinylm.data.token_cache import TokenSpan
-from tinylm.training.module import learning_rate
+from tinylm.training.optimizers import learning_rate
 from tinylm.training.run import state_overlap
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak. Café — naïve!\n"

@@ -44,7 +44,8 @@ from tinylm.training.distributed import (
     shards_parameters,
 )
 from tinylm.training.early_checks import check_before_imports
-from tinylm.training.module import CharLM, unwrapped_name, weight_decay_groups
+from tinylm.training.module import CharLM
+from tinylm.training.optimizers import unwrapped_name, weight_decay_groups
 from tinylm.training.precision import resolve_precision
 from tinylm.training.run import run
 from tinylm.training.settings import trainer_settings

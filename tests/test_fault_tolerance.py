@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import pytest
 import tbparse
 import torch
-from conftest import REPO, SHRINK, PickledCode, compose_train, job_cfg
+from conftest import REPO, SHRINK, PickledCode, compose_train, job_cfg, script_objective
 from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -46,7 +46,6 @@ from tinylm.training.callbacks import StopOnSignal
 from tinylm.training.checkpoints import AtomicCheckpointIO, CheckpointWriteError, load_module
 from tinylm.training.run import run
 from tinylm.training.run_dir import FinishedJob, job_to_continue
-from tinylm.training.sweep import objective
 
 STEPS = 8
 
@@ -512,7 +511,7 @@ def test_a_completed_job_of_a_sweep_run_again_is_kept_and_scores_its_result(tmp_
     (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")  # not read: the run is kept as it is
     record = write_run_record(tmp_path, "completed", **{"loss/val_full": 1.5})
     written = record.read_bytes()
-    assert objective(compose_train(tmp_path)) == 1.5
+    assert script_objective(compose_train(tmp_path)) == 1.5
     assert record.read_bytes() == written
 
 
@@ -673,7 +672,7 @@ def test_a_signal_stops_a_sweep_and_its_job_is_recorded_interrupted(tmp_path, mo
     monkeypatch.setattr(tinylm.training.run, "prepare", lambda cfg, *passed: SimpleNamespace(fit=stopped))
     cfg = job_cfg(tmp_path)
     with pytest.raises(Interrupted):
-        objective(cfg, keep_going=True)  # a sweep that goes on after failures still stops here
+        script_objective(cfg, keep_going=True)  # a sweep that goes on after failures still stops here
     assert read_run_record(tmp_path)["status"] == "interrupted"
 
 
@@ -688,7 +687,7 @@ def test_a_diverged_job_records_the_step_whose_loss_became_non_finite(tmp_path, 
 
     monkeypatch.setattr(tinylm.training.run, "prepare", lambda cfg, *passed: SimpleNamespace(fit=diverged))
     cfg = job_cfg(tmp_path)
-    assert objective(cfg, keep_going=True) == math.inf
+    assert script_objective(cfg, keep_going=True) == math.inf
     record = read_run_record(tmp_path)
     assert (record["status"], record[DIVERGED_AT]) == ("diverged", 104)
 
@@ -702,7 +701,7 @@ def test_bad_input_never_replaces_the_record_of_a_run_already_there(tmp_path, mo
     monkeypatch.setattr(tinylm.training.run, "prepare", mistyped)  # refused by the checks
     cfg = job_cfg(tmp_path)
     with pytest.raises(ConfigError):
-        objective(cfg)
+        script_objective(cfg)
     assert read_run_record(tmp_path) == {"status": "completed", "step": 6}
 
 
@@ -717,7 +716,7 @@ def test_a_refused_command_records_nothing_in_a_killed_run(tmp_path, monkeypatch
     monkeypatch.setattr(tinylm.training.run, "prepare", mistyped)  # refused by the checks
     cfg = job_cfg(tmp_path)
     with pytest.raises(ConfigError):
-        objective(cfg)
+        script_objective(cfg)
     assert read_run_record(tmp_path) is None and sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
 
 
@@ -730,7 +729,7 @@ def test_divergence_right_before_a_validation_ends_as_a_divergence(tmp_path, cor
                  "trainer.max_steps=20", "sample.chars=20"),
     )  # fmt: skip
     with pytest.raises(TrainingDiverged, match="became non-finite"):
-        objective(cfg)
+        script_objective(cfg)
     assert read_run_record(tmp_path / "run")["status"] == "diverged"
     assert not (tmp_path / "run" / "checkpoints" / "last.ckpt").exists()
 

@@ -21,7 +21,7 @@ from tinylm.analysis.present.plots import ForestRow, forest_rows, report_figure,
 from tinylm.analysis.report import build_report
 from tinylm.errors import Interrupted
 from tinylm.layout import SEGMENTS, earlier_segments, read_run_record, write_run_record
-from tinylm.training.module import learning_rate
+from tinylm.training.optimizers import learning_rate
 from tinylm.training.run import run
 
 # --- point 2: resuming a finished run in place -------------------------------------------------------------

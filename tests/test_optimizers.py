@@ -12,13 +12,14 @@ from omegaconf import OmegaConf
 from tinylm.model import ModelConfig
 from tinylm.training.module import CharLM
 from tinylm.training.optimizers import (
+    OPTIMIZERS,
     Muon,
     MuonWithAdamW,
+    OptimConfig,
     fewer_flops_on_gram,
     gram_orthogonalize,
     orthogonalize,
 )
-from tinylm.training.settings import OPTIMIZERS, OptimConfig
 
 NEWTON_SCHULZ = (3.4445, -4.775, 2.0315)  # torch.optim.Muon's coefficients
 SHAPES = [(24, 24), (16, 40), (40, 16)]  # square, wide, tall (transposed inside Newton–Schulz)

@@ -345,7 +345,9 @@ def test_the_design_presets_train_with_muon_annealed_to_its_floor_and_the_old_re
     ("recipe", "rates", "lr", "warmup"),
     [("muon_300", "2e-3,8e-3,3.2e-2", 2e-3, 20), ("adamw_600", "3e-3,1e-2,3e-2,1e-1", 3e-3, 100)],
 )
-def test_the_qk_norm_and_warmup_presets_take_their_rates_and_warmup_from_the_recipe(recipe, rates, lr, warmup):
+def test_the_qk_norm_and_warmup_presets_take_their_rates_and_warmup_from_the_recipe(
+    recipe, rates, lr, warmup
+):
     """Under recipe=adamw_600 each runs as its stored 600-step report ran; under muon_300 at the new budget."""
     qk = _compose_with_hydra(["experiment=qk_norm_stability", f"recipe={recipe}"])
     assert qk.hydra.sweeper.params["optim.lr"] == rates

@@ -39,9 +39,9 @@ from tinylm.model import FFNS, PLACEMENTS
 from tinylm.model.sampling import sample_text
 from tinylm.training.callbacks import TensorBoardHParams
 from tinylm.training.checkpoints import load_module
-from tinylm.training.module import CharLM, learning_rate, schedule_change
+from tinylm.training.module import CharLM
+from tinylm.training.optimizers import OptimConfig, learning_rate, schedule_change
 from tinylm.training.run import run
-from tinylm.training.settings import OptimConfig
 
 NORMS = list(PLACEMENTS)
 ACTS = list(FFNS)

@@ -1,7 +1,9 @@
 """The part of a training run's settings that plain Python can check from the config alone, checked here and
 nowhere else, before torch and Lightning load: `trainer.max_steps=abc` is refused in a moment, not after
-seconds of imports. scripts/train.py checks them at its boundary and hands the result on; `run(cfg)` checks
-them itself for the callers that do not come through a script. The rest of the schema: settings.py."""
+seconds of imports. scripts/train.py checks them at its boundary and hands the result on;
+`RunSettings.from_cfg` checks them for the callers that do not come through the script. The rest of the
+schema: settings.py. The one check made twice: a local corpus's files, here before `datasets` loads, and where
+tinylm/data reads them, for its callers that never come through training (scripts/eval.py, the probe)."""
 
 from __future__ import annotations
 

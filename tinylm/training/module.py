@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Iterable
 from typing import Any
 
 import lightning.pytorch as L
@@ -23,108 +22,18 @@ from tinylm.model.evaluation import window_losses
 from tinylm.model.sampling import sample_text
 from tinylm.training.distributed import EffectiveBatch, shards_parameters
 from tinylm.training.logging_steps import logs_after, write_at
-from tinylm.training.optimizers import NS_DTYPES, Muon, MuonWithAdamW
-from tinylm.training.precision import multiplies_bf16_natively
-from tinylm.training.settings import ADAMW_IMPLEMENTATIONS, OptimConfig
+from tinylm.training.optimizers import (
+    OptimConfig,
+    build_optimizer,
+    decays,
+    muon_matrices,
+    scheduled_rate,
+    set_scheduled_rates,
+)
 
-
-def learning_rate(step: int, lr: float, min_lr: float, warmup_steps: int, decay_steps: int) -> float:
-    """Linear warmup to `lr` over `warmup_steps`, then cosine decay to `min_lr` at `decay_steps`, then flat.
-    `step` counts optimizer steps from 0; step 0 already gets a non-zero rate."""
-    if step < warmup_steps:
-        return lr * (step + 1) / (warmup_steps + 1)
-    if step >= decay_steps:
-        return min_lr
-    progress = (step - warmup_steps) / max(1, decay_steps - warmup_steps)
-    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
-
-
-SCHEDULE_KEYS = ("lr", "min_lr", "warmup_steps", "decay_steps")
-
-
-def scheduled_rate(config: OptimConfig, step: int, muon: bool = False) -> float:
-    """The rate optimizer step `step` (counted from 0) uses under `config`: AdamW's, or with `muon` Muon's
-    (the same schedule from `optim.muon_lr` to its floor, `OptimConfig.muon_min_lr`)."""
-    peak, floor = (config.muon_lr, config.muon_min_lr) if muon else (config.lr, config.min_lr)
-    return learning_rate(step, peak, floor, config.warmup_steps, config.decay_steps)
-
-
-def schedule_change(trained: dict[str, Any], optim: OptimConfig, step: int) -> str | None:
-    """A resumed run's learning-rate schedule, if it is not the one the checkpoint trained on (`trained`: its
-    `optim` settings): which settings moved and the rate at `step` before and after (under Muon, its rate
-    too). `decay_steps` follows `trainer.max_steps` by default, so training further moves the cosine unless
-    it is set."""
-    keys = (*SCHEDULE_KEYS, "muon_lr") if optim.name == "muon" else SCHEDULE_KEYS
-    changed = [key for key in keys if key in trained and trained[key] != getattr(optim, key)]
-    if not changed:
-        return None
-    before = dataclasses.replace(optim, **{key: trained[key] for key in changed})
-    moved = ", ".join(f"optim.{key} {trained[key]} -> {getattr(optim, key)}" for key in changed)
-    goes = f"the rate there goes from {scheduled_rate(before, step):.3g} to {scheduled_rate(optim, step):.3g}"
-    if optim.name == "muon":
-        goes += (
-            f" (Muon's: {scheduled_rate(before, step, muon=True):.3g} to "
-            f"{scheduled_rate(optim, step, muon=True):.3g})"
-        )
-    keep = (
-        f"; optim.decay_steps={trained['decay_steps']} continues the schedule it had"
-        if "decay_steps" in changed
-        else ""
-    )
-    return f"resumed at step {step} on another learning-rate schedule ({moved}): {goes}{keep}"
-
-
-# Segments that FSDP and activation checkpointing insert into parameter names.
-WRAPPER_SEGMENTS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
-
-
-def unwrapped_name(name: str) -> str:
-    """A parameter's name as the bare model names it, without the wrappers' segments."""
-    for segment in WRAPPER_SEGMENTS:
-        name = name.replace(segment, "")
-    return name
-
-
-def weight_decay_groups(
-    named_params: Iterable[tuple[str, torch.nn.Parameter]], decayed: dict[str, bool], weight_decay: float
-) -> list[dict[str, Any]]:
-    """AdamW parameter groups: `weight_decay` on the names `decayed` marks True, none on the others. A name
-    it lacks raises: a wrapper renamed it past `unwrapped_name`, and it would silently lose its decay."""
-    named = list(named_params)
-    unknown = [name for name, _ in named if name not in decayed]
-    if unknown:
-        raise RuntimeError(
-            f"parameter names {unknown[:3]} match no parameter of the model: a wrapper (FSDP, activation "
-            f"checkpointing) renamed them in a way tinylm.training.module.unwrapped_name does not undo"
-        )
-    return [
-        {"params": [p for n, p in named if decayed[n]], "weight_decay": weight_decay},
-        {"params": [p for n, p in named if not decayed[n]], "weight_decay": 0.0},
-    ]
-
-
-def muon_optimizer(matrices: list[torch.nn.Parameter], config: OptimConfig) -> Muon:
-    """Muon on `matrices` as `config` says; `muon_ns_dtype=auto` orthogonalises in bf16 (torch.optim.Muon's
-    own step) where their device multiplies bf16 natively, else in fp32 (docs/performance.md)."""
-    dtype = NS_DTYPES[config.muon_ns_dtype]
-    if dtype is None:
-        native = multiplies_bf16_natively(matrices[0].device.type)
-        dtype = torch.bfloat16 if native else torch.float32
-    return Muon(
-        matrices,
-        ns_dtype=dtype,
-        lr=config.muon_lr,
-        weight_decay=config.weight_decay,
-        momentum=config.muon_momentum,
-        nesterov=config.muon_nesterov,
-        ns_steps=config.muon_ns_steps,
-        adjust_lr_fn=config.muon_adjust_lr,
-    )
-
-
+log = logging.getLogger(__name__)
 # Characters per batch of the final evaluation: far more windows at once than training's batch (no gradients
 # are kept), so tens of thousands of windows take a few hundred forward passes.
-log = logging.getLogger(__name__)
 FINAL_EVAL_CHARS = 16384
 
 
@@ -148,12 +57,10 @@ class CharLM(L.LightningModule):
             "sample_chars": sample_chars, "compile": compile,
         })  # fmt: skip
         self.model = GPT(self.model_config)
-        # Decay matrices only: biases and norm gains are 1-D, and decaying them just fights the norm. Decided
-        # now, on the whole model: under FSDP every parameter is a flat 1-D shard when the optimizer is built.
-        self.decayed = {name: p.dim() >= 2 for name, p in self.model.named_parameters()}
-        # Muon's share under optim.name=muon: the blocks' weight matrices; embeddings (and the tied head) stay
-        # with AdamW, as in Muon's reference split.
-        self.muon_matrices = {f"blocks.{n}" for n, p in self.model.blocks.named_parameters() if p.dim() == 2}
+        # Which parameters AdamW decays and Muon trains, decided now, on the whole model: under FSDP every
+        # parameter is a flat 1-D shard when the optimizer is built.
+        self.decayed = decays(self.model)
+        self.muon_matrices = muon_matrices(self.model)
         self.sample_chars = sample_chars
         self.compile = compile
         # Validation means as torchmetrics, which sum values and window counts over the ranks. Lightning's own
@@ -279,27 +186,15 @@ class CharLM(L.LightningModule):
         self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        config = self.optim_config
-        named = [(unwrapped_name(n), p) for n, p in self.model.named_parameters() if p.requires_grad]
-        muon = self.muon_matrices if config.name == "muon" else set()
-        adamw = torch.optim.AdamW(
-            weight_decay_groups(
-                [(n, p) for n, p in named if n not in muon], self.decayed, config.weight_decay
-            ),
-            lr=config.lr,
-            betas=(config.beta1, config.beta2),
-            **ADAMW_IMPLEMENTATIONS[config.implementation],
+        return build_optimizer(
+            self.model.named_parameters(), self.decayed, self.muon_matrices, self.optim_config
         )
-        if not muon:
-            return adamw
-        return MuonWithAdamW(adamw, muon_optimizer([p for n, p in named if n in muon], config))
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         # nanoGPT's way: the rate is a function of the optimizer step alone, set before each batch, so a
         # resumed run continues the schedule from the checkpoint's step with no scheduler state to restore.
         for optimizer in self.trainer.optimizers:
-            for group in optimizer.param_groups:
-                group["lr"] = self.learning_rate(self.global_step, muon=group.get("muon", False))
+            set_scheduled_rates(optimizer, self.optim_config, self.global_step)
 
     def learning_rate(self, step: int, muon: bool = False) -> float:
         """The rate optimizer step `step` (counted from 0) uses under this module's config: AdamW's, or

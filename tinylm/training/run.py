@@ -81,8 +81,9 @@ from tinylm.training.distributed import (
     refuse_relaunch_in_sweep,
     shards_parameters,
 )
-from tinylm.training.early_checks import EarlySettings, check_before_imports
-from tinylm.training.module import CharLM, schedule_change
+from tinylm.training.early_checks import EarlySettings
+from tinylm.training.module import CharLM
+from tinylm.training.optimizers import schedule_change
 from tinylm.training.run_dir import (
     FinishedJob,
     RunDirectoryError,
@@ -103,20 +104,17 @@ DIVERGENCE_ERRORS: tuple[type[BaseException], ...] = (FloatingPointError, Traini
 SWEEP_ERRORS: tuple[type[BaseException], ...] = (ScaleOutError, Interrupted)
 
 
-def objective(
-    cfg: DictConfig, keep_going: bool | None = None, early: EarlySettings | None = None
-) -> float | None:
+def objective(cfg: DictConfig, keep_going: bool | None = None, *, early: EarlySettings) -> float | None:
     """Train as `cfg` says; return the value of its `optimized_metric` (to be minimised) for the sweeper.
 
     `keep_going` (default: inside a multirun) turns a failed run, already recorded in its metrics.json, into
     a return value: a diverged job scores `+inf` (a real, very bad result), any other failure `None` (an
     Optuna FAIL trial, as `nan` would end the sweep); `SWEEP_ERRORS` still stop the sweep. A sweep's job run
     again into its directory after it finished is kept, and scores what it recorded (`FinishedJob`). `early`:
-    the settings scripts/train.py checked before torch loaded (docs/sweeps.md); None checks them here.
+    the settings scripts/train.py checked before torch loaded (docs/sweeps.md), the optimized metric among them.
     """
     multirun = in_multirun()
     keep_going = multirun if keep_going is None else keep_going
-    early = early or check_before_imports(cfg)
     try:
         metrics = run(cfg, early=early, multirun=multirun)
     except FinishedJob as kept:  # the sweep's command run again into its directory
@@ -136,6 +134,8 @@ def objective(
     name = early.optimized_metric
     if not name:
         return None
+    # The name was checked once (early_checks.py); whether this run recorded it was not: a run whose
+    # validation never ran has no loss/val, and a sharded (FSDP) one no loss/val_full.
     if name not in metrics:
         raise KeyError(f"optimized_metric={name!r} is not among the run's metrics: {sorted(metrics)}")
     value = float(metrics[name])
@@ -159,7 +159,8 @@ def run(
     `observers` are callbacks that watch a real run (benchmarks, tests). Bad input raises a `UserError`
     before anything is written; a run that fails later, diverges or is interrupted records how in its
     metrics.json, then raises (`TrainingDiverged`, `Interrupted`: docs/errors.md). `early` and `multirun`
-    are what `objective` already knows (None: found here).
+    are what `objective` already knows (None: `RunSettings.from_cfg` checks the early settings, and `multirun`
+    is found here).
     """
     started = time.perf_counter()
     multirun = in_multirun() if multirun is None else multirun
@@ -231,7 +232,7 @@ def build_module(settings: RunSettings, datamodule: CharDataModule, resumed: Che
     tokenizer = datamodule.tokenizer
     assert tokenizer is not None
     # The checked settings with the corpus's vocabulary (not a setting): a new config, not a changed one, and
-    # not checked again.
+    # not checked again (dataclasses.replace would run every model check a second time: issue 47).
     model = copy.copy(settings.model)
     model.vocab_size = tokenizer.vocab_size
     if resumed is not None:

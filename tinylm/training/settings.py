@@ -1,9 +1,10 @@
-"""The schema of a training run's settings: typed sections (ModelConfig, DataConfig, OptimConfig, SampleConfig,
-the Trainer's keyword arguments), each checked once, when the run starts, with messages that name the user's
-key (`optim.lr=0 must be a number > 0`). The step counts, the seed and the optimized metric come checked from
-early_checks.py (before torch loads); nothing after this module re-checks a setting. The settings dataclasses,
-not Hydra's structured configs: they already name the user's key in one line, check ranges and pairs of
-settings, and ModelConfig is rebuilt from a checkpoint without Hydra."""
+"""The schema of a training run's settings: typed sections (ModelConfig in tinylm/model, DataConfig in
+tinylm/data, OptimConfig in optimizers.py, SampleConfig, the Trainer's keyword arguments), each checked once,
+when the run starts, with messages that name the user's key (`optim.lr=0 must be a number > 0`). The step
+counts, the seed and the optimized metric come checked from early_checks.py (before torch loads);
+`RunSettings.from_cfg` is the one place that checks them for a caller that did not. Nothing after this module
+re-checks a setting. The settings dataclasses, not Hydra's structured configs: they already name the user's key
+in one line, check ranges and pairs of settings, and ModelConfig is rebuilt from a checkpoint without Hydra."""
 
 from __future__ import annotations
 
@@ -22,58 +23,8 @@ from tinylm.errors import ConfigError
 from tinylm.model import ModelConfig
 from tinylm.training.distributed import strategy_splits_matrices
 from tinylm.training.early_checks import EarlySettings, check_before_imports
-from tinylm.training.optimizers import MUON_LR_ADJUSTMENTS, NS_DTYPES
+from tinylm.training.optimizers import OptimConfig
 from tinylm.training.precision import FULL_FP32, describe_precision, resolve_precision
-
-# AdamW's kernel: "loop" (one tensor at a time), "foreach" (batched ops), "fused" (one fused kernel).
-ADAMW_IMPLEMENTATIONS = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
-# optim.name: AdamW on every parameter, or Muon on the blocks' weight matrices and AdamW on the rest.
-OPTIMIZERS = ("adamw", "muon")
-
-
-@dataclass
-class OptimConfig:
-    """AdamW (decay on matrices only), linear warmup to `lr`, then cosine decay to `min_lr` at `decay_steps`.
-    `name=muon`: Muon on the blocks' weight matrices at `muon_lr` on the same schedule (its floor
-    `muon_lr · min_lr / lr`), AdamW on the rest (tinylm/training/optimizers.py)."""
-
-    lr: float = 1e-3
-    min_lr: float = 1e-4
-    warmup_steps: int = 100
-    decay_steps: int = 2000
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.99
-    implementation: str = "fused"
-    name: str = "adamw"
-    muon_lr: float = 3e-3
-    muon_momentum: float = 0.95
-    muon_nesterov: bool = True
-    muon_ns_steps: int = 5
-    muon_adjust_lr: str = "match_rms_adamw"
-    muon_ns_dtype: str = "auto"
-
-    def __post_init__(self) -> None:
-        checks.number("optim.lr", self.lr, above=0)
-        checks.number("optim.min_lr", self.min_lr, at_least=0, at_most=self.lr, hint="at most optim.lr")
-        checks.whole_number("optim.warmup_steps", self.warmup_steps, minimum=0)
-        checks.whole_number("optim.decay_steps", self.decay_steps)
-        checks.number("optim.weight_decay", self.weight_decay, at_least=0)
-        for name in ("beta1", "beta2"):
-            checks.number(f"optim.{name}", getattr(self, name), at_least=0, below=1)
-        checks.choice("optim.implementation", self.implementation, ADAMW_IMPLEMENTATIONS)
-        checks.choice("optim.name", self.name, OPTIMIZERS)
-        checks.number("optim.muon_lr", self.muon_lr, above=0)
-        checks.number("optim.muon_momentum", self.muon_momentum, at_least=0, below=1)
-        checks.boolean("optim.muon_nesterov", self.muon_nesterov)
-        checks.whole_number("optim.muon_ns_steps", self.muon_ns_steps, minimum=1)
-        checks.choice("optim.muon_adjust_lr", self.muon_adjust_lr, MUON_LR_ADJUSTMENTS)
-        checks.choice("optim.muon_ns_dtype", self.muon_ns_dtype, NS_DTYPES)
-
-    @property
-    def muon_min_lr(self) -> float:
-        """Muon's floor: the schedule's shape as AdamW's, scaled to `muon_lr`."""
-        return self.muon_lr * self.min_lr / self.lr
 
 
 @dataclass
