@@ -15,7 +15,6 @@ objective(cfg, early)                          scripts/train.py's task: run, the
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import math
@@ -231,10 +230,9 @@ def load_data(settings: RunSettings, resumed: Checkpoint | None) -> CharDataModu
 def build_module(settings: RunSettings, datamodule: CharDataModule, resumed: Checkpoint | None) -> CharLM:
     tokenizer = datamodule.tokenizer
     assert tokenizer is not None
-    # The checked settings with the corpus's vocabulary (not a setting): a new config, not a changed one, and
-    # not checked again (dataclasses.replace would run every model check a second time: issue 47).
-    model = copy.copy(settings.model)
-    model.vocab_size = tokenizer.vocab_size
+    # The checked settings completed by the corpus's vocabulary (not a setting): a new config, built through
+    # its checks, so the vocabulary is checked as every other field was (issue 66).
+    model = dataclasses.replace(settings.model, vocab_size=tokenizer.vocab_size)
     if resumed is not None:
         check_resumable(resumed, model, settings.trainer["max_steps"], settings.optim.name)
         trained = resumed.contents["hyper_parameters"].get("optim") or {}
