@@ -1,31 +1,19 @@
-"""report.md: the answer, the settings, the family and the runs (the sections between: render_sections)."""
+"""report.md: the Answer, the settings and the runs (the family and the sections after: render_sections)."""
 
 from __future__ import annotations
 
 import itertools
 import math
-import shlex
-from collections.abc import Callable
 from functools import partial
 from operator import attrgetter, itemgetter
 
-from tinylm.analysis.estimates import Estimate, PairedTests, Power
+from tinylm.analysis.estimates import Estimate
 from tinylm.analysis.grouping import CROSS_FITTED, Setting, setting_label, varying
 from tinylm.analysis.multiplier import Multipliers, Reading
 from tinylm.analysis.present import formats, render_sections
-from tinylm.analysis.present.formats import (
-    Cell,
-    Column,
-    Numbered,
-    blocks,
-    choice_columns,
-    fmt_multiplier,
-    md_table,
-    plural,
-)
+from tinylm.analysis.present.formats import Cell, Column, Numbered, blocks, choice_columns, md_table, plural
 from tinylm.analysis.report import SweepReport
 from tinylm.analysis.runs import STEPS_TO, RunSummary
-from tinylm.analysis.verdicts import Comparison
 from tinylm.analysis.why import Shared
 from tinylm.overrides import shown
 
@@ -116,10 +104,11 @@ _READ = {Reading.LESS: "fewer", Reading.MORE: "more", Reading.NOT_RESOLVED: "not
 def _multiplier_clause(costs: Multipliers) -> str:
     """`the loss both reached in **0.81× the steps** [0.76, 0.87] (fewer) and 0.85× the training time …`."""
     steps, time = costs.steps, costs.time
-    clause = f"the loss both reached in **{fmt_multiplier(steps.ratio)} the steps** ({_READ[steps.reading]})"
+    clause = f"the loss both reached in **{formats.fmt_multiplier(steps.ratio)} the steps**"
+    clause += f" ({_READ[steps.reading]})"
     if time.ratio is not None:
         read = "less" if time.reading is Reading.LESS else _READ[time.reading]
-        clause += f" and {fmt_multiplier(time.ratio)} the training time ({read})"
+        clause += f" and {formats.fmt_multiplier(time.ratio)} the training time ({read})"
     clause += f", {plural(steps.ratio.n, 'seed')}"
     if steps.never_reached:
         clause += (
@@ -162,7 +151,7 @@ def _ladder_answer(report: SweepReport) -> list[str]:
     costs = [
         f"- `{setting_label(t.design, shown)}`'s step multiplier along `{axis}`: **{t.word.value}**: "
         + ", ".join(
-            f"{fmt_multiplier(m.ratio)} ({_READ[m.reading]}) at {level}"
+            f"{formats.fmt_multiplier(m.ratio)} ({_READ[m.reading]}) at {level}"
             for level, m in zip(t.levels, t.at_levels, strict=True)
         )
         + (f" (change of its log p (Holm) = {t.p_adjusted:.2g})" if t.p_adjusted is not None else "")
@@ -172,26 +161,23 @@ def _ladder_answer(report: SweepReport) -> list[str]:
     return ["## Answer", "", *trends, "", *multiplied, promise, *([judging] if unjudged else []), ""]
 
 
-def _setting_rank(row: Numbered) -> int | str:
-    """A setting's rank; `—` for one without a result (ranked after those with one)."""
-    return row.rank if row.item.estimate is not None else "—"
-
-
-def _run_rank(row: Numbered) -> int | str:
-    """A run's rank; `—` for one without a result (ranked after those with one)."""
-    return row.rank if row.item.result is not None else "—"
+def _rank(result: str, row: Numbered) -> int | str:
+    """A setting's or run's rank; `—` for one whose `result` attribute is None (ranked after the others)."""
+    return row.rank if getattr(row.item, result) is not None else "—"
 
 
 def _settings_columns(report: SweepReport, gains: str | None) -> list[Column]:
     """`gains`: "nats" adds the gain over the runs' shared unigram level; "bits", mean and gain in bits."""
     digits, scale = report.metric.digits, 1.0 if gains == "nats" else formats.BITS_PER_NAT
 
-    def scaled(s: Setting, gain: bool = True) -> str:
-        if s.estimate is None or not math.isfinite(s.estimate.mean) or s.reference is None:
-            return "—"
-        if gain:
-            return formats.fmt_gain(s.reference["unigram"], s.estimate.mean, scale)
-        return formats.fmt_number(s.estimate.mean * scale)
+    def readable(s: Setting) -> bool:  # a finite mean, and the reference levels to read it against
+        return s.estimate is not None and math.isfinite(s.estimate.mean) and s.reference is not None
+
+    def gain_over_unigram(s: Setting) -> str:
+        return formats.fmt_gain(s.reference["unigram"], s.estimate.mean, scale) if readable(s) else "—"
+
+    def in_bits(s: Setting) -> str:
+        return formats.fmt_number(s.estimate.mean * scale) if readable(s) else "—"
 
     def fails(s: Setting) -> str:
         ci = s.fail_interval
@@ -207,22 +193,19 @@ def _settings_columns(report: SweepReport, gains: str | None) -> list[Column]:
         return "baseline" if s is report.baseline else ""
 
     number = partial(formats.fmt_number, digits=digits)
-    gain = Column("gain over unigram" + (" (bits/char)" if gains == "bits" else ""), Cell("item", scaled))
-    failed = (
-        ("diverged", Cell("item.fails")) if report.rule == CROSS_FITTED else ("fails", Cell("item", fails))
-    )
+    interval = partial(formats.fmt_interval, digits=digits)
+    gain_units = " (bits/char)" if gains == "bits" else ""
+    cross_fitted = report.rule == CROSS_FITTED
     return [
-        Column("rank", _setting_rank),
+        Column("rank", partial(_rank, "estimate")),
         *choice_columns(report.swept_columns, attrgetter("item.choices")),
         Column("seeds", Cell("item.results", len)),
         Column("mean", Cell("item.estimate", number)),
         Column("sd", Cell("item.estimate", sd)),
-        Column(
-            f"{report.confidence:.0%} CI", Cell("item.estimate", partial(formats.fmt_interval, digits=digits))
-        ),
-        *([Column("bits/char", Cell("item", partial(scaled, gain=False)))] if gains == "bits" else []),
-        *([gain] if gains else []),
-        Column(*failed),
+        Column(f"{report.confidence:.0%} CI", Cell("item.estimate", interval)),
+        *([Column("bits/char", Cell("item", in_bits))] if gains == "bits" else []),
+        *([Column(f"gain over unigram{gain_units}", Cell("item", gain_over_unigram))] if gains else []),
+        Column("diverged", Cell("item.fails")) if cross_fitted else Column("fails", Cell("item", fails)),
         Column("no result", Cell("item.without_result")),
         Column("why", Cell("why", why)),
         Column("note", Cell("item", note)),
@@ -258,136 +241,6 @@ def _level_in_nats(level: str, corpus: tuple[str, dict[str, float]]) -> str:
 
 def _level_in_bits(level: str, corpus: tuple[str, dict[str, float]]) -> str:
     return f"{corpus[1][level] / math.log(2):.3f}"
-
-
-def _family_columns(report: SweepReport) -> list[Column]:
-    base, digits, apart = report.family_baseline, report.metric.digits, report.judged_apart
-    pct, delta = f"{report.confidence:.0%}", f"{report.min_effect:g}"
-
-    def judged(header: str, cell: Callable[[Comparison], object], on_base: object = "") -> Column:
-        """A column of each row's comparison as the report shows it; the baseline's cell: `on_base`."""
-        return Column(header, partial(judged_cell, cell, on_base))
-
-    def judged_cell(cell: Callable[[Comparison], object], on_base: object, s: Setting) -> object:
-        return on_base if s is base else cell(report.shown_comparison(s))
-
-    def seeds(t: PairedTests) -> str:
-        unpaired = f" (unpaired, not used: seed {', '.join(t.unmatched)})" if t.unmatched else ""
-        return f"{len(t.seeds)}{unpaired}"
-
-    def failures(t: PairedTests) -> str:
-        n = len(t.seeds)
-        return t.failures.describe() if t.failures else f"0/{n} vs 0/{n}" if n else "—"
-
-    def paired_sd(c: Comparison) -> str:
-        t, j = c.tests, c.judgement
-        sd = j.power.sd if j.power else t.difference.sd if apart and t.difference else None
-        return formats.fmt_number(sd, digits)
-
-    def resolves(power: Power | None) -> str:
-        return formats.fmt_number(power and power.resolvable, digits - 1)
-
-    def seeds_for_delta(power: Power | None) -> int | str:
-        return power.seeds_for_min_effect if power else "—"
-
-    signed = partial(formats.fmt_number, digits=digits, signed=True)
-    return [
-        *choice_columns(report.shown_family_columns),
-        *([Column("rate", Cell("rate", shown))] if apart else []),
-        *([Column("tuned on", Cell("tuned_on", formats.listed))] if apart else []),
-        *([Column("rates chosen", render_sections.rates_cell)] if report.lr_varies and not apart else []),
-        *(
-            [Column("mean", Cell("estimate", partial(formats.fmt_number, digits=digits)))]
-            if report.lr_varies
-            else []
-        ),
-        judged("seeds", Cell("tests", seeds), report.baseline_seeds),
-        judged("difference", Cell("tests.difference", signed), "baseline"),
-        judged(
-            f"{pct} CI", Cell("tests.difference", partial(formats.fmt_interval, signed=True, digits=digits))
-        ),
-        judged("p (Holm)", Cell("judgement.p_adjusted", formats.fmt_p)),
-        judged("equivalence p (Holm)", Cell("judgement.p_equivalence_adjusted", formats.fmt_p)),
-        judged("verdict", Cell("judgement.verdict")),
-        judged("diverged" if report.rule == CROSS_FITTED else "fails", Cell("tests", failures)),
-        judged("paired sd", paired_sd),
-        judged("resolves (80%)", Cell("judgement.power", resolves)),
-        judged(f"seeds for ±{delta}", Cell("judgement.power", seeds_for_delta)),
-        judged("eval SE", Cell("tests.eval_se", formats.fmt_number)),
-    ]
-
-
-def _family_section(report: SweepReport) -> list[str]:
-    base, named, text = report.family_baseline, report.shown_family_columns, []
-    if report.judged_apart:
-        text = blocks(
-            "## Each setting at the rate its tuning seeds chose",
-            "Each setting's rate is chosen on its tuning seeds, the sweep's own: of the rates where the "
-            "fewest of them failed, the one with the lowest mean over those that trained (`tuned on`: the "
-            "seeds). It is judged only on other seeds run at that rate, which `scripts/add_seeds.py` adds: "
-            "no seed both chooses a rate and is judged at it, which would flatter a setting whose optimum is "
-            "broad. `mean`: over the judging seeds that trained.",
-        )
-    elif report.lr_varies:
-        text = blocks(
-            "## Each setting at a cross-fitted learning rate",
-            "Each seed's result is taken at the rate with the lowest mean over the setting's *other* seeds "
-            "(leave one seed out), so no seed both chooses the rate and is judged at it: picking the best "
-            "rate on the runs it is judged on flatters a setting whose optimum is broad. `rates chosen` "
-            "counts the seeds judged at each rate.",
-        )
-    if report.ladder is not None:
-        kind, title = report.ladder.kind, formats.ladder_title(report.ladder)
-        return text + blocks(f"The baseline is judged at each {kind}: see *{title}* below.")
-    if base is None:
-        example = report.baseline_example
-        how = (
-            f"run report.py again with `--baseline {shlex.quote(example)}` (the setting the sweep ran first) "
-            "or another setting's choices"
-            if example is not None
-            else "run report.py again with `--baseline key=value[,key=value]`"
-        )
-        return text + blocks(
-            f"No verdicts: no baseline was named. For verdicts against one of these settings, {how}, or set "
-            "`baseline:` in the experiment preset. The best setting is not used as one: it is picked from "
-            "the same runs it would be judged on, which tilts every other row toward `worse`."
-        )
-    if not report.lr_varies:
-        text += blocks(f"## Against the baseline `{base.label(named)}`")
-    rows = [s for s in report.family if s is base or report.shown_comparison(s) is not None]
-    text += blocks(
-        f"Baseline `{base.label(named)}` (named by {report.baseline_source}). Paired seed by seed: the mean "
-        f"of (setting − baseline) over the seeds both finished, with its {report.confidence:.0%} interval; "
-        f"< 0 is {report.metric.lower}.",
-        md_table(_family_columns(report), rows),
-        [_family_notes(report), *render_sections.cost_lines(report)],
-    )
-    if report.design is not None and len(report.design.looks) > 1:
-        text += render_sections.added_section(report)
-    return text
-
-
-def _family_notes(report: SweepReport) -> str:
-    tests, cross_fitted = report.family_tests, report.rule == CROSS_FITTED
-    delta, units = f"{report.min_effect:g}", report.metric.units
-    # Every stored report judged cross-fitted (report.json format 2) that has this table tuned its rate.
-    test = (
-        "t on the cross-fitted differences, with the standard error of the jackknife over seeds of the whole "
-        "choose-then-compare procedure; `paired sd` is √n times it"
-        if cross_fitted
-        else "paired t over the seeds both sides trained"
-    )
-    return (
-        f"One family: {plural(tests, 'test')} of difference ({test}; for "
-        f"{'diverged' if cross_fitted else 'failed'} seeds, McNemar's exact test), Holm-adjusted so that the "
-        f"chance of any false `better`/`worse` in the table is at most α = {report.alpha:g}; "
-        f"{plural(report.equivalence_tests, 'test')} of equivalence (two one-sided tests within ±δ, δ "
-        f"= {delta} {units}, `--min-effect`), Holm-adjusted apart. `better, but by less than {delta}`: both. "
-        f"A difference below {1e-6:g} on every seed is `identical on every seed`. `resolves (80%)`: the "
-        f"smallest |difference| ({units}) these seeds find with 80% power at α/{max(1, tests)}; `seeds for "
-        f"±{delta}`: the seeds a difference of δ would need. `eval SE`: the standard error the final "
-        "evaluation's finite set of windows adds to the difference (part of the seed interval already)."
-    )
 
 
 def _method_lines(report: SweepReport, run_columns: list[str]) -> list[str]:
@@ -438,7 +291,7 @@ def markdown(report: SweepReport) -> str:
             "`why`: what the runs' curves show, with how many runs showed it and the step it began "
             "(tinylm/analysis/diagnosis.py; docs/diagnosis.md has each threshold and its reason)."
         ),
-        *(_family_section(report) if len(report.family) > 1 else []),
+        *(render_sections.family_section(report) if len(report.family) > 1 else []),
         *(render_sections.ladder_section(report, report.ladder) if report.ladder else []),
         *render_sections.why_section(report),
         *render_sections.probe_section(report.probe),
@@ -477,7 +330,7 @@ def _runs_columns(report: SweepReport, run_columns: list[str]) -> list[Column]:
         return "—" if tokens_per_s is None else f"{tokens_per_s:,.0f}"
 
     return [
-        Column("rank", _run_rank),
+        Column("rank", partial(_rank, "result")),
         Column("run", Cell("item.name")),
         *choice_columns(run_columns, attrgetter("item.choices")),
         Column("params", Cell("item.params", params)),

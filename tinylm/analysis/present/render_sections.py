@@ -1,32 +1,154 @@
-"""report.md's sections after the family table (a ladder's figures: plots); docs/sweeps.md explains them."""
+"""report.md's sections from the family table on (a ladder's figures: plots); docs/sweeps.md explains them."""
 
 from __future__ import annotations
 
 import math
+import shlex
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from operator import attrgetter, itemgetter
 from typing import Any
 
 from tinylm import overrides
+from tinylm.analysis.estimates import PairedTests, Power
 from tinylm.analysis.grouping import CROSS_FITTED, Setting, setting_label
 from tinylm.analysis.ladder import Ladder, LadderKind, Rung
 from tinylm.analysis.present import formats
-from tinylm.analysis.present.formats import (
-    Cell,
-    Column,
-    blocks,
-    choice_columns,
-    ladder_title,
-    level_label,
-    md_table,
-    plural,
-)
+from tinylm.analysis.present.formats import Cell, Column, blocks, choice_columns, md_table, plural
 from tinylm.analysis.report import SweepReport
+from tinylm.analysis.verdicts import Comparison
 from tinylm.analysis.why import Shared, quantity
 from tinylm.layout import DESIGN_FILE, LADDER_PNG, REPORT_PNG, SCALE_PNG, WHY_PNG
 from tinylm.probe.sweep_shapes import SHOWN
+
+
+def family_section(report: SweepReport) -> list[str]:
+    """The family's section: each setting against the baseline, paired seed by seed, with its verdict; or
+    why there are no verdicts."""
+    base, named, text = report.family_baseline, report.shown_family_columns, []
+    if report.judged_apart:
+        text = blocks(
+            "## Each setting at the rate its tuning seeds chose",
+            "Each setting's rate is chosen on its tuning seeds, the sweep's own: of the rates where the "
+            "fewest of them failed, the one with the lowest mean over those that trained (`tuned on`: the "
+            "seeds). It is judged only on other seeds run at that rate, which `scripts/add_seeds.py` adds: "
+            "no seed both chooses a rate and is judged at it, which would flatter a setting whose optimum is "
+            "broad. `mean`: over the judging seeds that trained.",
+        )
+    elif report.lr_varies:
+        text = blocks(
+            "## Each setting at a cross-fitted learning rate",
+            "Each seed's result is taken at the rate with the lowest mean over the setting's *other* seeds "
+            "(leave one seed out), so no seed both chooses the rate and is judged at it: picking the best "
+            "rate on the runs it is judged on flatters a setting whose optimum is broad. `rates chosen` "
+            "counts the seeds judged at each rate.",
+        )
+    if report.ladder is not None:
+        kind, title = report.ladder.kind, formats.ladder_title(report.ladder)
+        return text + blocks(f"The baseline is judged at each {kind}: see *{title}* below.")
+    if base is None:
+        example = report.baseline_example
+        how = (
+            f"run report.py again with `--baseline {shlex.quote(example)}` (the setting the sweep ran first) "
+            "or another setting's choices"
+            if example is not None
+            else "run report.py again with `--baseline key=value[,key=value]`"
+        )
+        return text + blocks(
+            f"No verdicts: no baseline was named. For verdicts against one of these settings, {how}, or set "
+            "`baseline:` in the experiment preset. The best setting is not used as one: it is picked from "
+            "the same runs it would be judged on, which tilts every other row toward `worse`."
+        )
+    if not report.lr_varies:
+        text += blocks(f"## Against the baseline `{base.label(named)}`")
+    rows = [s for s in report.family if s is base or report.shown_comparison(s) is not None]
+    text += blocks(
+        f"Baseline `{base.label(named)}` (named by {report.baseline_source}). Paired seed by seed: the mean "
+        f"of (setting − baseline) over the seeds both finished, with its {report.confidence:.0%} interval; "
+        f"< 0 is {report.metric.lower}.",
+        md_table(_family_columns(report), rows),
+        [_family_notes(report), *cost_lines(report)],
+    )
+    if report.design is not None and len(report.design.looks) > 1:
+        text += added_section(report)
+    return text
+
+
+def _family_columns(report: SweepReport) -> list[Column]:
+    base, digits, apart = report.family_baseline, report.metric.digits, report.judged_apart
+    pct, delta = f"{report.confidence:.0%}", f"{report.min_effect:g}"
+
+    def judged(header: str, cell: Callable[[Comparison], object], on_base: object = "") -> Column:
+        """A column of each row's comparison as the report shows it; the baseline's cell: `on_base`."""
+        return Column(header, partial(judged_cell, cell, on_base))
+
+    def judged_cell(cell: Callable[[Comparison], object], on_base: object, s: Setting) -> object:
+        return on_base if s is base else cell(report.shown_comparison(s))
+
+    def seeds(t: PairedTests) -> str:
+        unpaired = f" (unpaired, not used: seed {', '.join(t.unmatched)})" if t.unmatched else ""
+        return f"{len(t.seeds)}{unpaired}"
+
+    def failures(t: PairedTests) -> str:
+        n = len(t.seeds)
+        return t.failures.describe() if t.failures else f"0/{n} vs 0/{n}" if n else "—"
+
+    def paired_sd(c: Comparison) -> str:
+        t, j = c.tests, c.judgement
+        sd = j.power.sd if j.power else t.difference.sd if apart and t.difference else None
+        return formats.fmt_number(sd, digits)
+
+    def resolves(power: Power | None) -> str:
+        return formats.fmt_number(power and power.resolvable, digits - 1)
+
+    def seeds_for_delta(power: Power | None) -> int | str:
+        return power.seeds_for_min_effect if power else "—"
+
+    number = partial(formats.fmt_number, digits=digits)
+    signed = partial(formats.fmt_number, digits=digits, signed=True)
+    interval = partial(formats.fmt_interval, signed=True, digits=digits)
+    return [
+        *choice_columns(report.shown_family_columns),
+        *([Column("rate", Cell("rate", overrides.shown))] if apart else []),
+        *([Column("tuned on", Cell("tuned_on", formats.listed))] if apart else []),
+        *([Column("rates chosen", _rates_cell)] if report.lr_varies and not apart else []),
+        *([Column("mean", Cell("estimate", number))] if report.lr_varies else []),
+        judged("seeds", Cell("tests", seeds), report.baseline_seeds),
+        judged("difference", Cell("tests.difference", signed), "baseline"),
+        judged(f"{pct} CI", Cell("tests.difference", interval)),
+        judged("p (Holm)", Cell("judgement.p_adjusted", formats.fmt_p)),
+        judged("equivalence p (Holm)", Cell("judgement.p_equivalence_adjusted", formats.fmt_p)),
+        judged("verdict", Cell("judgement.verdict")),
+        judged("diverged" if report.rule == CROSS_FITTED else "fails", Cell("tests", failures)),
+        judged("paired sd", paired_sd),
+        judged("resolves (80%)", Cell("judgement.power", resolves)),
+        judged(f"seeds for ±{delta}", Cell("judgement.power", seeds_for_delta)),
+        judged("eval SE", Cell("tests.eval_se", formats.fmt_number)),
+    ]
+
+
+def _family_notes(report: SweepReport) -> str:
+    tests, cross_fitted = report.family_tests, report.rule == CROSS_FITTED
+    delta, units = f"{report.min_effect:g}", report.metric.units
+    # Every stored report judged cross-fitted (report.json format 2) that has this table tuned its rate.
+    test = (
+        "t on the cross-fitted differences, with the standard error of the jackknife over seeds of the whole "
+        "choose-then-compare procedure; `paired sd` is √n times it"
+        if cross_fitted
+        else "paired t over the seeds both sides trained"
+    )
+    return (
+        f"One family: {plural(tests, 'test')} of difference ({test}; for "
+        f"{'diverged' if cross_fitted else 'failed'} seeds, McNemar's exact test), Holm-adjusted so that the "
+        f"chance of any false `better`/`worse` in the table is at most α = {report.alpha:g}; "
+        f"{plural(report.equivalence_tests, 'test')} of equivalence (two one-sided tests within ±δ, δ "
+        f"= {delta} {units}, `--min-effect`), Holm-adjusted apart. `better, but by less than {delta}`: both. "
+        f"A difference below {1e-6:g} on every seed is `identical on every seed`. `resolves (80%)`: the "
+        f"smallest |difference| ({units}) these seeds find with 80% power at α/{max(1, tests)}; `seeds for "
+        f"±{delta}`: the seeds a difference of δ would need. `eval SE`: the standard error the final "
+        "evaluation's finite set of windows adds to the difference (part of the seed interval already)."
+    )
 
 
 def added_section(report: SweepReport) -> list[str]:
@@ -182,29 +304,57 @@ def probe_section(rows: Sequence[dict[str, Any]]) -> list[str]:
     )
 
 
-def rates_cell(s: Setting) -> str:
+def _rates_cell(s: Setting) -> str:
     """The rates a setting's seeds chose, each with its count: `0.001 ×3, 0.003 ×2`."""
     counts = sorted(Counter(s.rates.values()).items())
-    return ", ".join(f"{overrides.shown(rate)} ×{n}" for rate, n in counts) or "—"
+    return formats.listed(f"{overrides.shown(rate)} ×{n}" for rate, n in counts)
 
 
-def _level_table(
-    report: SweepReport, rows: list[Any], design: Callable[[Any], Mapping[str, Any]], differences: bool
+# A design's cell at a level: `cell(setting, rung, unigram)`, `unigram` the level's unigram level where the
+# ladder reads in bits/char (its levels' corpora differ), else None.
+_LevelCell = Callable[[Setting, Rung, float | None], str]
+
+
+def _ladder_table(
+    report: SweepReport, rows: Sequence[Any], choices: str, cell: _LevelCell, *after: Column
 ) -> list[str]:
-    """A ladder's table, a row per design (`design` of a row: its choices) and a column per level: each
-    design's mean there, or with `differences` its difference from the level's baseline and the word
-    across levels."""
-    ladder, columns, digits = report.ladder, report.ladder.columns, report.metric.digits
+    """A ladder's table: a row per design (its choices: the row's attribute `choices`), a column per level
+    with `cell` of the design's setting there (`—` where it has none), then the `after` columns."""
+    ladder, design = report.ladder, attrgetter(choices)
     bits = ladder.in_bits and report.metric.is_loss
 
-    def mean_at(s: Setting, unigram: float | None) -> str:
+    def at(rung: Rung, row: Any) -> str:
+        key = tuple(design(row).get(c, "—") for c in ladder.columns)
+        s = next((s for s in rung.settings if s.key(ladder.columns) == key), None)
+        return "—" if s is None else cell(s, rung, rung.reference["unigram"] if bits else None)
+
+    levels = [Column(formats.level_label(ladder, rung), partial(at, rung)) for rung in ladder.rungs]
+    return md_table([*choice_columns(ladder.shown_columns, design), *levels, *after], rows)
+
+
+def _means_table(report: SweepReport) -> list[str]:
+    """The ladder's table of each design's mean at each level (in bits/char, with its gain over unigram,
+    where the ladder reads in bits), with the rates its seeds chose where the rate varies."""
+    ladder, digits, per_bit = report.ladder, report.metric.digits, formats.BITS_PER_NAT
+
+    def mean_at(s: Setting, rung: Rung, unigram: float | None) -> str:
         if s.estimate is None:
             return "—"
-        mean, per_bit = s.estimate.mean, formats.BITS_PER_NAT
+        mean = s.estimate.mean
         text = formats.fmt_number(mean, digits)
         if unigram is not None and math.isfinite(mean):
             text = f"{formats.fmt_number(mean * per_bit)} ({formats.fmt_gain(unigram, mean, per_bit)})"
-        return text + (f" ({rates_cell(s)})" if report.lr_varies else "")
+        return text + (f" ({_rates_cell(s)})" if report.lr_varies else "")
+
+    designs = {s.key(ladder.columns): s for rung in ladder.rungs for s in rung.settings}
+    return _ladder_table(report, list(designs.values()), "choices", mean_at)
+
+
+def _differences_table(report: SweepReport) -> list[str]:
+    """The ladder's table of each design's difference from its level's baseline at each level (its interval,
+    share of the baseline's gain over unigram where the ladder reads in bits, p and verdict), then its
+    verdict across levels."""
+    digits = report.metric.digits
 
     def difference_at(s: Setting, rung: Rung, unigram: float | None) -> str:
         c, added = report.shown_comparison(s), s.added
@@ -219,15 +369,8 @@ def _level_table(
         also = f"; added seeds: {added.judgement.verdict}" if added is not None and added is not c else ""
         return f"{text}, p {formats.fmt_p(c.judgement.p_adjusted)}: {c.judgement.verdict}{also}"
 
-    def at(row: Any, rung: Rung) -> str:
-        key = tuple(design(row).get(c, "—") for c in columns)
-        s = next((s for s in rung.settings if s.key(columns) == key), None)
-        unigram = rung.reference["unigram"] if bits else None
-        return "—" if s is None else difference_at(s, rung, unigram) if differences else mean_at(s, unigram)
-
-    levels = [Column(level_label(ladder, r), partial(at, rung=r)) for r in ladder.rungs]
-    across = [Column(f"across {ladder.kind}s", Cell("verdict"))] if differences else []
-    return md_table([*choice_columns(ladder.shown_columns, design), *levels, *across], rows)
+    across = Column(f"across {report.ladder.kind}s", Cell("verdict"))
+    return _ladder_table(report, report.ladder.trends, "design", difference_at, across)
 
 
 def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
@@ -267,16 +410,15 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
         words = f"{ends}; `flips`: {flips}."
     lower, units = ("lower loss", "") if metric.is_loss else (metric.lower, f" {metric.units}")
     share = " and its share of the baseline's gain over unigram (which compares across corpora)"
-    designs = {s.key(ladder.columns): s for rung in ladder.rungs for s in rung.settings}
     return blocks(
-        f"## {ladder_title(ladder)}",
+        f"## {formats.ladder_title(ladder)}",
         f"Each design against the baseline `{ladder.rungs[0].baseline.label(ladder.shown_columns)}` of its "
         f"own {along}{rates}",
-        _level_table(report, list(designs.values()), attrgetter("choices"), differences=False),
+        _means_table(report),
         f"Difference from the baseline in {metric.units} (< 0: {lower}), its {pct} interval"
         f"{share if bits else ''}, p (Holm) and verdict at each {kind}, and the verdict {across} "
         f"({LADDER_PNG} draws it):",
-        _level_table(report, ladder.trends, attrgetter("design"), differences=True),
+        _differences_table(report),
         f"Every {kind}'s comparisons are one family ({report.family_tests} tests, Holm, "
         f"α = {report.alpha:g}, δ = {report.min_effect:g}{units}). {words}",
     )
