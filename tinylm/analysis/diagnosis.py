@@ -240,21 +240,21 @@ def _stall(run: RunSummary, reference: Mapping[str, float] | None) -> Finding | 
 
 
 def _collapse(run: RunSummary) -> Finding | None:
-    def _collapsed(spread: float) -> bool:
+    def collapsed(spread: float) -> bool:
         return spread < COLLAPSED_SPREAD
 
     deepest = _deepest(run, "token_spread")
-    found = next(_episodes([deepest] if deepest else [], _collapsed), None)
+    found = next(_episodes([deepest] if deepest else [], collapsed), None)
     if found is None:
         return None
     curve, (start, until), inside = found
     after = "" if until is None else f", then recovered to {_recovered_to(curve.series, until):.2g}"
-    breaks = [f"{value:.2g} at step {step}" for step, value in inside if not _collapsed(value)]
+    breaks = [f"{value:.2g} at step {step}" for step, value in inside if not collapsed(value)]
     if breaks:  # named, so that a reader of the curve sees why they are not a recovery
         readings = f"{len(breaks)} reading{'' if len(breaks) == 1 else 's'} ({', '.join(breaks)})"
         after += f"; back above {COLLAPSED_SPREAD:g} at {readings}, never {RECOVERY_READINGS} in a row: "
         after += "not a recovery"
-    earlier = episode([(s, v) for s, v in curve.series if s < start], _collapsed) if until is None else None
+    earlier = episode([(s, v) for s, v in curve.series if s < start], collapsed) if until is None else None
     if earlier is not None and earlier[1] is not None:  # a collapse to the end that had recovered before
         after += f"; it had collapsed before, from step {earlier[0]} to {earlier[1]}, and recovered to "
         after += f"{_recovered_to(curve.series, earlier[1]):.2g} in between"
@@ -265,10 +265,19 @@ def _collapse(run: RunSummary) -> Finding | None:
 
 def _dead_units(run: RunSummary) -> Finding | None:
     """The block with the most FFN units dead above DEAD_FRACTION in an episode (one to the end first)."""
-    found = list(_episodes(_by_block(run, "dead_units").values(), _mostly_dead))
+
+    def mostly_dead(fraction: float) -> bool:
+        return fraction > DEAD_FRACTION
+
+    def named_first(found: Episode) -> tuple[bool, float, int, str]:
+        """One lasting to the end first, then the most units dead, then the earliest."""
+        curve, (start, until), inside = found
+        return until is None, max(v for _, v in inside), -start, curve.tag
+
+    found = list(_episodes(_by_block(run, "dead_units").values(), mostly_dead))
     if not found:
         return None
-    curve, (start, until), inside = max(found, key=_dead_first)
+    curve, (start, until), inside = max(found, key=named_first)
     worst = max(v for _, v in inside)
     after = "" if until is None else f", then {_recovered_to(curve.series, until):.0%}"
     evidence = f"up to {worst:.0%} of block {curve.block}'s FFN units never fired on the fixed batch"
@@ -277,24 +286,17 @@ def _dead_units(run: RunSummary) -> Finding | None:
     return Finding(DEAD_UNITS, evidence, start, curve.tag, until)
 
 
-def _mostly_dead(fraction: float) -> bool:
-    return fraction > DEAD_FRACTION
-
-
-def _dead_first(found: Episode) -> tuple[bool, float, int, str]:
-    """Which dead-units episode is named: one lasting to the end, then the most units dead, the earliest."""
-    curve, (start, until), inside = found
-    return until is None, max(v for _, v in inside), -start, curve.tag
-
-
 def _starved(run: RunSummary) -> Finding | None:
+    def q_k_starved(ratio: float) -> bool:
+        return ratio < STARVED_RATIO
+
     grads = [_deepest(run, f"grad_{name}") for name in ("w_q", "w_k", "w_v", "w_o")]
     if None in grads:
         return None
     q, k, v, o = (dict(curve.series) for curve in grads)
     steps = sorted(set(q) & set(k) & set(v) & set(o))
     ratios = [(s, max(q[s], k[s]) / max(v[s], o[s])) for s in steps if min(v[s], o[s]) > 0]
-    found = episode(ratios, _q_k_starved)
+    found = episode(ratios, q_k_starved)
     if found is None:
         return None
     step, until = found
@@ -304,31 +306,26 @@ def _starved(run: RunSummary) -> Finding | None:
     return Finding(STARVED, evidence, step, grads[0].tag, until)
 
 
-def _q_k_starved(ratio: float) -> bool:
-    return ratio < STARVED_RATIO
-
-
 class _Saturation(NamedTuple):
-    """A block's saturated episode: where it began and ended, its last low entropy and its largest logit."""
+    """A block's saturated episode: its curve, its span, its last low entropy and its largest logit."""
 
+    curve: HealthCurve
     step: int
     until: int | None
-    block: int
     entropy: float
     logit: float
-    tag: str
 
     def named_first(self) -> tuple[bool, int, int]:
         """One lasting to the end first, then the earliest, then the shallowest block."""
-        return self.until is not None, self.step, self.block
-
-
-def _low_entropy(entropy: float) -> bool:
-    return entropy < SATURATED_ENTROPY
+        return self.until is not None, self.step, self.curve.block
 
 
 def _saturated(run: RunSummary) -> Finding | None:
     """The block whose attention saturated first (low entropy, high logits) in an episode."""
+
+    def low_entropy(entropy: float) -> bool:
+        return entropy < SATURATED_ENTROPY
+
     logit_curves = _by_block(run, "attn_max_logit")
     logits = {block: dict(curve.series) for block, curve in logit_curves.items()}
     joint = [  # each block's entropy where its largest logit was read too, under the logit's tag
@@ -337,19 +334,19 @@ def _saturated(run: RunSummary) -> Finding | None:
         if c.block in logits
     ]
     found = []
-    for curve, (step, until), inside in _episodes(joint, _low_entropy):
+    for curve, (step, until), inside in _episodes(joint, low_entropy):
         logit = max(logits[curve.block][s] for s, _ in inside)
         if logit > SATURATED_LOGIT:
-            held = [v for _, v in inside if _low_entropy(v)]  # not a brief break's reading
-            found.append(_Saturation(step, until, curve.block, held[-1], logit, curve.tag))
+            held = [v for _, v in inside if low_entropy(v)]  # not a brief break's reading
+            found.append(_Saturation(curve, step, until, held[-1], logit))
     if not found:
         return None
-    step, until, block, entropy, logit, tag = min(found, key=_Saturation.named_first)
+    first = min(found, key=_Saturation.named_first)
     # What the two curves show and no more: a real saturated run's W_q gradient did not vanish (issue 64).
-    evidence = f"block {block}'s mean attention entropy is {entropy:.3f} nats with logits up to {logit:.0f}"
-    evidence += f"{_span(step, until)} (below {SATURATED_ENTROPY:g} nats, above {SATURATED_LOGIT:g}): its "
-    evidence += "queries put nearly all their weight on one key"
-    return Finding(SATURATED, evidence, step, tag, until)
+    evidence = f"block {first.curve.block}'s mean attention entropy is {first.entropy:.3f} nats with logits "
+    evidence += f"up to {first.logit:.0f}{_span(first.step, first.until)} (below {SATURATED_ENTROPY:g} nats, "
+    evidence += f"above {SATURATED_LOGIT:g}): its queries put nearly all their weight on one key"
+    return Finding(SATURATED, evidence, first.step, first.curve.tag, first.until)
 
 
 def _improving(run: RunSummary, calm: Series, validations: int) -> Finding | None:
@@ -358,8 +355,6 @@ def _improving(run: RunSummary, calm: Series, validations: int) -> Finding | Non
     IMPROVING_ALPHA, and steeper than IMPROVING_DROP per IMPROVING_TAIL of the steps at the end. The
     validation curve's, a spike's fall back left out (`calm`); with under IMPROVING_POINTS validations the
     training curve's (can't tell is not flat)."""
-    if not run.max_steps:
-        return None
     if validations >= IMPROVING_POINTS:
         curve, loss, tag = calm, "validation", VAL_LOSS
     elif len(calm) == validations:  # none of them a spike's: the training curve shows no fall back to skip
@@ -367,7 +362,7 @@ def _improving(run: RunSummary, calm: Series, validations: int) -> Finding | Non
         loss, tag = "training", TRAIN_LOSS
     else:
         return None
-    if len(curve) < IMPROVING_POINTS:
+    if not run.max_steps or len(curve) < IMPROVING_POINTS:
         return None
     last = [point for point in curve if point[0] >= curve[-1][0] - IMPROVING_SPAN * run.max_steps]
     last = last if len(last) >= IMPROVING_POINTS else curve[-IMPROVING_POINTS:]
@@ -376,8 +371,7 @@ def _improving(run: RunSummary, calm: Series, validations: int) -> Finding | Non
     if not p_value <= IMPROVING_ALPHA:
         return None
     tail = IMPROVING_TAIL * run.max_steps
-    # A validation's drop is the end's own, from the last validation a tail before (a slope lags a
-    # flattening).
+    # A validation's drop: the end's own, from the last validation a tail before (a slope lags a flattening).
     if tag == VAL_LOSS:
         (end_step, end), earlier = curve[-1], curve[:-1]
         start_step, start = ([point for point in earlier if point[0] <= end_step - tail] or earlier)[-1]
