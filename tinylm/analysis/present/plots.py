@@ -360,7 +360,7 @@ def draw_why(report: SweepReport) -> list[Path]:
     return drawn
 
 
-def draw_ladder(report: SweepReport, ladder: Ladder, path: Path) -> Path:
+def draw_scale(report: SweepReport, ladder: Ladder, path: Path) -> Path:
     """scale.png: each design's mean loss (and interval) at each size against the size's parameters."""
     points: dict[str, list[tuple[float, Estimate]]] = {}
     for rung in ladder.rungs:

@@ -17,6 +17,7 @@ from tinylm.analysis.ladder import Ladder, LadderKind, Rung
 from tinylm.analysis.present import formats
 from tinylm.analysis.present.formats import Cell, Column, blocks, choice_columns, md_table, plural
 from tinylm.analysis.report import SweepReport
+from tinylm.analysis.sizing import RowSize
 from tinylm.analysis.verdicts import Comparison
 from tinylm.analysis.why import Shared, quantity
 from tinylm.layout import DESIGN_FILE, LADDER_PNG, REPORT_PNG, SCALE_PNG, WHY_PNG
@@ -219,7 +220,7 @@ def cost_lines(report: SweepReport) -> list[str]:
     return ["", head, *map(_cost_line, sizing.rows)]
 
 
-def _cost_line(row: Any) -> str:
+def _cost_line(row: RowSize) -> str:
     label, seeds = f"- `{setting_label(row.design)}`:", "added seeds" if row.added else "seeds"
     if row.needed is None:
         return f"{label} too few finished seeds to size it"

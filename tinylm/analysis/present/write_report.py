@@ -12,8 +12,8 @@ from cattrs import BaseValidationError
 from tinylm import layout
 from tinylm.analysis.ladder import LadderKind
 from tinylm.analysis.present.plots import (
-    draw_ladder,
     draw_ladder_verdicts,
+    draw_scale,
     draw_why,
     plot_lr_sensitivity,
     report_figure,
@@ -84,7 +84,7 @@ def _write(report: SweepReport, directory: Path, aside: list[Path]) -> tuple[str
     if report.ladder:
         drawn.append(draw_ladder_verdicts(report, report.ladder, directory / layout.LADDER_PNG))
     if report.ladder and report.ladder.kind is LadderKind.SIZE:
-        drawn.append(draw_ladder(report, report.ladder, directory / layout.SCALE_PNG))
+        drawn.append(draw_scale(report, report.ladder, directory / layout.SCALE_PNG))
     return text, drawn
 
 
