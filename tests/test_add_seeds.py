@@ -242,7 +242,7 @@ def _judged_sweep(base_results: dict[str, float], row_results: dict[str, float],
 
     base = Setting({"act": "gelu"}, runs("gelu", base_results), dict(base_results))
     row = Setting({"act": "swiglu"}, runs("swiglu", row_results), dict(row_results), **row_fields)
-    return SweepReport(Path("sweep"), [], ["act"], {}, [base, row], ["act"], base), base, row
+    return SweepReport(Path("sweep"), [], ["act"], {}, [base, row], ["act"], family_baseline=base), base, row
 
 
 def test_add_seeds_counts_a_looks_seeds_as_the_report_does_and_prints_the_verdict_reached():

@@ -839,7 +839,15 @@ def test_the_answer_says_when_the_budget_stopped_every_run_of_both_sides_before_
     assert learning == ({"norm": "post"},)
     assert still_learning(family, None, findings) == ()  # a ladder's Answer states no difference
     report = SweepReport(
-        Path("sweep"), runs, ["norm"], {}, family, ["norm"], base, findings=findings, still_learning=learning
+        Path("sweep"),
+        runs,
+        ["norm"],
+        {},
+        family,
+        ["norm"],
+        family_baseline=base,
+        findings=findings,
+        still_learning=learning,
     )
     (line,) = [line for line in answer_section(report) if line.startswith("- `norm=post`")]
     assert line.endswith(
@@ -850,7 +858,9 @@ def test_the_answer_says_when_the_budget_stopped_every_run_of_both_sides_before_
     # One run of the baseline had stopped learning: not every run, and the Answer says nothing of the budget.
     findings[next(run.path for run in runs if run.choices["norm"] == "pre")] = []
     assert still_learning(family, base, findings) == ()
-    plain = SweepReport(Path("sweep"), runs, ["norm"], {}, family, ["norm"], base, findings=findings)
+    plain = SweepReport(
+        Path("sweep"), runs, ["norm"], {}, family, ["norm"], family_baseline=base, findings=findings
+    )
     assert not any("still improving" in line for line in answer_section(plain))
 
 
@@ -872,7 +882,7 @@ def test_validation_that_is_training_is_listed_apart_as_a_finding_about_the_data
     settings = group_settings(runs, ["data"], 0.95)
     rows = why_rows(settings, ["data"], findings, [])
     assert [(row.design["data"], row.lost_or_failed) for row in rows] == [("cycle", False), ("repeats", True)]
-    report = SweepReport(Path("sweep"), runs, ["data"], {}, settings, ["data"], None, why=rows)
+    report = SweepReport(Path("sweep"), runs, ["data"], {}, settings, ["data"], why=rows)
     text = "\n".join(why_section(report))
     failing, about_data = text.split("About the data, not the runs")
     assert "data=cycle" not in failing and "validation is training" not in failing
@@ -880,7 +890,7 @@ def test_validation_that_is_training_is_listed_apart_as_a_finding_about_the_data
     assert "- **data=cycle**: validation is training in 1/1 runs" in about_data
     assert "- **data=repeats**: validation is training in 1/1 runs" in about_data
     # A sweep whose only finding is its data's says nothing of settings that lost or failed.
-    alone = SweepReport(Path("sweep"), runs, ["data"], {}, settings, ["data"], None, why=rows[:1])
+    alone = SweepReport(Path("sweep"), runs, ["data"], {}, settings, ["data"], why=rows[:1])
     assert "lost or failed" not in "\n".join(why_section(alone))
 
 
@@ -1043,7 +1053,7 @@ def test_a_distribution_shift_is_listed_apart_as_a_finding_about_the_data():
     run.choices, run.seed = {"data": "other"}, "1"
     settings = group_settings([run], ["data"], 0.95)
     rows = why_rows(settings, ["data"], {run.path: diagnose(run, LEVELS)}, [])
-    report = SweepReport(Path("sweep"), [run], ["data"], {}, settings, ["data"], None, why=rows)
+    report = SweepReport(Path("sweep"), [run], ["data"], {}, settings, ["data"], why=rows)
     text = "\n".join(why_section(report))
     assert "lost or failed" not in text and "About the data, not the runs" in text
     assert (

@@ -157,7 +157,7 @@ def test_report_ranks_the_four_runs_of_a_grid_and_plots_them(grid_report):
     # One seed per setting: the comparison says so rather than inventing an interval.
     verdicts = [s["comparison"]["judgement"]["verdict"] for s in record["settings"] if s["comparison"]]
     assert [verdict["text"] for verdict in verdicts] == ["one seed: no interval"] * 3
-    assert record["baseline"]["norm"] == "pre" and record["baseline_source"] == "--baseline"
+    assert record["family_baseline"]["norm"] == "pre" and record["baseline_source"] == "--baseline"
     assert not (sweep_copy / SENSITIVITY_PNG).exists()  # the learning rate does not vary
 
 

@@ -225,7 +225,7 @@ def _tuned_ladder():
     family = [s for rung in rungs for s in rung.settings]
     ladder = Ladder(["norm"], ["optim"], rungs, trends(rungs, ["optim"], 0.05, ["norm"]))
     report = SweepReport(
-        Path("optimizer_ladder"), [], ["norm", "optim", LR], {}, family, ["norm", "optim", LR], None,
+        Path("optimizer_ladder"), [], ["norm", "optim", LR], {}, family, ["norm", "optim", LR],
         tuned=family, axis=["norm"], ladder=ladder,
     )  # fmt: skip
     assert report.judged_apart

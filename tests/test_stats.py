@@ -304,7 +304,7 @@ def test_report_on_made_up_records_has_the_known_means_intervals_and_tuned_rates
     tuned = {s.choices["norm"]: s for s in report.tuned}
     assert (tuned["pre"].rate, tuned["post"].rate) == (0.003, 0.001)
     assert tuned["post"].tuned_on == ("1", "2", "3") and tuned["post"].results == {}
-    assert report.tuned_baseline is tuned["pre"] and report.baseline is None
+    assert report.family_baseline is tuned["pre"] and report.family_baseline not in report.settings
     c = tuned["post"].comparison
     assert c.tests.seeds == () and c.judgement.verdict.outcome is Outcome.NOT_RESOLVED
     assert c.judgement.verdict == "not yet judged (rates 0.001 against 0.003, chosen on seeds 1, 2, 3)"
@@ -315,7 +315,7 @@ def test_report_on_made_up_records_has_the_known_means_intervals_and_tuned_rates
     assert "| pre | 0.003 | 1, 2, 3 | — | 0 | baseline |" in text
     assert "- `norm=post` against `norm=pre`: **not yet judged (rates 0.001 against 0.003" in text
     record = json.loads(json.dumps(to_json(report)))  # plain JSON, no NaN or infinity
-    assert record["tuned_baseline"]["norm"] == "pre" and record["baseline_source"] == "--baseline"
+    assert record["family_baseline"]["norm"] == "pre" and record["baseline_source"] == "--baseline"
     assert record["rule"] == "tuned then judged"
     post = next(s for s in record["tuned"] if s["choices"]["norm"] == "post")
     assert post["rate"] == 0.001 and post["tuned_on"] == ["1", "2", "3"] and post["judged_on"] == []
@@ -331,7 +331,7 @@ def test_report_on_made_up_records_has_the_known_means_intervals_and_tuned_rates
 
 def test_without_a_named_baseline_there_are_estimates_and_no_verdicts(lr_sweep):
     report = build_report(lr_sweep)
-    assert report.tuned_baseline is None and all(s.comparison is None for s in report.tuned)
+    assert report.family_baseline is None and all(s.comparison is None for s in report.tuned)
     # The rate is tuned, not named: the example names the design alone.
     assert (
         "No verdicts: no baseline was named. For verdicts against one of these settings, run report.py again "
@@ -351,7 +351,8 @@ def test_a_grid_without_a_baseline_says_which_baseline_gives_it_verdicts(tmp_pat
             fake_run(sweep, number, "completed", loss, norm=norm, act=act, seed=seed)
             number += 1
     report = build_report(sweep)
-    assert report.baseline is None and report.settings[0].choices["norm"] == "post"  # post+swiglu is best
+    assert report.family_baseline is None
+    assert report.settings[0].choices["norm"] == "post"  # post+swiglu is best
     assert report.baseline_example == "norm=pre,act=gelu"
     text = markdown(report)
     assert (
@@ -361,13 +362,13 @@ def test_a_grid_without_a_baseline_says_which_baseline_gives_it_verdicts(tmp_pat
     ) in text
     assert markdown(from_json(json.loads(json.dumps(to_json(report))))) == text  # the same from its json
     judged = build_report(sweep, baseline=report.baseline_example)
-    assert (judged.baseline.choices["norm"], judged.baseline.choices["act"]) == ("pre", "gelu")
+    assert (judged.family_baseline.choices["norm"], judged.family_baseline.choices["act"]) == ("pre", "gelu")
     assert "No verdicts" not in markdown(judged) and judged.baseline_example is None
 
 
 def test_a_named_baseline_is_compared_against_and_a_bad_one_is_refused(lr_sweep):
     report = build_report(lr_sweep, baseline="norm=post,optim.lr=1e-3")  # the rate is tuned anyway
-    assert report.tuned_baseline.choices["norm"] == "post"
+    assert report.family_baseline.choices["norm"] == "post"
     pre_tuned = next(s for s in report.tuned if s.choices["norm"] == "pre")
     assert (
         pre_tuned.comparison.judgement.verdict
@@ -394,7 +395,7 @@ def test_one_seed_per_setting_says_so_instead_of_an_interval(tmp_path):
     fake_run(sweep, 0, "completed", 2.0, act="gelu")
     fake_run(sweep, 1, "completed", 1.9, act="swiglu")
     report = build_report(sweep, baseline="act=swiglu")
-    assert not report.lr_varies and report.baseline.choices["act"] == "swiglu"
+    assert not report.lr_varies and report.family_baseline.choices["act"] == "swiglu"
     gelu = next(s for s in report.settings if s.choices["act"] == "gelu")
     assert (
         gelu.comparison.judgement.verdict == ONE_SEED

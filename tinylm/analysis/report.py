@@ -46,9 +46,10 @@ class SweepReport:
     common: dict[str, Any]  # overrides every run shares (a path given absolute: `portable`)
     settings: list[Setting]  # ranked by mean
     setting_columns: list[str]  # the columns that tell settings apart (all but seed)
-    baseline: Setting | None  # among `settings`, when the learning rate does not vary
     tuned: list[Setting] = field(default_factory=list)  # each setting at its tuned rate (lr varies)
-    tuned_baseline: Setting | None = None
+    # The family's baseline: among `tuned` where the rate is tuned, else among `settings`; None without one,
+    # and on a ladder, where each level has its own (`baselines`).
+    family_baseline: Setting | None = None
     confidence: float = 0.95
     alpha: float = ALPHA
     min_effect: float = MIN_EFFECT
@@ -93,11 +94,6 @@ class SweepReport:
         """The columns that tell the family's settings apart (the rate left out when it
         is tuned)."""
         return family_columns_of(self.setting_columns, self.lr_varies)
-
-    @cached_property
-    def family_baseline(self) -> Setting | None:
-        """The family's baseline (at its tuned rate when the rate varies)."""
-        return self.tuned_baseline if self.lr_varies else self.baseline
 
     @cached_property
     def baselines(self) -> list[Setting]:
@@ -319,8 +315,7 @@ def build_report(
         settings=judged.settings,
         # Stored apart by whether the rate is tuned (report.json's format): `family` reads them back as one.
         tuned=judged.family if rules.lr_varies else [],
-        baseline=None if rules.lr_varies else judged.baseline,
-        tuned_baseline=judged.baseline if rules.lr_varies else None,
+        family_baseline=judged.baseline,
         ladder=judged.ladder,
         families=judged.families,
         setting_why=judged.setting_why,

@@ -190,7 +190,7 @@ def _settings_columns(report: SweepReport, gains: str | None) -> list[Column]:
         return "; ".join(f.describe() for f in findings) or "—"
 
     def note(s: Setting) -> str:
-        return "baseline" if s is report.baseline else ""
+        return "baseline" if s is report.family_baseline else ""
 
     number = partial(formats.fmt_number, digits=digits)
     interval = partial(formats.fmt_interval, digits=digits)

@@ -20,13 +20,13 @@ from tinylm.analysis.verdicts import Outcome, Verdict
 from tinylm.analysis.why import WhyRow, judged_runs, still_learning
 from tinylm.files import plain
 
-FORMAT = 9  # what each format holds: docs/sweeps.md
+FORMAT = 10  # what each format holds: docs/sweeps.md
 _LEFT_OUT = {
     RunSummary: ("val_curve", "train_curve", "curve", "health", "window_losses", "train_seconds"),
     Setting: ("windows",),
 }
 _REFERENCES = {
-    SweepReport: ("baseline", "tuned_baseline"),
+    SweepReport: ("family_baseline",),
     Rung: ("baseline", "settings"),
     WhyRow: ("setting",),
 }
@@ -62,7 +62,7 @@ _TESTS = [f.name for f in fields(PairedTests)]
 
 
 def upgrade(old: dict[str, Any]) -> dict[str, Any]:
-    """Formats 2 to 7 as this one writes them: what they lack is derived as `build_report` derives it."""
+    """Formats 2 to 9 as this one writes them: what they lack is derived as `build_report` derives it."""
     version = int(old.get("format", 1))
     if version >= FORMAT:
         return old
@@ -70,6 +70,9 @@ def upgrade(old: dict[str, Any]) -> dict[str, Any]:
         raise ReportError(f"report.json format {version} lacks what report.md shows: report its sweep again")
     # Format 8 names a path every run shares that the command gave absolute by its file's name.
     new = old | {"format": FORMAT, "common": {key: portable(value) for key, value in old["common"].items()}}
+    # Format 10 holds the family's baseline once (before it: `baseline`, or `tuned_baseline` where tuned).
+    tuned, untuned = (new.pop(key, None) for key in ("tuned_baseline", "baseline"))
+    new.setdefault("family_baseline", tuned or untuned)
     if version >= 7:
         return new
     new, report = _format_6(new) if version < 6 else (new, from_json(new))
