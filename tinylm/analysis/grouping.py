@@ -3,6 +3,7 @@ against a baseline (docs/sweeps.md). A failed run's result is +inf, counted apar
 
 from __future__ import annotations
 
+import enum
 import math
 import statistics
 from collections.abc import Collection, Sequence
@@ -18,9 +19,16 @@ from tinylm.analysis.verdicts import Comparison
 from tinylm.overrides import shown
 
 LR = "optim.lr"
-# How a report tuned rates and counted failures; format 2 and earlier: cross-fitted (docs/results.md).
-CROSS_FITTED = "cross-fitted"
-TUNED_THEN_JUDGED = "tuned then judged"
+
+
+class Rule(enum.StrEnum):
+    """How a report tuned rates and counted failures (docs/results.md): every report built now tunes each rate
+    on the sweep's seeds and judges it on others; format 2 and earlier cross-fitted it on the same seeds."""
+
+    TUNED_THEN_JUDGED = "tuned then judged"
+    CROSS_FITTED = "cross-fitted"
+
+
 Chosen = TypeVar("Chosen", RunSummary, "Setting")
 
 

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from tinylm.analysis import grouping, multiplier, why
 from tinylm.analysis.diagnosis import Finding, diagnose
 from tinylm.analysis.estimates import MIN_EFFECT
-from tinylm.analysis.grouping import CROSS_FITTED, LR, TUNED_THEN_JUDGED, Rules, Setting
+from tinylm.analysis.grouping import LR, Rule, Rules, Setting
 from tinylm.analysis.judging import judge_family
 from tinylm.analysis.ladder import Ladder, change_family
 from tinylm.analysis.multiplier import Multipliers, MultiplierTrend
@@ -64,7 +64,7 @@ class SweepReport:
     still_learning: tuple[dict[str, Any], ...] = ()  # rows (choices) judged on still-improving runs only
     sizing: Sizing | None = None  # what resolving the open rows would take
     probe: list[dict[str, Any]] = field(default_factory=list)  # the depth probe at each of the runs' shapes
-    rule: str = TUNED_THEN_JUDGED  # how rates were tuned and failures counted (grouping.CROSS_FITTED: before)
+    rule: Rule = Rule.TUNED_THEN_JUDGED  # how rates were tuned and failures counted
     metric: Metric = FINAL_LOSS  # a run's result: its final loss, or its steps or seconds to a level
     look_levels: tuple[float | None, ...] = ()  # each later look's judging level (None: judges nothing)
     families: tuple[Family, ...] = ()  # each family of tests adjusted together (`families_of`)
@@ -82,7 +82,7 @@ class SweepReport:
     @cached_property
     def judged_apart(self) -> bool:
         """The rate is tuned on the sweep's seeds and judged on others."""
-        return self.lr_varies and self.rule != CROSS_FITTED
+        return self.lr_varies and self.rule is not Rule.CROSS_FITTED
 
     @cached_property
     def family(self) -> list[Setting]:
@@ -374,7 +374,7 @@ def judge_sweep(runs: Sequence[RunSummary], findings: dict[Path, list[Finding]],
         named = {k: v for k, v in scope.wanted.items() if not (tuned and k == LR)}
         judged = judge_family(family, named, columns, rules, scope.axis, design, settings)
         family, base, ladder, pairs = judged.rows, judged.baseline, judged.ladder, judged.pairs
-        # A report built now judges apart wherever the rate is tuned (its rule: TUNED_THEN_JUDGED).
+        # A report built now judges apart wherever the rate is tuned (its rule: Rule.TUNED_THEN_JUDGED).
         families = families_of(pairs, settings, columns, rules, design, ladder, judged_apart=tuned)
     explained = (family, columns) if len(family) > 1 else (settings, scope.setting_columns)
     shown = settings if tuned else family  # the settings table: where the rate is not tuned, the judged rows

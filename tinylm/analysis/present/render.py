@@ -8,7 +8,7 @@ from functools import partial
 from operator import attrgetter, itemgetter
 
 from tinylm.analysis.estimates import Estimate
-from tinylm.analysis.grouping import CROSS_FITTED, Setting, setting_label, varying
+from tinylm.analysis.grouping import Rule, Setting, setting_label, varying
 from tinylm.analysis.multiplier import Multipliers, Reading
 from tinylm.analysis.present import formats, render_sections
 from tinylm.analysis.present.formats import Cell, Column, Numbered, blocks, choice_columns, md_table, plural
@@ -66,7 +66,7 @@ def answer_section(report: SweepReport) -> list[str]:
 
 
 def _answer_line(report: SweepReport, s: Setting, base: Setting) -> str:
-    c, cross, digits = s.answer, report.rule == CROSS_FITTED, report.metric.digits
+    c, cross, digits = s.answer, report.rule is Rule.CROSS_FITTED, report.metric.digits
     d, n, named = c.tests.difference, len(c.tests.seeds), report.shown_family_columns
     head = f"- `{s.label(named)}` against `{base.label(named)}`: **{c.judgement.verdict}**"
     if not n and not cross:
@@ -195,7 +195,7 @@ def _settings_columns(report: SweepReport, gains: str | None) -> list[Column]:
     number = partial(formats.fmt_number, digits=digits)
     interval = partial(formats.fmt_interval, digits=digits)
     gain_units = " (bits/char)" if gains == "bits" else ""
-    cross_fitted = report.rule == CROSS_FITTED
+    cross_fitted = report.rule is Rule.CROSS_FITTED
     return [
         Column("rank", partial(_rank, "estimate")),
         *choice_columns(report.swept_columns, attrgetter("item.choices")),
@@ -260,7 +260,7 @@ def _method_lines(report: SweepReport, run_columns: list[str]) -> list[str]:
     failing = "diverged or collapsed" if loss else f"diverged, collapsed or never reached {metric.level:g}"
     counted = (
         "a diverged run counts as the worst result, a failed or unfinished one as none."
-        if report.rule == CROSS_FITTED
+        if report.rule is Rule.CROSS_FITTED
         else f"a run that {failing} fails (docs/sweeps.md): `fails` counts it, with the exact {pct} interval "
         f"of the rate, and the means are over the runs that {'trained' if loss else 'reached it'}; "
         "a crashed or unfinished run has no result."

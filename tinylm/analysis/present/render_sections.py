@@ -12,7 +12,7 @@ from typing import Any
 
 from tinylm import overrides
 from tinylm.analysis.estimates import PairedTests, Power
-from tinylm.analysis.grouping import CROSS_FITTED, Setting, setting_label
+from tinylm.analysis.grouping import Rule, Setting, setting_label
 from tinylm.analysis.ladder import Ladder, LadderKind, Rung
 from tinylm.analysis.present import formats
 from tinylm.analysis.present.formats import Cell, Column, blocks, choice_columns, md_table, plural
@@ -121,7 +121,7 @@ def _family_columns(report: SweepReport) -> list[Column]:
         judged("p (Holm)", Cell("judgement.p_adjusted", formats.fmt_p)),
         judged("equivalence p (Holm)", Cell("judgement.p_equivalence_adjusted", formats.fmt_p)),
         judged("verdict", Cell("judgement.verdict")),
-        judged("diverged" if report.rule == CROSS_FITTED else "fails", Cell("tests", failures)),
+        judged("diverged" if report.rule is Rule.CROSS_FITTED else "fails", Cell("tests", failures)),
         judged("paired sd", paired_sd),
         judged("resolves (80%)", Cell("judgement.power", resolves)),
         judged(f"seeds for ±{delta}", Cell("judgement.power", seeds_for_delta)),
@@ -130,7 +130,7 @@ def _family_columns(report: SweepReport) -> list[Column]:
 
 
 def _family_notes(report: SweepReport) -> str:
-    tests, cross_fitted = report.family_tests, report.rule == CROSS_FITTED
+    tests, cross_fitted = report.family_tests, report.rule is Rule.CROSS_FITTED
     delta, units = f"{report.min_effect:g}", report.metric.units
     # Every stored report judged cross-fitted (report.json format 2) that has this table tuned its rate.
     test = (
@@ -381,7 +381,7 @@ def ladder_section(report: SweepReport, ladder: Ladder) -> list[str]:
     bits, across = ladder.in_bits and metric.is_loss, f"across {kind}s"
     loss = "Mean final loss" if metric.is_loss else f"Mean {metric.noun}"
     loss += " in bits/char (gain over its corpus's unigram level)" if bits else ""
-    chosen = "cross-fitted rate" if report.rule == CROSS_FITTED else "rate its tuning seeds chose"
+    chosen = "cross-fitted rate" if report.rule is Rule.CROSS_FITTED else "rate its tuning seeds chose"
     rates = (
         f", each at its own {chosen} per {kind}. {loss} (rates chosen):"
         if report.lr_varies or kind is LadderKind.SIZE

@@ -12,7 +12,7 @@ from cattrs import Converter
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from tinylm.analysis.estimates import PairedTests
-from tinylm.analysis.grouping import CROSS_FITTED, Rules, Setting
+from tinylm.analysis.grouping import Rule, Rules, Setting
 from tinylm.analysis.ladder import Rung
 from tinylm.analysis.report import SweepReport, families_of, portable
 from tinylm.analysis.runs import ReportError, RunSummary, natural_key, parse_metric
@@ -92,7 +92,7 @@ def _format_6(old: dict[str, Any]) -> tuple[dict[str, Any], SweepReport]:
         row.update({key: _comparison(row.get(key)) for key in ("comparison", "added")})
     new = old | {
         "format": FORMAT,
-        "rule": old.get("rule", CROSS_FITTED),
+        "rule": old.get("rule", Rule.CROSS_FITTED.value),
         "metric": metric,
         "settings": settings,
         "tuned": tuned,
