@@ -186,9 +186,15 @@ def test_no_stored_seed_both_chose_a_rate_and_was_judged_at_it():
             continue
         for setting in record["tuned"]:
             assert setting["tuned_on"] and not set(setting["tuned_on"]) & set(setting["judged_on"]), path
-            answer = setting["added_seeds_vs_baseline"] or setting["vs_baseline"]
-            if answer and answer["outcome"] != "not resolved":
-                assert set(answer["seeds"]) <= set(setting["judged_on"]), path
+            if "vs_baseline" in setting:  # before format 6
+                answer = setting["added_seeds_vs_baseline"] or setting["vs_baseline"]
+                outcome, seeds = (answer["outcome"], answer["seeds"]) if answer else (None, ())
+            else:
+                answer = setting["added"] or setting["comparison"]
+                outcome = answer and answer["judgement"]["verdict"]["outcome"]
+                seeds = answer["tests"]["seeds"] if answer else ()
+            if answer and outcome != "not resolved":
+                assert set(seeds) <= set(setting["judged_on"]), path
                 judged += 1
     assert judged >= 1  # swiglu_vs_gelu at least
 
