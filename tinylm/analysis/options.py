@@ -1,6 +1,7 @@
 """What a report is asked to judge, checked against the sweep: the baseline (`--baseline`, the sequential
-design's, or the experiment's `baseline:`) and the ladder's axis (`--ladder`, the design's, or the experiment's
-`ladder:`). Each is refused with a one-line ReportError naming the option where the sweep cannot answer it."""
+design's, or the experiment's `baseline:`) and the ladder's axis (`--ladder`, the design's, or the
+experiment's `ladder:`). Each is refused with a one-line ReportError naming the option where the sweep cannot
+answer it."""
 
 from __future__ import annotations
 

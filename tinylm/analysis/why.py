@@ -1,4 +1,5 @@
-"""What a setting's runs show: the `why` column, the *Why* rows, and the rows judged on still-improving runs."""
+"""What a setting's runs show: the `why` column, the *Why* rows, and the rows judged on still-improving runs
+only."""
 
 from __future__ import annotations
 
