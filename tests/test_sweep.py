@@ -358,6 +358,22 @@ def test_the_qk_norm_and_warmup_presets_take_their_rates_and_warmup_from_the_rec
 
 
 @pytest.mark.parametrize("optim", ["adamw", "muon"])
+def test_the_optimizer_budget_trains_both_optimizers_on_the_recipes_budget(optim):
+    """Muon against AdamW at the design presets' budget: one recipe (steps, batch, warm-up, schedule) for both,
+    and each optimizer's own parameters from its group."""
+    cfg = _compose_with_hydra(["experiment=optimizer_budget", f"optim={optim}", "optim.lr=4e-3"])
+    assert (cfg.optim.name, cfg.trainer.max_steps, cfg.data.batch_size, cfg.optim.warmup_steps) == (
+        optim,
+        300,
+        48,
+        20,
+    )
+    assert cfg.optim.min_lr == pytest.approx(4e-4) and cfg.optim.decay_steps == 300
+    assert cfg.optim.name != "muon" or cfg.optim.muon_lr == pytest.approx(1.4e-2)
+    assert cfg.hydra.sweeper.params["optim.lr"] == "1e-3,2e-3,4e-3"
+
+
+@pytest.mark.parametrize("optim", ["adamw", "muon"])
 def test_the_optimizer_ladder_pins_the_recipe_its_stored_reports_ran(optim):
     """The main job's Muon recipe (conf/optim/muon.yaml) is not the preset's: both optimizers keep the warm-up,
     steps and batch docs/results/optimizer_ladder* ran with (norm_act_sweep's, which it builds on)."""
