@@ -150,3 +150,27 @@ def test_a_design_whose_multiplier_is_the_same_at_both_budgets_holds_and_one_tha
     words = {t.design["act"]: t.word for t in trends}
     assert words == {"swiglu": TrendWord.HOLDS, "relu": TrendWord.FLIPS}
     assert all(t.levels == ("300", "600") for t in trends)
+
+
+def test_on_unordered_levels_each_levels_multiplier_is_shown_and_only_words_that_need_no_order_are_said():
+    """A ladder over placements (no first or last level): each level's multiplier is reported, with no change
+    test; the same reading at every level `holds`, opposite readings `flip`."""
+    from tinylm.analysis.ladder import Ladder, Rung, TrendWord
+    from tinylm.analysis.multiplier import Reading, compared_costs, costs_across
+
+    rungs, rows = [], []
+    for norm, (swiglu, relu) in {"post": (0.8, 0.8), "pre": (0.8, 1.25)}.items():
+        base = _setting({"act": "gelu", "norm": norm}, 1.0, 0.1)
+        designs = [
+            _setting({"act": "swiglu", "norm": norm}, swiglu, 0.1),
+            _setting({"act": "relu", "norm": norm}, relu, 0.1),
+        ]
+        rungs.append(Rung(norm, None, None, base, [base, *designs]))
+        rows += [(s, base) for s in designs]
+    ladder = Ladder(["norm"], ["act"], rungs, [])
+    assert not ladder.ordered
+    trends = {t.design["act"]: t for t in costs_across(ladder, compared_costs(rows, 0.95), alpha=0.05)}
+    assert {act: t.word for act, t in trends.items()} == {"swiglu": TrendWord.HOLDS, "relu": TrendWord.FLIPS}
+    assert all(t.p_value is None and t.change is None for t in trends.values())
+    assert trends["swiglu"].readings == (Reading.LESS, Reading.LESS)
+    assert trends["relu"].levels == ("post", "pre")

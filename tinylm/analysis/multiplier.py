@@ -191,9 +191,8 @@ def costs_of(costs: Sequence[Multipliers], setting: Setting) -> Multipliers | No
 
 
 def costs_across(ladder: Ladder, costs: Sequence[Multipliers], alpha: float) -> list[MultiplierTrend]:
-    """Each design's step multiplier across an ordered ladder's levels (budgets); none on unordered ones."""
-    if not ladder.ordered:
-        return []
+    """Each design's step multiplier across a ladder's levels (budgets, or any choices' values); on unordered
+    levels without the change test, which compares the first level with the last."""
     designs: dict[tuple[Any, ...], tuple[dict[str, Any], list[tuple[str, Multiplier]]]] = {}
     for rung in ladder.rungs:
         for s in rung.settings:
@@ -202,7 +201,7 @@ def costs_across(ladder: Ladder, costs: Sequence[Multipliers], alpha: float) -> 
                 continue
             named = {c: s.choices.get(c) for c in ladder.columns}
             designs.setdefault(s.key(ladder.columns), (named, []))[1].append((rung.level, found.steps))
-    return multiplier_trends(list(designs.values()), alpha)
+    return multiplier_trends(list(designs.values()), alpha, ladder.ordered)
 
 
 @dataclass(frozen=True)
@@ -225,14 +224,17 @@ class MultiplierTrend:
 
 
 def multiplier_trends(
-    designs: Sequence[tuple[dict[str, Any], Sequence[tuple[str, Multiplier]]]], alpha: float
+    designs: Sequence[tuple[dict[str, Any], Sequence[tuple[str, Multiplier]]]],
+    alpha: float,
+    ordered: bool = True,
 ) -> list[MultiplierTrend]:
     """Each design's (level, multiplier) in the levels' order, judged as `ladder.trends` judges the loss:
     `flips` where two levels read opposite ways; `grows` or `shrinks` where both ends read the same way and
     the change test rejects (the multiplier moves away from 1, or towards it); `holds` where every level
-    reads the same way and the test does not reject; `changes` where it rejects otherwise."""
+    reads the same way and the test does not reject; `changes` where it rejects otherwise. On levels without
+    an `ordered` first and last there is no change test: `flips`, `holds` or `not resolved`."""
     tests = [
-        _log_change(levels[0][1], levels[-1][1]) if len(levels) >= 2 else (None, None)
+        _log_change(levels[0][1], levels[-1][1]) if len(levels) >= 2 and ordered else (None, None)
         for _, levels in designs
     ]
     adjusted = holm({i: p for i, (_, p) in enumerate(tests) if p is not None})
